@@ -1,0 +1,89 @@
+"""The posture-index ledger: one class that classifies every index a stream delivers.
+
+Rules (seed 000): current == previous + 1 is the next frame; current == previous is an exact
+duplicate (dropped); current > previous + 1 skips ``current - previous - 1`` indices (recorded as a
+missing range); current < previous is a backward jump (Axis restarted, replay, index reset): it is
+recorded and starts a new segment, and the frame itself is new.
+
+The same class counts frame_id continuity on every link, so gaps mean the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+MAX_RANGES = 10_000  # keep memory bounded on a pathological stream; the counts stay exact
+
+
+class Seen(Enum):
+    FIRST = "first"
+    NEXT = "next"
+    GAP = "gap"
+    DUPLICATE = "duplicate"
+    BACKWARD = "backward"
+
+    @property
+    def is_new(self) -> bool:
+        return self is not Seen.DUPLICATE
+
+
+@dataclass
+class SequenceLedger:
+    received: int = 0
+    unique: int = 0
+    duplicates: int = 0
+    missing: int = 0
+    backward: int = 0
+    first: int | None = None
+    last: int | None = None
+    segment: int = 0
+    missing_ranges: list[tuple[int, int]] = field(default_factory=list)
+    backward_jumps: list[tuple[int, int]] = field(default_factory=list)
+    ranges_dropped: int = 0
+
+    def observe(self, index: int) -> Seen:
+        self.received += 1
+        last = self.last
+        if last is None:
+            self.first = self.last = index
+            self.unique += 1
+            return Seen.FIRST
+        if index == last + 1:
+            self.last = index
+            self.unique += 1
+            return Seen.NEXT
+        if index == last:
+            self.duplicates += 1
+            return Seen.DUPLICATE
+        self.last = index
+        self.unique += 1
+        if index > last:
+            self.missing += index - last - 1
+            self._record(self.missing_ranges, (last + 1, index - 1))
+            return Seen.GAP
+        self.backward += 1
+        self.segment += 1
+        self._record(self.backward_jumps, (last, index))
+        return Seen.BACKWARD
+
+    def _record(self, target: list[tuple[int, int]], item: tuple[int, int]) -> None:
+        if len(target) < MAX_RANGES:
+            target.append(item)
+        else:
+            self.ranges_dropped += 1
+
+    def missing_indices(self) -> list[int]:
+        return [i for lo, hi in self.missing_ranges for i in range(lo, hi + 1)]
+
+    def as_dict(self, prefix: str = "") -> dict[str, object]:
+        return {
+            f"{prefix}received": self.received,
+            f"{prefix}unique_frames": self.unique,
+            f"{prefix}missing_indices": self.missing,
+            f"{prefix}duplicate_indices": self.duplicates,
+            f"{prefix}backward_indices": self.backward,
+            f"{prefix}first_index": self.first,
+            f"{prefix}last_index": self.last,
+            f"{prefix}missing_ranges": [list(r) for r in self.missing_ranges],
+        }
