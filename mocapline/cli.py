@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "auditor": ("services.auditor.service", "side-path audit and the conservation verdict"),
     "emit": ("services.emitter.emitter", "synthetic Axis Studio binary BVH emitter / recording replayer"),
     "inspect": ("services.capture.inspect", "decode a recording or pcap as capture would, JSON lines"),
+    "demo": ("services.pipeline.demo", "run the pipeline on an emitted take and print the final ledger"),
     "bench": ("bench.cli", "benchmarks: capture, retarget, e2e"),
 }
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +21,20 @@ class FrameFieldError(ValueError):
     """A decoded message has a repeated field of the wrong length."""
 
     reason = "field_length"
+
+
+class ProtobufDecodeError(ValueError):
+    """Bytes that are not a valid protobuf message of the expected type."""
+
+    reason = "protobuf"
+
+
+def _parse(msg: Any, data: bytes | memoryview) -> Any:
+    try:
+        msg.ParseFromString(bytes(data))
+    except Exception as exc:  # protobuf raises its own DecodeError subclasses
+        raise ProtobufDecodeError(str(exc)) from None
+    return msg
 
 
 def _check(name: str, values: object, expected: int) -> None:
@@ -80,9 +95,7 @@ class HumanFrame:
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> HumanFrame:
-        msg = pb.HumanFrame()
-        msg.ParseFromString(bytes(data))
-        return cls.from_proto(msg)
+        return cls.from_proto(_parse(pb.HumanFrame(), data))
 
 
 @dataclass(slots=True)
@@ -134,6 +147,31 @@ class RobotFrame:
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> RobotFrame:
-        msg = pb.RobotFrame()
-        msg.ParseFromString(bytes(data))
-        return cls.from_proto(msg)
+        return cls.from_proto(_parse(pb.RobotFrame(), data))
+
+
+# Every repeated field of the seeds' MocapFrame and its fixed length (DESIGN.md).
+MOCAP_FIELD_LENGTHS: dict[str, int] = {
+    "body_pos_w": 3,
+    "body_lin_vel_w": 3,
+    "body_quat_w": 4,
+    "body_ang_vel_w": 3,
+    "joint_pos": N_JOINTS,
+    "joint_vel": N_JOINTS,
+    "left_hand": 7,
+    "right_hand": 7,
+}
+
+
+def check_mocap_frame(msg: pb.MocapFrame) -> None:
+    """Raise FrameFieldError unless every repeated field has its fixed length."""
+    for name, expected in MOCAP_FIELD_LENGTHS.items():
+        _check(name, getattr(msg, name), expected)
+
+
+def parse_mocap_frame(data: bytes | memoryview) -> pb.MocapFrame:
+    """Decode and length-check a MocapFrame; FrameFieldError (reason field_length) or
+    ProtobufDecodeError (reason protobuf) on bad bytes."""
+    msg = _parse(pb.MocapFrame(), data)
+    check_mocap_frame(msg)
+    return msg

@@ -1,0 +1,143 @@
+"""`mocapline capture`: receive Axis binary BVH (or Xsens MXTP02) over UDP, push HumanFrames.
+
+One HumanFrame per unique posture_index, in order, on a lossless ZeroMQ PUSH socket (bound, so
+retarget connects). The live ledger goes to stderr once a second; the final ledger is printed to
+stdout as one JSON object when capture stops (Ctrl-C, SIGTERM, or --exit-on-idle).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from mocapline.header import MessageType
+from mocapline.options import EnvArgumentParser
+from mocapline.skeleton import GMR_BODIES, SkeletonKind
+from mocapline.transport import FrameSender, lossless_socket
+from services.capture.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
+from services.capture.sources import UdpMotionInput, axis_udp_source, xsens_udp_source
+
+log = logging.getLogger("mocapline.capture")
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="mocapline capture", description=__doc__)
+    p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sends the UDP stream")
+    p.add_argument("--ports", type=int, nargs="+", default=[7014],
+                   help="UDP ports of the same source, merged by posture_index (e.g. 7014 7015)")
+    p.add_argument("--host", default="0.0.0.0", help="local address to bind the UDP ports on")
+    p.add_argument("--output", default="tcp://127.0.0.1:5556", help="ZeroMQ endpoint to bind the HumanFrame PUSH on")
+    p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ",
+                   help="Axis Studio's BVH rotation order setting")
+    p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio",
+                   help="Axis skeleton: axis_studio (59 bones) or the legacy pn_pro")
+    p.add_argument("--header-format", choices=("current", "legacy"), default="current",
+                   help="'legacy' when Axis Studio's 'use old header format' is ticked")
+    p.add_argument("--position-unit", choices=("m", "cm"), default="m", help="Xsens position unit")
+    p.add_argument("--merge-window-ms", type=float, default=50.0,
+                   help="how long a gap may wait for another path to fill it")
+    p.add_argument("--allow-source", nargs="*", default=None,
+                   help="only accept datagrams from these IP addresses (others are counted as rejected)")
+    p.add_argument("--record", type=Path, default=None, help="write every received datagram to this .mlrec file")
+    p.add_argument("--status-interval", type=float, default=1.0, help="seconds between ledger lines on stderr; 0 = off")
+    p.add_argument("--exit-on-idle", type=float, default=0.0,
+                   help="stop after this many seconds without datagrams once a take has started; 0 = never")
+    p.add_argument("--shutdown-wait", type=float, default=30.0,
+                   help="on exit, seconds to wait for the consumer to take queued frames")
+    p.add_argument("--log-level", default="INFO", help="logging level")
+    return p
+
+
+def make_source(args: Any) -> UdpMotionInput:
+    common: dict[str, Any] = {
+        "host": args.host,
+        "merge_window_s": args.merge_window_ms / 1000.0,
+        "allowed_sources": frozenset(args.allow_source) if args.allow_source else None,
+        "record_path": args.record,
+    }
+    if args.source == "xsens":
+        return xsens_udp_source(args.ports, args.position_unit, **common)
+    config = AxisBvhConfig(
+        skeleton=SkeletonKind(args.skeleton),
+        rotation_order=args.rotation_order,
+        header_format=args.header_format,
+    )
+    return axis_udp_source(config, args.ports, **common)
+
+
+def status_line(ledger: dict[str, Any]) -> str:
+    return (
+        f"capture received={ledger['source_received']} unique={ledger['source_unique_frames']} "
+        f"missing={ledger['source_missing_indices']} dup={ledger['source_duplicate_indices']} "
+        f"backward={ledger['source_backward_indices']} rejected={ledger['rejected_datagrams']} "
+        f"last={ledger['last_posture_index']} pending={ledger['input_pending']}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    if args.source == "axis" and args.header_format == "legacy":
+        if len(args.ports) > 1:
+            print("mocapline capture: the legacy Axis header has no frame index, so paths cannot be "
+                  "merged; use one port or turn off 'use old header format' in Axis Studio", file=sys.stderr)
+            return 2
+        log.warning("legacy Axis header: no frame index in the stream; frames are numbered on "
+                    "arrival and losses upstream cannot be detected")
+
+    ctx = zmq.Context()
+    sender = FrameSender(
+        lossless_socket(ctx, zmq.PUSH, args.output, bind=True), MessageType.HUMAN_FRAME, len(GMR_BODIES)
+    )
+    source = make_source(args)
+    try:
+        source.open()
+    except OSError as exc:
+        print(f"mocapline capture: cannot bind UDP {args.host}:{args.ports}: {exc}", file=sys.stderr)
+        return 1
+    log.info("capture %s on udp %s -> %s", source.name, args.ports, args.output)
+
+    def send(frame: Any) -> None:
+        sender.send(frame.to_bytes(), capture_timestamp_us=frame.capture_timestamp_us)
+
+    next_status = time.monotonic() + args.status_interval
+    started = False
+    try:
+        while not stop:
+            frame = source.poll_frame(0.1)
+            if frame is not None:
+                started = True
+                send(frame)
+            now = time.monotonic()
+            if args.status_interval > 0 and now >= next_status:
+                print(status_line(source.ledger()), file=sys.stderr, flush=True)
+                next_status = now + args.status_interval
+            if args.exit_on_idle > 0 and started and now - source.last_datagram > args.exit_on_idle:
+                break
+    finally:
+        source.close()
+        while (frame := source.poll_frame(0.0)) is not None:
+            send(frame)
+        sender.send_end()
+        ledger = source.ledger()
+        ledger["human_frames_sent"] = sender.next_frame_id
+        print(json.dumps(ledger), flush=True)
+        sender.socket.close(linger=int(args.shutdown_wait * 1000))
+        ctx.term()
+    return 0

@@ -1,0 +1,1 @@
+"""Orchestration: start the services as processes, drain a take, print the ledger."""

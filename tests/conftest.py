@@ -1,0 +1,89 @@
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import zmq
+
+from mocapline.frames import HumanFrame
+from mocapline.header import MessageType
+from mocapline.skeleton import GMR_BODIES
+from mocapline.transport import FrameReceiver, lossless_socket
+from services.pipeline.procs import free_tcp_port, free_udp_port
+
+
+class CaptureProcess:
+    """A real `mocapline capture` process on free loopback ports, and a PULL consumer of its output."""
+
+    def __init__(self, n_ports: int, extra: list[str]) -> None:
+        self.ports = [free_udp_port() for _ in range(n_ports)]
+        self.endpoint = f"tcp://127.0.0.1:{free_tcp_port()}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mocapline.cli", "capture", "--host", "127.0.0.1",
+             "--ports", *map(str, self.ports), "--output", self.endpoint,
+             "--status-interval", "0", "--log-level", "WARNING", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.ctx = zmq.Context()
+        self.rx = FrameReceiver(
+            lossless_socket(self.ctx, zmq.PULL, self.endpoint, bind=False), MessageType.HUMAN_FRAME, len(GMR_BODIES)
+        )
+        self._wait_bound()
+
+    def _wait_bound(self) -> None:
+        import socket
+        import time
+
+        deadline = time.monotonic() + 30
+        for port in self.ports:
+            while time.monotonic() < deadline:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    try:
+                        s.bind(("127.0.0.1", port))
+                    except OSError:
+                        break
+                if self.proc.poll() is not None:
+                    raise RuntimeError(self.proc.stderr.read() if self.proc.stderr else "capture died")
+                time.sleep(0.05)
+
+    def dests(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", p) for p in self.ports]
+
+    def collect(self, timeout_s: float = 60.0) -> tuple[list[HumanFrame], dict]:
+        """Frames until END_OF_STREAM, then the final ledger capture printed."""
+        import time
+
+        frames: list[HumanFrame] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = self.rx.recv(timeout_ms=200)
+            if msg is None:
+                continue
+            if msg.header.message_type is MessageType.END_OF_STREAM:
+                break
+            frames.append(HumanFrame.from_bytes(msg.payload))
+        out, err = self.proc.communicate(timeout=30)
+        assert self.proc.returncode == 0, err
+        return frames, json.loads(out.strip().splitlines()[-1])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.rx.socket.close(linger=0)
+        self.ctx.term()
+
+
+@pytest.fixture
+def capture_factory() -> Iterator:
+    made: list[CaptureProcess] = []
+
+    def make(n_ports: int = 1, extra: list[str] | None = None) -> CaptureProcess:
+        cap = CaptureProcess(n_ports, ["--exit-on-idle", "1.0", *(extra or [])])
+        made.append(cap)
+        return cap
+
+    yield make
+    for cap in made:
+        cap.close()
