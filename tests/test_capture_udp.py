@@ -76,3 +76,26 @@ def test_recording_replays_to_the_same_frames(capture_factory, tmp_path) -> None
     assert [f.posture_index for f in frames2] == [f.posture_index for f in frames]
     assert ledger2["source_duplicate_indices"] == 1
     np.testing.assert_array_equal(frames2[-1].positions, frames[-1].positions)
+
+
+def test_xsens_source_over_udp(capture_factory) -> None:
+    import socket
+
+    from services.capture.xsens import encode_mxtp02
+
+    cap = capture_factory(1, ["--source", "xsens"])
+    rng = np.random.default_rng(1)
+    positions = rng.normal(size=(23, 3)) * 0.2 + [0.0, 0.0, 1.0]
+    quats = rng.normal(size=(23, 4))
+    quats /= np.linalg.norm(quats, axis=1, keepdims=True)
+    quats *= np.sign(quats[:, :1])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for counter in [500, 501, 501, 503]:
+            s.sendto(encode_mxtp02(counter, positions, quats), cap.dests()[0])
+        s.sendto(b"MXTP02 but far too short", cap.dests()[0])
+    frames, ledger = cap.collect()
+    assert [f.posture_index for f in frames] == [500, 501, 503]
+    assert ledger["source_duplicate_indices"] == 1 and ledger["source_missing_indices"] == 1
+    assert ledger["rejected_datagrams"] == 1
+    np.testing.assert_allclose(frames[0].positions, positions, atol=1e-6)
+    np.testing.assert_allclose(frames[0].quaternions, quats, atol=1e-6)

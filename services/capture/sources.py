@@ -76,7 +76,8 @@ class UdpMotionInput:
         self._idle_flushed = True
 
     def open(self) -> None:
-        log.info("capture process priority: %s", raise_priority())
+        priority = raise_priority()
+        log.log(logging.INFO if priority.startswith("raised") else logging.WARNING, "capture process priority: %s", priority)
         for port in self.ports:
             sock, granted = open_udp(self.host, port, self.rcvbuf)
             self.granted_rcvbuf[port] = granted
