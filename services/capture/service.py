@@ -17,6 +17,8 @@ from typing import Any
 
 import zmq
 
+from mocapline.bus import DEFAULT_URL, GAPS_SUBJECT, Bus
+from mocapline.frames import HumanFrame
 from mocapline.header import MessageType
 from mocapline.options import EnvArgumentParser
 from mocapline.skeleton import GMR_BODIES, SkeletonKind
@@ -49,6 +51,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--status-interval", type=float, default=1.0, help="seconds between ledger lines on stderr; 0 = off")
     p.add_argument("--exit-on-idle", type=float, default=0.0,
                    help="stop after this many seconds without datagrams once a take has started; 0 = never")
+    p.add_argument("--nats", default=DEFAULT_URL, help="NATS server for heartbeats, gap reports and control")
     p.add_argument("--shutdown-wait", type=float, default=30.0,
                    help="on exit, seconds to wait for the consumer to take queued frames")
     p.add_argument("--log-level", default="INFO", help="logging level")
@@ -79,6 +82,62 @@ def status_line(ledger: dict[str, Any]) -> str:
         f"backward={ledger['source_backward_indices']} rejected={ledger['rejected_datagrams']} "
         f"last={ledger['last_posture_index']} pending={ledger['input_pending']}"
     )
+
+
+class CaptureService:
+    """The capture loop's state: the source, the HumanFrame sender, per-take counts."""
+
+    def __init__(self, source: UdpMotionInput, sender: FrameSender) -> None:
+        self.source = source
+        self.sender = sender
+        self.frames_sent = 0
+        self.started = False
+        self._gaps_reported: dict[str, int] = {}
+
+    def step(self, timeout_s: float) -> None:
+        frame = self.source.poll_frame(timeout_s)
+        if frame is not None:
+            self.started = True
+            self._send(frame)
+            self.send_ready()
+
+    def send_ready(self) -> None:
+        while (frame := self.source.poll_frame(0.0)) is not None:
+            self._send(frame)
+
+    def _send(self, frame: HumanFrame) -> None:
+        self.sender.send(frame.to_bytes(), capture_timestamp_us=frame.capture_timestamp_us)
+        self.frames_sent += 1
+
+    def drain(self, quiet_s: float) -> None:
+        """Wait until no datagram arrived for quiet_s, flush the merge, send everything, then
+        END_OF_STREAM so the next stage knows the take is complete."""
+        while time.monotonic() - self.source.last_datagram < quiet_s:
+            self.step(0.02)
+        self.source.flush()
+        self.send_ready()
+        self.sender.send_end()
+
+    def reset(self) -> None:
+        self.source.reset()
+        self.frames_sent = 0
+        self._gaps_reported.clear()
+
+    def ledger(self) -> dict[str, Any]:
+        led = self.source.ledger()
+        led["human_frames_sent"] = self.frames_sent
+        led["session_id"] = self.source.core.session_id
+        return led
+
+    def report_gaps(self, bus: Bus) -> None:
+        """Publish each newly recorded missing range once, per path and merged."""
+        merger = self.source.core.merger
+        ledgers = {"merged": merger.merged, **{str(p): s.ledger for p, s in merger.paths.items()}}
+        for path, ledger in ledgers.items():
+            done = self._gaps_reported.get(path, 0)
+            for lo, hi in ledger.missing_ranges[done:]:
+                bus.publish(GAPS_SUBJECT, {"service": "capture", "path": path, "range": [lo, hi]})
+            self._gaps_reported[path] = len(ledger.missing_ranges)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,32 +171,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mocapline capture: cannot bind UDP {args.host}:{args.ports}: {exc}", file=sys.stderr)
         return 1
     log.info("capture %s on udp %s -> %s", source.name, args.ports, args.output)
-
-    def send(frame: Any) -> None:
-        sender.send(frame.to_bytes(), capture_timestamp_us=frame.capture_timestamp_us)
-
+    service = CaptureService(source, sender)
+    bus = Bus(args.nats, "capture", service.ledger).start()
     next_status = time.monotonic() + args.status_interval
-    started = False
     try:
         while not stop:
-            frame = source.poll_frame(0.1)
-            if frame is not None:
-                started = True
-                send(frame)
+            service.step(0.05)
+            service.report_gaps(bus)
             now = time.monotonic()
+            for req in bus.poll_requests():
+                if req.cmd == "drain":
+                    service.drain(float(req.args.get("quiet_s", 0.3)))
+                    service.report_gaps(bus)
+                elif req.cmd == "reset":
+                    service.reset()
+                elif req.cmd == "shutdown":
+                    stop = True
+                req.answer(service.ledger())
             if args.status_interval > 0 and now >= next_status:
-                print(status_line(source.ledger()), file=sys.stderr, flush=True)
+                print(status_line(service.ledger()), file=sys.stderr, flush=True)
                 next_status = now + args.status_interval
-            if args.exit_on_idle > 0 and started and now - source.last_datagram > args.exit_on_idle:
+            if args.exit_on_idle > 0 and service.started and now - source.last_datagram > args.exit_on_idle:
                 break
     finally:
         source.close()
-        while (frame := source.poll_frame(0.0)) is not None:
-            send(frame)
+        service.send_ready()
         sender.send_end()
-        ledger = source.ledger()
-        ledger["human_frames_sent"] = sender.next_frame_id
+        ledger = service.ledger()
         print(json.dumps(ledger), flush=True)
+        bus.stop()
         sender.socket.close(linger=int(args.shutdown_wait * 1000))
         ctx.term()
     return 0

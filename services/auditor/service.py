@@ -1,0 +1,149 @@
+"""`mocapline auditor`: the independent witness. Listens to the side path (UDP, posture indices
+only) and to every service's heartbeats over NATS, classifies every missing index, and publishes
+the conservation verdict on ``mocapline.verdict``. It needs only the NATS URL and its UDP port, so
+it can run on another host.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from mocapline.bus import DEFAULT_URL, GAPS_SUBJECT, PREFIX, VERDICT_SUBJECT, Bus
+from mocapline.ledger import SequenceLedger
+from mocapline.options import EnvArgumentParser
+from services.auditor.audit import audit
+from services.capture.axis_bvh import BvhReject, parse_header
+from services.capture.receiver import Datagram, UdpReceiver, open_udp
+
+log = logging.getLogger("mocapline.auditor")
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="mocapline auditor", description=__doc__)
+    p.add_argument("--side-port", type=int, default=7015, help="UDP port of the side path; 0 = no side listener")
+    p.add_argument("--side-host", default="0.0.0.0", help="address to bind the side port on")
+    p.add_argument("--nats", default=DEFAULT_URL, help="NATS server")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between verdicts")
+    p.add_argument("--snapshot", type=Path, default=None, help="write the final snapshot (counters used) here on exit")
+    p.add_argument("--replay", type=Path, default=None, help="recompute the verdict from a saved snapshot and exit")
+    p.add_argument("--log-level", default="INFO", help="logging level")
+    return p
+
+
+class SidePath:
+    """Counts posture indices on the side path; decodes headers only."""
+
+    def __init__(self, host: str, port: int) -> None:
+        sock, self.granted = open_udp(host, port)
+        self.fifo: queue.SimpleQueue[Datagram] = queue.SimpleQueue()
+        self.receiver = UdpReceiver(sock, self.fifo)
+        self.ledger = SequenceLedger()
+        self.rejected = 0
+
+    def start(self) -> None:
+        self.receiver.start()
+
+    def drain(self) -> None:
+        while True:
+            try:
+                dgram = self.fifo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                header = parse_header(dgram.data)
+            except BvhReject:
+                self.rejected += 1
+                continue
+            if header.posture_index is not None:
+                self.ledger.observe(header.posture_index)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.ledger.as_dict("source_"), "rejected_datagrams": self.rejected}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.replay is not None:
+        snapshot = json.loads(args.replay.read_text())
+        print(json.dumps(audit(snapshot)))
+        return 0
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    side = SidePath(args.side_host, args.side_port) if args.side_port else None
+    lock = threading.Lock()
+    services: dict[str, dict[str, Any]] = {}
+    gap_reports: list[dict[str, Any]] = []
+
+    def snapshot() -> dict[str, Any]:
+        with lock:
+            return {"services": json.loads(json.dumps(services)), "side": side.as_dict() if side else None}
+
+    def on_heartbeat(subject: str, body: dict[str, Any]) -> None:
+        name = subject.rsplit(".", 1)[-1]
+        if name != "auditor":
+            with lock:
+                services[name] = body
+
+    def on_gap(subject: str, body: dict[str, Any]) -> None:
+        with lock:
+            gap_reports.append(body)
+            del gap_reports[:-1000]
+
+    verdict: dict[str, Any] = {}
+    bus = Bus(args.nats, "auditor", lambda: {"verdict": verdict.get("unique_frames_conserved")})
+    bus.subscribe(f"{PREFIX}.heartbeat.*", on_heartbeat)
+    bus.subscribe(GAPS_SUBJECT, on_gap)
+    if side is not None:
+        side.start()
+    bus.start()
+    stop = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    next_verdict = time.monotonic()
+    try:
+        while not stop:
+            if side is not None:
+                side.drain()
+            for req in bus.poll_requests():
+                if side is not None:
+                    side.drain()
+                verdict = audit(snapshot())
+                if req.cmd == "reset" and side is not None:
+                    side.ledger = SequenceLedger()
+                    side.rejected = 0
+                    with lock:
+                        services.clear()
+                req.answer({"verdict": verdict, "gap_reports": len(gap_reports)})
+                if req.cmd == "shutdown":
+                    stop = True
+            if time.monotonic() >= next_verdict:
+                verdict = audit(snapshot())
+                bus.publish(VERDICT_SUBJECT, verdict)
+                next_verdict = time.monotonic() + args.interval
+            time.sleep(0.02)
+    finally:
+        snap = snapshot()
+        final = audit(snap)
+        if args.snapshot is not None:
+            args.snapshot.write_text(json.dumps(snap, indent=1))
+        print(json.dumps(final), flush=True)
+        bus.stop()
+        if side is not None:
+            side.receiver.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
