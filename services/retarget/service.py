@@ -1,0 +1,315 @@
+"""`mocapline retarget`: HumanFrames in, G1 RobotFrames out, one per frame, same posture_index.
+
+PULL (connect) HumanFrames from capture, GMR-style IK onto the Unitree G1 (mujoco + mink's
+formulation + daqp; see ``services/retarget/retargeter.py``), PUSH (bind) RobotFrames to the
+streamer, with the capture timestamp and trace context carried over. A failed solve never stops
+the stream: the frame goes out with the last good pose, flagged ``ik_failed``, and is counted.
+END_OF_STREAM is forwarded in order (after any frame the output filter still holds) and the
+service keeps running for the next take. A backward posture_index or a new segment also starts a
+new take (the IK settles again from the standing pose).
+
+Counters (``RetargetCounters``) go to stderr at most once a second, to NATS as the 1 Hz heartbeat
+(``mocapline.heartbeat.retarget``), and to stdout as one JSON object at exit. Control over NATS:
+status, drain (process until the take's END_OF_STREAM has been forwarded), reset, shutdown.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import zmq
+
+from mocapline.bus import DEFAULT_URL, Bus
+from mocapline.frames import HumanFrame
+from mocapline.header import G1_JOINT_COUNT, MessageType
+from mocapline.ledger import SequenceLedger
+from mocapline.options import EnvArgumentParser
+from mocapline.skeleton import GMR_BODIES
+from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
+
+from .config import DEFAULT_CONFIG, SHIPPED_CONFIGS, load_ik_config
+from .retargeter import (
+    BACKENDS,
+    DEFAULT_FPS,
+    DEFAULT_ITERATIONS,
+    DEFAULT_LM_DAMPING,
+    G1Retargeter,
+    OneFrameSmoother,
+    RetargetOptions,
+    robot_frame_from,
+)
+
+log = logging.getLogger("mocapline.retarget")
+
+FILTERS = ("none", "smooth3")
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="mocapline retarget", description=__doc__)
+    p.add_argument("--input", default="tcp://127.0.0.1:5556", help="capture's HumanFrame endpoint (connect)")
+    p.add_argument("--output", default="tcp://127.0.0.1:5557", help="endpoint to bind the RobotFrame PUSH on")
+    p.add_argument("--ik-config", default=DEFAULT_CONFIG,
+                   help=f"IK config: a shipped name ({', '.join(sorted(SHIPPED_CONFIGS))}) or a JSON file")
+    p.add_argument("--human-height", type=float, default=None,
+                   help="the performer's height in m (default: the config's human_height_assumption)")
+    p.add_argument("--ground-offset", type=float, default=0.0, help="m subtracted from every target's height")
+    p.add_argument("--input-fps", type=float, default=DEFAULT_FPS,
+                   help="rate of the HumanFrames (the Axis rate): the joint velocity limit is per frame")
+    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="IK steps per frame (fixed)")
+    p.add_argument("--lm-damping", type=float, default=DEFAULT_LM_DAMPING, help="FrameTask Levenberg-Marquardt damping")
+    p.add_argument("--filter", choices=FILTERS, default="none",
+                   help="output filter: smooth3 = centred [1,2,1]/4 over frames, exactly one frame of delay")
+    p.add_argument("--no-velocity-limit", action="store_true", help="do not bound joint speed")
+    p.add_argument("--backend", choices=BACKENDS, default="fast", help="IK backend (mink = mink.solve_ik, slower)")
+    p.add_argument("--max-takes", type=int, default=0,
+                   help="exit after forwarding this many END_OF_STREAM markers; 0 = run until stopped")
+    p.add_argument("--status-interval", type=float, default=1.0, help="seconds between status lines on stderr; 0 = off")
+    p.add_argument("--nats", default=DEFAULT_URL, help="NATS server for heartbeats and control ('' = none)")
+    p.add_argument("--shutdown-wait", type=float, default=30.0,
+                   help="on exit, seconds to wait for the consumer to take queued frames")
+    p.add_argument("--log-level", default="INFO", help="logging level")
+    return p
+
+
+@dataclass
+class RetargetCounters:
+    """What the retarget stage did; read by the status line, heartbeats and the auditor."""
+
+    frames_in: int = 0  # HumanFrames received and decoded
+    gmr_processed: int = 0  # frames through the IK (ik_failed ones included): one per frame in
+    robot_frames_sent: int = 0
+    ik_failed: int = 0
+    decode_errors: int = 0
+    ends_forwarded: int = 0
+    takes: int = 0
+    last_posture_index: int | None = None
+    ik_ms_total: float = 0.0
+    ik_ms_max: float = 0.0
+    last_error: str = ""
+    input_frame_ids: SequenceLedger = field(default_factory=SequenceLedger)
+
+    @property
+    def ik_ms_mean(self) -> float:
+        return self.ik_ms_total / self.gmr_processed if self.gmr_processed else 0.0
+
+    def snapshot(self, pending: int, rejects: dict[str, int]) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k != "input_frame_ids"}
+        out.pop("ik_ms_total")
+        out["ik_ms_mean"] = round(self.ik_ms_mean, 4)
+        out["ik_ms_max"] = round(self.ik_ms_max, 4)
+        out["pending"] = pending
+        out["rejected_by_reason"] = dict(rejects)
+        out["input_link"] = self.input_frame_ids.as_dict("frame_id_")
+        return out
+
+
+class RetargetService:
+    """The stage without its sockets' set-up: feed it received messages, it sends RobotFrames."""
+
+    def __init__(self, retargeter: G1Retargeter, sender: FrameSender, *, filter: str = "none") -> None:
+        if filter not in FILTERS:
+            raise ValueError(f"filter {filter!r}: choose from {FILTERS}")
+        self.retargeter = retargeter
+        self.sender = sender
+        self.smoother = OneFrameSmoother() if filter == "smooth3" else None
+        self.counters = RetargetCounters()
+        self.ended = False  # an END_OF_STREAM was forwarded and no frame came after it
+        self._segment: int | None = None
+
+    @property
+    def pending(self) -> int:
+        """Frames taken in but not yet sent (the output filter holds at most one)."""
+        return int(self.smoother is not None and self.smoother.pending)
+
+    def on_message(self, msg: Any) -> None:
+        """One message from FrameReceiver.recv (a HumanFrame or END_OF_STREAM)."""
+        if msg.header.message_type is MessageType.END_OF_STREAM:
+            self.on_end()
+            return
+        self.counters.input_frame_ids.observe(msg.header.frame_id)
+        try:
+            frame = HumanFrame.from_bytes(msg.payload)
+        except Exception as exc:  # noqa: BLE001 - a bad payload is counted, never fatal
+            self.counters.decode_errors += 1
+            self.counters.last_error = f"decode: {exc}"
+            return
+        self.on_frame(frame)
+
+    def on_frame(self, frame: HumanFrame) -> None:
+        c = self.counters
+        c.frames_in += 1
+        self.ended = False
+        last = c.last_posture_index
+        elapsed = 1
+        if last is None or frame.posture_index < last or frame.segment != self._segment:
+            self._new_take()
+        elif frame.posture_index > last:
+            elapsed = frame.posture_index - last
+        c.last_posture_index = frame.posture_index
+        self._segment = frame.segment
+
+        t0 = time.perf_counter()
+        result = self.retargeter.retarget(frame.positions, frame.quaternions, elapsed)
+        ms = (time.perf_counter() - t0) * 1000.0
+        c.gmr_processed += 1
+        c.ik_ms_total += ms
+        c.ik_ms_max = max(c.ik_ms_max, ms)
+        if result.ik_failed:
+            c.ik_failed += 1
+            c.last_error = result.error
+        if self.smoother is None:
+            self._send(robot_frame_from(frame, result.qpos, result.ik_failed))
+            return
+        ready = self.smoother.push(result.qpos, (frame, result.ik_failed))
+        if ready is not None:
+            self._send_held(ready)
+
+    def _send_held(self, ready: tuple[Any, Any]) -> None:
+        qpos, (frame, failed) = ready
+        self._send(robot_frame_from(frame, qpos, failed))
+
+    def _send(self, robot_frame: Any) -> None:
+        self.sender.send(robot_frame.to_bytes(), capture_timestamp_us=robot_frame.capture_timestamp_us)
+        self.counters.robot_frames_sent += 1
+
+    def _flush(self) -> None:
+        if self.smoother is not None:
+            ready = self.smoother.flush()
+            if ready is not None:
+                self._send_held(ready)
+
+    def _new_take(self) -> None:
+        self._flush()
+        self.retargeter.reset()
+        self.counters.takes += 1
+
+    def on_end(self) -> None:
+        """Forward END_OF_STREAM after everything of the take; the next frame starts a new take."""
+        self._flush()
+        self.sender.send_end()
+        self.counters.ends_forwarded += 1
+        self.counters.last_posture_index = None
+        self._segment = None
+        self.ended = True
+
+    def reset(self) -> None:
+        self._flush()
+        self.retargeter.reset()
+        if self.smoother is not None:
+            self.smoother.reset()
+        self.counters = RetargetCounters()
+        self._segment = None
+        self.ended = False
+
+    def heartbeat(self, rejects: dict[str, int] | None = None) -> dict[str, Any]:
+        return self.counters.snapshot(self.pending, rejects or {})
+
+
+def status_line(hb: dict[str, Any]) -> str:
+    return (
+        f"retarget in={hb['frames_in']} processed={hb['gmr_processed']} sent={hb['robot_frames_sent']} "
+        f"ik_failed={hb['ik_failed']} pending={hb['pending']} rejected={sum(hb['rejected_by_reason'].values())} "
+        f"decode_errors={hb['decode_errors']} last={hb['last_posture_index']} "
+        f"ik_ms={hb['ik_ms_mean']:.2f}/{hb['ik_ms_max']:.2f}"
+    )
+
+
+class _NoBus:
+    def poll_requests(self) -> list[Any]:
+        return []
+
+    def stop(self) -> None:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        options = RetargetOptions(
+            iterations=args.iterations,
+            lm_damping=args.lm_damping,
+            fps=args.input_fps,
+            velocity_limit=not args.no_velocity_limit,
+            human_height=args.human_height,
+            ground_offset=args.ground_offset,
+            backend=args.backend,
+        )
+        options.validate()
+        retargeter = G1Retargeter(load_ik_config(args.ik_config), options)
+    except (ValueError, OSError) as exc:
+        print(f"mocapline retarget: {exc}", file=sys.stderr)
+        return 2
+
+    ctx = zmq.Context()
+    rx = FrameReceiver(
+        lossless_socket(ctx, zmq.PULL, args.input, bind=False), MessageType.HUMAN_FRAME, len(GMR_BODIES)
+    )
+    try:
+        out = lossless_socket(ctx, zmq.PUSH, args.output, bind=True)
+    except zmq.ZMQError as exc:
+        print(f"mocapline retarget: cannot bind {args.output}: {exc}", file=sys.stderr)
+        rx.socket.close(linger=0)
+        ctx.term()
+        return 1
+    service = RetargetService(retargeter, FrameSender(out, MessageType.ROBOT_STATE, G1_JOINT_COUNT), filter=args.filter)
+    bus: Any = Bus(args.nats, "retarget", lambda: service.heartbeat(rx.rejects)).start() if args.nats else _NoBus()
+    log.info("retarget %s -> %s (config %s, %d steps/frame, lm_damping %s, filter %s)", args.input, args.output,
+             retargeter.config.source, options.iterations, options.lm_damping, args.filter)
+
+    stop = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    drains: list[Any] = []
+    drain_deadline = 0.0
+    next_status = time.monotonic() + args.status_interval
+    try:
+        while not stop:
+            msg = rx.recv(timeout_ms=20)
+            if msg is not None:
+                service.on_message(msg)
+                if args.max_takes and service.counters.ends_forwarded >= args.max_takes:
+                    break
+            for req in bus.poll_requests():
+                if req.cmd == "drain":
+                    drains.append(req)
+                    drain_deadline = time.monotonic() + float(req.args.get("timeout", 30)) - 1
+                elif req.cmd == "reset":
+                    service.reset()
+                    rx.rejects.clear()
+                    req.answer(service.heartbeat(rx.rejects))
+                else:
+                    req.answer(service.heartbeat(rx.rejects))
+                    stop = stop or req.cmd == "shutdown"
+            if drains and (service.ended or time.monotonic() > drain_deadline):
+                for req in drains:
+                    req.answer(service.heartbeat(rx.rejects))
+                drains.clear()
+            now = time.monotonic()
+            if args.status_interval > 0 and now >= next_status:
+                print(status_line(service.heartbeat(rx.rejects)), file=sys.stderr, flush=True)
+                next_status = now + args.status_interval
+    finally:
+        if service.pending or (service.counters.robot_frames_sent and not service.ended):
+            service.on_end()  # stopped mid-take: send what is held and tell the next stage
+        print(json.dumps(service.heartbeat(rx.rejects)), flush=True)
+        bus.stop()
+        rx.socket.close(linger=0)
+        out.close(linger=int(args.shutdown_wait * 1000))
+        ctx.term()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""`mocapline streamer`: RobotFrames in, the seeds' MocapFrame stream out on tcp 5555.
+
+Resamples input fps -> output fps (MotionStreamInterpolator: slerp root, linear joints, velocities),
+builds MocapFrames (every field, fixed lengths, hands from the G1's FK), wraps each in the 44-byte
+MotionFrameHeader + CRC32 and PUSHes it (bound: robots and viewers connect). Lossless: when no
+consumer is connected or it is slow, frames wait in order in the streamer's queue and latency
+grows; nothing is dropped. The queue depth is reported as ``pending``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import zmq
+
+from mocapline.bus import DEFAULT_URL, Bus
+from mocapline.frames import RobotFrame
+from mocapline.header import G1_JOINT_COUNT, MessageType
+from mocapline.options import EnvArgumentParser
+from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
+from services.retarget.interpolator import MotionStreamInterpolator
+from services.streamer.frames import MocapFrameBuilder
+
+log = logging.getLogger("mocapline.streamer")
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="mocapline streamer", description=__doc__)
+    p.add_argument("--input", default="tcp://127.0.0.1:5557", help="retarget's RobotFrame endpoint (connect)")
+    p.add_argument("--output", default="tcp://*:5555", help="endpoint to bind the MocapFrame PUSH on")
+    p.add_argument("--input-fps", type=float, default=60.0, help="rate of the incoming frames (Axis rate)")
+    p.add_argument("--output-fps", type=float, default=60.0, help="rate of the outgoing stream")
+    p.add_argument("--nats", default=DEFAULT_URL, help="NATS server for heartbeats and control")
+    p.add_argument("--log-level", default="INFO", help="logging level")
+    return p
+
+
+@dataclass
+class StreamerCounters:
+    frames_in: int = 0
+    ik_failed_in: int = 0
+    motion_generated: int = 0
+    zmq_sent: int = 0
+    takes_ended: int = 0
+
+
+class Streamer:
+    def __init__(self, sender: FrameSender, input_fps: float, output_fps: float) -> None:
+        self.sender = sender
+        self.input_fps = input_fps
+        self.output_fps = output_fps
+        self.interp = MotionStreamInterpolator(input_fps, output_fps)
+        self.builder = MocapFrameBuilder()
+        self.counters = StreamerCounters()
+        self.outbox: deque[tuple[bytes, int]] = deque()
+        self.ended = False
+
+    def on_robot_frame(self, frame: RobotFrame) -> None:
+        self.counters.frames_in += 1
+        self.counters.ik_failed_in += int(frame.ik_failed)
+        self.ended = False
+        self._queue(self.interp.push(frame))
+
+    def on_end(self) -> None:
+        self._queue(self.interp.flush())
+        self.outbox.append((b"", -1))  # END_OF_STREAM marker, in order
+        self.ended = True
+        self.counters.takes_ended += 1
+
+    def _queue(self, samples: list[Any]) -> None:
+        for s in samples:
+            msg = self.builder.build(
+                self.counters.motion_generated,
+                root_pos=s.root_pos,
+                root_quat=s.root_quat,
+                root_lin_vel=s.root_lin_vel,
+                root_ang_vel=s.root_ang_vel,
+                joint_pos=s.joint_pos,
+                joint_vel=s.joint_vel,
+                posture_index=s.posture_index,
+                posture_index_first=s.posture_index_first,
+                posture_index_last=s.posture_index_last,
+                capture_timestamp_us=s.capture_timestamp_us,
+                time_s=s.time_s,
+                traceparent=s.traceparent,
+                session_id=s.session_id,
+            )
+            self.outbox.append((msg.SerializeToString(), s.capture_timestamp_us))
+            self.counters.motion_generated += 1
+
+    def send_ready(self, timeout_ms: int) -> None:
+        """Send queued frames while the socket can take them (blocking sends, never dropped)."""
+        sock = self.sender.socket
+        while self.outbox and sock.poll(timeout_ms, zmq.POLLOUT):
+            payload, cap_us = self.outbox[0]
+            if cap_us < 0:
+                self.sender.send_end()
+            else:
+                self.sender.send(payload, capture_timestamp_us=cap_us)
+                self.counters.zmq_sent += 1
+            self.outbox.popleft()
+            timeout_ms = 0
+
+    @property
+    def pending(self) -> int:
+        return sum(1 for _, cap in self.outbox if cap >= 0) + self.interp.pending
+
+    def heartbeat(self) -> dict[str, Any]:
+        return {**asdict(self.counters), "pending": self.pending, "ended": self.ended,
+                "input_fps": self.input_fps, "output_fps": self.output_fps}
+
+    def reset(self) -> None:
+        self.counters = StreamerCounters()
+        self.interp = MotionStreamInterpolator(self.input_fps, self.output_fps)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    ctx = zmq.Context()
+    rx = FrameReceiver(lossless_socket(ctx, zmq.PULL, args.input, bind=False), MessageType.ROBOT_STATE, G1_JOINT_COUNT)
+    try:
+        out = lossless_socket(ctx, zmq.PUSH, args.output, bind=True)
+    except zmq.ZMQError as exc:
+        print(f"mocapline streamer: cannot bind {args.output}: {exc}", file=sys.stderr)
+        return 1
+    streamer = Streamer(FrameSender(out, MessageType.MOTION_FRAME, G1_JOINT_COUNT), args.input_fps, args.output_fps)
+    bus = Bus(args.nats, "streamer", lambda: {**streamer.heartbeat(), "rejected_by_reason": dict(rx.rejects)}).start()
+    stop = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    drains: list[Any] = []
+    drain_deadline = 0.0
+    try:
+        while not stop:
+            msg = rx.recv(timeout_ms=0 if streamer.outbox else 10)
+            if msg is not None:
+                if msg.header.message_type is MessageType.END_OF_STREAM:
+                    streamer.on_end()
+                else:
+                    try:
+                        streamer.on_robot_frame(RobotFrame.from_bytes(msg.payload))
+                    except ValueError as exc:
+                        rx.rejects[getattr(exc, "reason", "invalid")] += 1
+            streamer.send_ready(timeout_ms=0 if msg is not None else 1)
+            for req in bus.poll_requests():
+                if req.cmd == "drain":
+                    drains.append(req)
+                    drain_deadline = time.monotonic() + float(req.args.get("timeout", 30)) - 1
+                elif req.cmd == "reset":
+                    streamer.reset()
+                    req.answer(streamer.heartbeat())
+                else:
+                    req.answer(streamer.heartbeat())
+                    stop = stop or req.cmd == "shutdown"
+            if drains and ((streamer.ended and not streamer.outbox) or time.monotonic() > drain_deadline):
+                for req in drains:
+                    req.answer(streamer.heartbeat())
+                drains.clear()
+    finally:
+        print(json.dumps(streamer.heartbeat()), flush=True)
+        bus.stop()
+        rx.socket.close(linger=0)
+        out.close(linger=5000)
+        ctx.term()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Validate MocapFrames and write them into MuJoCo's qpos, counting every reject by reason.
+
+qpos[0:3] root position, qpos[3:7] root quaternion (w x y z), qpos[7:36] the 29 joints, matched to
+the model's joints by name (so a model with another joint order still gets the right angles).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+import mujoco
+import numpy as np
+
+from mocapline import pb
+from mocapline.frames import FrameFieldError, ProtobufDecodeError, parse_mocap_frame
+from mocapline.header import G1_JOINT_COUNT
+from mocapline.ledger import SequenceLedger
+from mocapline.transport import Received
+
+
+@dataclass
+class ViewerCounters:
+    """viewer_received counts frames that passed every check; rejects are counted by reason."""
+
+    viewer_received: int = 0
+    viewer_applied: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    frame_ids: SequenceLedger = field(default_factory=SequenceLedger)
+    last_posture_index: int | None = None
+    last_latency_s: float = 0.0
+
+    @property
+    def crc_invalid(self) -> int:
+        return self.rejected["crc_mismatch"]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "viewer_received": self.viewer_received,
+            "viewer_applied": self.viewer_applied,
+            "crc_invalid": self.crc_invalid,
+            "rejected_by_reason": dict(sorted(self.rejected.items())),
+            "frame_id_gaps": self.frame_ids.missing,
+            "frame_id_duplicates": self.frame_ids.duplicates,
+            "frame_id_backward": self.frame_ids.backward,
+            "frame_id_missing_ranges": [list(r) for r in self.frame_ids.missing_ranges],
+            "last_posture_index": self.last_posture_index,
+        }
+
+
+class QposWriter:
+    """Maps MocapFrame joint order (the G1's 29 joints, by name) onto a model's qpos addresses."""
+
+    def __init__(self, model: mujoco.MjModel, joint_names: tuple[str, ...]) -> None:
+        if len(joint_names) != G1_JOINT_COUNT:
+            raise ValueError(f"expected {G1_JOINT_COUNT} joint names, got {len(joint_names)}")
+        missing = [n for n in joint_names if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n) < 0]
+        if missing:
+            raise ValueError(f"model lacks joints {missing}")
+        self.joint_adr = np.array([model.joint(n).qposadr[0] for n in joint_names], dtype=np.int64)
+
+    def write(self, qpos: np.ndarray, msg: pb.MocapFrame) -> None:
+        qpos[0:3] = msg.body_pos_w
+        quat = np.asarray(msg.body_quat_w, dtype=np.float64)
+        norm = np.linalg.norm(quat)
+        qpos[3:7] = quat / norm if norm > 0 else (1.0, 0.0, 0.0, 0.0)
+        qpos[self.joint_adr] = msg.joint_pos
+
+
+class FrameValidator:
+    """Everything a received motion frame must pass before it may touch qpos."""
+
+    def __init__(self, counters: ViewerCounters) -> None:
+        self.counters = counters
+        self.pending: deque[pb.MocapFrame] = deque()
+
+    def accept(self, received: Received) -> pb.MocapFrame | None:
+        """Validate the payload of a message whose header and CRC already passed (FrameReceiver,
+        sharing ``counters.rejected``). Valid frames are queued in ``pending`` (FIFO)."""
+        c = self.counters
+        try:
+            msg = parse_mocap_frame(received.payload)
+        except (FrameFieldError, ProtobufDecodeError) as exc:
+            c.rejected[exc.reason] += 1
+            return None
+        values = np.concatenate([msg.body_pos_w, msg.body_quat_w, msg.joint_pos])
+        if not np.isfinite(values).all():
+            c.rejected["non_finite"] += 1
+            return None
+        c.viewer_received += 1
+        c.frame_ids.observe(received.header.frame_id)
+        self.pending.append(msg)
+        return msg

@@ -1,0 +1,74 @@
+from mocapline.verdict import BOTH, LEDGER_FIELDS, MAIN_ONLY, SIDE_ONLY, UNKNOWN, classify_missing, conserved, with_verdict
+from services.auditor.audit import audit
+
+
+def counts(**over: object) -> dict:
+    base = dict(
+        source_received=3152, source_unique_frames=3151, source_missing_indices=0, source_duplicate_indices=1,
+        source_backward_indices=0, rejected_datagrams=0, first_posture_index=9368, last_posture_index=12518,
+        gmr_processed=3151, motion_generated=3151, zmq_sent=3151, viewer_applied=3151, input_pending=0,
+        robot_pending=0,
+    )
+    base.update(over)
+    return base
+
+
+def test_take008_is_conserved() -> None:
+    out = with_verdict(counts())
+    assert out["unique_frames_conserved"] == 1
+    assert list(out)[: len(LEDGER_FIELDS)] == list(LEDGER_FIELDS)
+
+
+def test_any_layer_off_by_one_breaks_conservation() -> None:
+    for key in ("gmr_processed", "motion_generated", "zmq_sent", "viewer_applied"):
+        assert not conserved(counts(**{key: 3150}))
+    assert not conserved(counts(source_missing_indices=1))
+    assert not conserved(counts(source_backward_indices=1))
+    assert not conserved(counts(input_pending=2))
+    assert not conserved(counts(robot_pending=1))
+    assert not conserved(counts(gmr_processed=None))
+
+
+def test_without_a_viewer_the_viewer_is_not_required() -> None:
+    assert conserved(counts(viewer_applied=None))
+
+
+def test_classification() -> None:
+    out = classify_missing([[10, 12], [50, 50]], [[11, 11], [70, 71]], (0, 100))
+    assert out[MAIN_ONLY] == [[10, 10], [12, 12], [50, 50]]
+    assert out[BOTH] == [[11, 11]]
+    assert out[SIDE_ONLY] == [[70, 71]]
+    assert out[UNKNOWN] == []
+
+
+def test_classification_without_side_data() -> None:
+    out = classify_missing([[5, 6]], None, None)
+    assert out[UNKNOWN] == [[5, 6]] and out[MAIN_ONLY] == []
+
+
+def test_audit_from_service_heartbeats() -> None:
+    capture = {
+        "source_received": 200, "source_unique_frames": 100, "source_missing_indices": 0,
+        "source_duplicate_indices": 0, "source_backward_indices": 0, "rejected_datagrams": 3,
+        "first_posture_index": 0, "last_posture_index": 99, "input_pending": 0, "human_frames_sent": 100,
+        "paths": {
+            "7014": {"source_missing_ranges": [[20, 20]], "source_first_index": 0, "source_last_index": 99},
+            "7015": {"source_missing_ranges": [[40, 40]], "source_first_index": 0, "source_last_index": 99},
+        },
+    }
+    snap = {"services": {
+        "capture": capture,
+        "retarget": {"gmr_processed": 100, "frames_in": 100, "robot_frames_sent": 100},
+        "streamer": {"frames_in": 100, "motion_generated": 100, "zmq_sent": 100, "pending": 0},
+        "viewer": {"viewer_applied": 100},
+    }}
+    v = audit(snap)
+    assert v["unique_frames_conserved"] == 1
+    assert v["missing_by_path"][MAIN_ONLY] == [[20, 20]]  # recovered by the merge
+    assert v["missing_by_path"][BOTH] == []
+    assert v["missing_by_path"][SIDE_ONLY] == [[40, 40]]
+    snap["services"]["streamer"]["pending"] = 4
+    assert audit(snap)["unique_frames_conserved"] == 0
+    snap["services"]["streamer"]["pending"] = 0
+    snap["services"]["retarget"]["gmr_processed"] = 99
+    assert audit(snap)["unique_frames_conserved"] == 0

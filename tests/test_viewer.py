@@ -1,0 +1,107 @@
+"""The viewer as a real process: every valid frame applied, every bad one rejected by reason, and the
+headless web view serving a real rendering."""
+
+import json
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+import zlib
+
+import numpy as np
+import pytest
+import zmq
+
+from mocapline import pb
+from mocapline.header import HEADER_SIZE, MessageType, encode_frame
+from mocapline.transport import FrameSender, lossless_socket
+from services.pipeline.procs import free_tcp_port
+
+pytestmark = pytest.mark.integration
+
+
+def motion(index: int, joints: int = 29) -> pb.MocapFrame:
+    q = np.linspace(-0.3, 0.3, joints) * np.sin(index / 10)
+    return pb.MocapFrame(
+        index=index, body_pos_w=[0.0, 0.0, 0.79], body_lin_vel_w=[0, 0, 0], body_quat_w=[1, 0, 0, 0],
+        body_ang_vel_w=[0, 0, 0], joint_pos=q.tolist(), joint_vel=[0.0] * joints,
+        left_hand=[0.0] * 7, right_hand=[0.0] * 7, posture_index=1000 + index,
+    )
+
+
+def bad_frames() -> dict[str, bytes]:
+    good = encode_frame(MessageType.MOTION_FRAME, 0, motion(0).SerializeToString(),
+                        capture_timestamp_us=1, send_timestamp_us=2, joint_count=29)
+    flipped = bytearray(good)
+    flipped[HEADER_SIZE + 5] ^= 0xFF
+
+    def refield(data: bytes, offset: int, fmt: str, value: int) -> bytes:
+        b = bytearray(data)
+        struct.pack_into(fmt, b, offset, value)
+        crc = zlib.crc32(bytes(b[HEADER_SIZE:]), zlib.crc32(bytes(b[:40])))
+        struct.pack_into("<I", b, 40, crc)
+        return bytes(b)
+
+    short = encode_frame(MessageType.MOTION_FRAME, 0, motion(0, joints=28).SerializeToString(),
+                         capture_timestamp_us=1, send_timestamp_us=2, joint_count=29)
+    return {
+        "crc_mismatch": bytes(flipped),
+        "unknown_version": refield(good, 4, "<H", 9),
+        "joint_count": refield(good, 36, "<H", 23),
+        "field_length": short,
+    }
+
+
+def test_viewer_applies_valid_and_rejects_bad_by_reason() -> None:
+    port, web_port = free_tcp_port(), free_tcp_port()
+    ctx = zmq.Context()
+    sock = lossless_socket(ctx, zmq.PUSH, f"tcp://127.0.0.1:{port}", bind=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mocapline.cli", "viewer", f"--input=tcp://127.0.0.1:{port}", "--display=web",
+         f"--web-port={web_port}", "--exit-on-end", "--nats=nats://127.0.0.1:1", "--log-level=WARNING",
+         "--width=160", "--height=120"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the web view answers once the viewer is up and connected
+            assert proc.poll() is None, proc.communicate()[1]
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{web_port}/healthz", timeout=1).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "viewer did not start"
+                time.sleep(0.2)
+        sender = FrameSender(sock, MessageType.MOTION_FRAME, 29)
+        for i in range(50):
+            sender.send(motion(i).SerializeToString(), capture_timestamp_us=time.time_ns() // 1000)
+        for data in bad_frames().values():
+            sock.send_multipart([b"MOCAP_FRAME", data])
+        sender.next_frame_id += 3  # a frame_id gap of 3
+        for i in range(50, 60):
+            sender.send(motion(i).SerializeToString(), capture_timestamp_us=time.time_ns() // 1000)
+        png = b""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(png) < 2000:
+            try:
+                png = urllib.request.urlopen(f"http://127.0.0.1:{web_port}/frame.png", timeout=2).read()
+            except OSError:
+                time.sleep(0.2)
+        page = urllib.request.urlopen(f"http://127.0.0.1:{web_port}/", timeout=2).read().decode()
+        live = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{web_port}/ledger.json", timeout=2).read())
+        sender.send_end()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sock.close(linger=0)
+        ctx.term()
+    final = json.loads(out.strip().splitlines()[-1])
+    assert final["viewer_applied"] == 60 and final["viewer_received"] == 60
+    assert final["rejected_by_reason"] == {"crc_mismatch": 1, "unknown_version": 1, "joint_count": 1, "field_length": 1}
+    assert final["crc_invalid"] == 1
+    assert final["frame_id_gaps"] == 3
+    assert final["last_posture_index"] == 1059
+    assert png.startswith(b"\x89PNG") and len(png) > 2000  # a real rendering, not the placeholder
+    assert "live ledger" in page and "viewer_applied" in live
