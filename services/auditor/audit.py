@@ -12,8 +12,9 @@ from mocapline.verdict import classify_missing, with_verdict
 
 
 def _path_ledgers(capture: dict[str, Any]) -> list[dict[str, Any]]:
-    paths = capture.get("paths") or {}
-    return [paths[k] for k in sorted(paths, key=int)]
+    """Capture's per-path ledgers, main first (capture lists them in --ports order)."""
+    paths = list((capture.get("paths") or {}).values())
+    return sorted(paths, key=lambda p: {"main": 0, "side": 1}.get(p.get("role", ""), 2))
 
 
 def pipeline_counts(services: dict[str, dict[str, Any]]) -> dict[str, Any]:

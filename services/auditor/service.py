@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                     side.rejected = 0
                     with lock:
                         services.clear()
-                req.answer({"verdict": verdict, "gap_reports": len(gap_reports)})
+                req.answer({"verdict": verdict, "side": side.as_dict() if side else None,
+                            "gap_reports": len(gap_reports)})
                 if req.cmd == "shutdown":
                     stop = True
             if time.monotonic() >= next_verdict:

@@ -84,6 +84,10 @@ class CaptureCounters:
     frames_out: int = 0
 
 
+def _role(k: int) -> str:
+    return ("main", "side")[k] if k < 2 else f"path{k + 1}"
+
+
 class CaptureCore:
     """Feed datagrams in arrival order; collect HumanFrames, one per unique posture_index, in order."""
 
@@ -176,5 +180,9 @@ class CaptureCore:
             "rejected_by_reason": dict(sorted(self.counters.rejected.items())),
             "input_pending": input_pending + self.merger.pending,
             "human_frames_out": self.counters.frames_out,
-            "paths": {str(port): p.ledger.as_dict("source_") for port, p in paths.items()},
+            # In --ports order: the first is the main path, the second the side path.
+            "paths": {
+                str(port): {"role": _role(k), **p.ledger.as_dict("source_")}
+                for k, (port, p) in enumerate(paths.items())
+            },
         }

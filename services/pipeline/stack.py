@@ -170,16 +170,14 @@ class Stack:
         return finals
 
     def verdict(self, finals: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        snapshot = {"services": finals, "side": None}
-        try:
-            side = self.ask("auditor", "status", timeout=5.0)["verdict"]
-            snapshot["auditor"] = side
-        except Exception:  # noqa: BLE001 - the verdict from the stages' own counts still stands
-            side = None
-        result = audit(snapshot)
-        if side is not None:
-            result["missing_by_path"] = side.get("missing_by_path", result.get("missing_by_path"))
-        return result
+        """The verdict from the stages' final counts and the auditor's side-path ledger."""
+        side = None
+        if "auditor" in self.services:
+            try:
+                side = self.ask("auditor", "status", timeout=5.0).get("side")
+            except Exception:  # noqa: BLE001 - without the side path the verdict still stands
+                side = None
+        return audit({"services": finals, "side": side})
 
     def reset(self) -> None:
         for name in (*STAGES, "auditor"):
