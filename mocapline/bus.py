@@ -31,6 +31,8 @@ import nats
 from nats.errors import NoServersError
 
 log = logging.getLogger(__name__)
+# nats-py logs every failed connect with a traceback; the bus reports connection state itself.
+logging.getLogger("nats.aio.client").setLevel(logging.CRITICAL)
 
 PREFIX = "mocapline"
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -241,12 +243,24 @@ class Bus:
 
 
 async def request(url: str, service: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
-    """One control request from a tool (status, drain...)."""
-    nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=0)
-    try:
-        msg = await nc.request(
-            control_subject(service), json.dumps({"cmd": cmd, "timeout": timeout, **args}).encode(), timeout=timeout + 1
+    """One control request from a tool (status, drain...); raises on no answer within timeout."""
+
+    async def quiet(_exc: Exception) -> None:
+        pass
+
+    async def ask() -> dict[str, Any]:
+        host, _, port = url.split("://", 1)[-1].rpartition(":")
+        # nats-py retries an unreachable server until the timeout: fail at once instead.
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host or "127.0.0.1", int(port)), 2)
+        writer.close()
+        nc = await nats.connect(
+            url, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=0, error_cb=quiet
         )
-        return json.loads(msg.data)
-    finally:
-        await nc.close()
+        try:
+            body = json.dumps({"cmd": cmd, "timeout": timeout, **args}).encode()
+            msg = await nc.request(control_subject(service), body, timeout=timeout + 1)
+            return json.loads(msg.data)
+        finally:
+            await nc.close()
+
+    return await asyncio.wait_for(ask(), timeout + 5)

@@ -47,6 +47,9 @@ class Service:
             stderr=stderr,
             text=True,
             env=env,
+            # Own process group: a Ctrl-C in the terminal reaches the orchestrator only, which
+            # then drains the stages in order instead of every stage dying at once.
+            start_new_session=True,
         )
 
     def stop(self, timeout: float = 10.0) -> int | None:

@@ -104,7 +104,8 @@ class Stack:
             assert binary is not None
             port = c.nats_url.rpartition(":")[2]
             self.nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", port],
-                                         stdout=self._log("nats"), stderr=subprocess.STDOUT)
+                                         stdout=self._log("nats"), stderr=subprocess.STDOUT,
+                                         start_new_session=True)
             deadline = time.monotonic() + 10
             while not nats_reachable(c.nats_url):
                 if time.monotonic() > deadline or self.nats.poll() is not None:
@@ -112,7 +113,8 @@ class Stack:
                 time.sleep(0.05)
         env = {"MOCAPLINE_NATS": c.nats_url, **c.extra_env}
         capture_ports = [c.main_port, c.side_port] if c.merge else [c.main_port]
-        retarget_args = [f"--input=tcp://127.0.0.1:{c.human_port}", f"--output=tcp://127.0.0.1:{c.robot_port}"]
+        retarget_args = [f"--input=tcp://127.0.0.1:{c.human_port}", f"--output=tcp://127.0.0.1:{c.robot_port}",
+                         f"--input-fps={c.input_fps}"]
         if c.human_height is not None:
             retarget_args.append(f"--human-height={c.human_height}")
         if c.ik_config is not None:
@@ -221,6 +223,20 @@ def format_table(beats: dict[str, dict[str, Any]]) -> str:
         f"backward={_n(cap.get('source_backward_indices'))} last_posture_index={_n(cap.get('last_posture_index'))}"
     )
     return "\n".join(lines)
+
+
+def format_line(beats: dict[str, dict[str, Any]]) -> str:
+    """One line of per-stage counts, for logs and terminals that are not interactive."""
+    cap = beats.get("capture", {})
+    ret = beats.get("retarget", {})
+    st = beats.get("streamer", {})
+    view = beats.get("viewer", {})
+    return (
+        f"capture {_n(cap.get('source_unique_frames'))} (rejected {_n(cap.get('rejected_datagrams'))}, "
+        f"missing {_n(cap.get('source_missing_indices'))}) | retarget {_n(ret.get('gmr_processed'))} | "
+        f"streamer {_n(st.get('zmq_sent'))} (pending {_n(st.get('pending'))}) | "
+        f"viewer {_n(view.get('viewer_applied'))} | last_posture_index {_n(cap.get('last_posture_index'))}"
+    )
 
 
 def _n(value: Any) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from mocapline.bus import DEFAULT_URL, PREFIX, Bus
 from mocapline.options import EnvArgumentParser
-from services.pipeline.stack import PreflightError, Stack, StackConfig, format_table, print_ledger
+from services.pipeline.stack import PreflightError, Stack, StackConfig, format_line, format_table, print_ledger
 
 
 def add_stack_options(p: EnvArgumentParser) -> None:
@@ -83,6 +83,10 @@ class LiveCounts:
         with self.lock:
             return format_table(dict(self.beats))
 
+    def line(self) -> str:
+        with self.lock:
+            return format_line(dict(self.beats))
+
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             if interactive:
                 sys.stdout.write("\x1b[2J\x1b[H" + table + "\n(Ctrl-C: drain, stop and print the final ledger)\n")
             else:
-                sys.stdout.write(table.splitlines()[-1] + "\n")
+                sys.stdout.write(live.line() + "\n")
             sys.stdout.flush()
     finally:
         if emitter is not None:
