@@ -22,6 +22,8 @@ STAGES = ("capture", "retarget", "streamer", "viewer")
 
 @dataclass
 class StackConfig:
+    source: str = "axis"  # or "xsens"
+    rotation_order: str = "YXZ"
     main_port: int = 7014
     side_port: int = 7015
     merge: bool = False
@@ -119,10 +121,12 @@ class Stack:
             retarget_args.append(f"--human-height={c.human_height}")
         if c.ik_config is not None:
             retarget_args.append(f"--ik-config={c.ik_config}")
+        elif c.source == "xsens":
+            retarget_args.append("--ik-config=xsens")
         plan: list[tuple[str, list[str]]] = [
             ("auditor", [f"--side-port={0 if c.merge else c.side_port}"]),
             ("capture", ["--ports", *map(str, capture_ports), f"--output=tcp://127.0.0.1:{c.human_port}",
-                         "--status-interval=0"]),
+                         "--status-interval=0", f"--source={c.source}", f"--rotation-order={c.rotation_order}"]),
             ("retarget", retarget_args),
             ("streamer", [f"--input=tcp://127.0.0.1:{c.robot_port}", f"--output=tcp://*:{c.output_port}",
                           f"--input-fps={c.input_fps}", f"--output-fps={c.output_fps}"]),

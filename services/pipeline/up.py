@@ -23,6 +23,9 @@ from services.pipeline.stack import PreflightError, Stack, StackConfig, format_l
 
 
 def add_stack_options(p: EnvArgumentParser) -> None:
+    p.add_argument("--source", choices=("axis", "xsens"), default="axis",
+                   help="Axis Studio binary BVH, or Xsens MVN MXTP02 (then use --main-port 9763)")
+    p.add_argument("--rotation-order", default="YXZ", help="Axis Studio's BVH rotation order setting")
     p.add_argument("--main-port", type=int, default=7014, help="UDP port Axis Studio sends to (main path)")
     p.add_argument("--side-port", type=int, default=7015, help="UDP port of the side path (audit / merge)")
     p.add_argument("--merge", action="store_true",
@@ -39,6 +42,8 @@ def add_stack_options(p: EnvArgumentParser) -> None:
 def stack_config(args: Any, **overrides: Any) -> StackConfig:
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="mocapline-"))
     config = StackConfig(
+        source=args.source,
+        rotation_order=args.rotation_order,
         main_port=args.main_port,
         side_port=args.side_port,
         merge=args.merge,
