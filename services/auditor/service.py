@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import signal
 import sys
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import Any
 
 from mocapline.bus import DEFAULT_URL, GAPS_SUBJECT, PREFIX, VERDICT_SUBJECT, Bus
 from mocapline.ledger import SequenceLedger
+from mocapline.lifecycle import stop_on_signals
 from mocapline.options import EnvArgumentParser
 from services.auditor.audit import audit
 from services.capture.axis_bvh import BvhReject, parse_header
@@ -103,17 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     if side is not None:
         side.start()
     bus.start()
-    stop = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     next_verdict = time.monotonic()
     try:
-        while not stop:
+        while not stop.is_set():
             if side is not None:
                 side.drain()
             for req in bus.poll_requests():
@@ -128,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 req.answer({"verdict": verdict, "side": side.as_dict() if side else None,
                             "gap_reports": len(gap_reports)})
                 if req.cmd == "shutdown":
-                    stop = True
+                    stop.set()
             if time.monotonic() >= next_verdict:
                 verdict = audit(snapshot())
                 bus.publish(VERDICT_SUBJECT, verdict)

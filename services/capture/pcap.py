@@ -118,7 +118,7 @@ def iter_udp(path: Path, port: int | None = None) -> Iterator[Datagram]:
                 continue
             if len(payload) < 8:
                 continue
-            sport, dport, ulen = int.from_bytes(payload[0:2], "big"), int.from_bytes(payload[2:4], "big"), int.from_bytes(payload[4:6], "big")
+            dport, ulen = int.from_bytes(payload[2:4], "big"), int.from_bytes(payload[4:6], "big")
             if port is not None and dport != port:
                 continue
             data = payload[8:ulen] if 8 <= ulen <= len(payload) else payload[8:]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ import zmq
 from mocapline.bus import DEFAULT_URL, GAPS_SUBJECT, Bus
 from mocapline.frames import HumanFrame
 from mocapline.header import MessageType
+from mocapline.lifecycle import stop_on_signals
 from mocapline.options import EnvArgumentParser
 from mocapline.skeleton import GMR_BODIES, SkeletonKind
 from mocapline.transport import FrameSender, lossless_socket
@@ -143,14 +143,7 @@ class CaptureService:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    stop = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
 
     if args.source == "axis" and args.header_format == "legacy":
         if len(args.ports) > 1:
@@ -175,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     bus = Bus(args.nats, "capture", service.ledger).start()
     next_status = time.monotonic() + args.status_interval
     try:
-        while not stop:
+        while not stop.is_set():
             service.step(0.05)
             service.report_gaps(bus)
             now = time.monotonic()
@@ -186,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 elif req.cmd == "reset":
                     service.reset()
                 elif req.cmd == "shutdown":
-                    stop = True
+                    stop.set()
                 req.answer(service.ledger())
             if args.status_interval > 0 and now >= next_status:
                 print(status_line(service.ledger()), file=sys.stderr, flush=True)

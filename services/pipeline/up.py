@@ -13,7 +13,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 

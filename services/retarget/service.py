@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,6 +28,7 @@ from mocapline.bus import DEFAULT_URL, Bus
 from mocapline.frames import HumanFrame
 from mocapline.header import G1_JOINT_COUNT, MessageType
 from mocapline.ledger import SequenceLedger
+from mocapline.lifecycle import stop_on_signals
 from mocapline.options import EnvArgumentParser
 from mocapline.skeleton import GMR_BODIES
 from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
@@ -263,19 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     log.info("retarget %s -> %s (config %s, %d steps/frame, lm_damping %s, filter %s)", args.input, args.output,
              retargeter.config.source, options.iterations, options.lm_damping, args.filter)
 
-    stop = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     drains: list[Any] = []
     drain_deadline = 0.0
     next_status = time.monotonic() + args.status_interval
     try:
-        while not stop:
+        while not stop.is_set():
             msg = rx.recv(timeout_ms=20)
             if msg is not None:
                 service.on_message(msg)
@@ -291,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                     req.answer(service.heartbeat(rx.rejects))
                 else:
                     req.answer(service.heartbeat(rx.rejects))
-                    stop = stop or req.cmd == "shutdown"
+                    if req.cmd == "shutdown":
+                        stop.set()
             if drains and (service.ended or time.monotonic() > drain_deadline):
                 for req in drains:
                     req.answer(service.heartbeat(rx.rejects))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
 import time
 from collections import deque
@@ -23,6 +22,7 @@ import zmq
 from mocapline.bus import DEFAULT_URL, Bus
 from mocapline.frames import RobotFrame
 from mocapline.header import G1_JOINT_COUNT, MessageType
+from mocapline.lifecycle import stop_on_signals
 from mocapline.options import EnvArgumentParser
 from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
 from services.retarget.interpolator import MotionStreamInterpolator
@@ -133,18 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     streamer = Streamer(FrameSender(out, MessageType.MOTION_FRAME, G1_JOINT_COUNT), args.input_fps, args.output_fps)
     bus = Bus(args.nats, "streamer", lambda: {**streamer.heartbeat(), "rejected_by_reason": dict(rx.rejects)}).start()
-    stop = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     drains: list[Any] = []
     drain_deadline = 0.0
     try:
-        while not stop:
+        while not stop.is_set():
             msg = rx.recv(timeout_ms=0 if streamer.outbox else 10)
             if msg is not None:
                 if msg.header.message_type is MessageType.END_OF_STREAM:
@@ -164,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                     req.answer(streamer.heartbeat())
                 else:
                     req.answer(streamer.heartbeat())
-                    stop = stop or req.cmd == "shutdown"
+                    if req.cmd == "shutdown":
+                        stop.set()
             if drains and ((streamer.ended and not streamer.outbox) or time.monotonic() > drain_deadline):
                 for req in drains:
                     req.answer(streamer.heartbeat())

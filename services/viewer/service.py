@@ -16,7 +16,6 @@ if "MUJOCO_GL" not in os.environ and not (os.environ.get("DISPLAY") or os.enviro
 
 import json  # noqa: E402
 import logging  # noqa: E402
-import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
@@ -28,6 +27,7 @@ import zmq  # noqa: E402
 
 from mocapline.bus import DEFAULT_URL, Bus  # noqa: E402
 from mocapline.header import G1_JOINT_COUNT, MessageType  # noqa: E402
+from mocapline.lifecycle import stop_on_signals
 from mocapline.options import EnvArgumentParser  # noqa: E402
 from mocapline.transport import FrameReceiver, lossless_socket, now_us  # noqa: E402
 from services.viewer.apply import FrameValidator, QposWriter, ViewerCounters  # noqa: E402
@@ -121,15 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         lossless_socket(ctx, zmq.PULL, args.input, bind=False), MessageType.MOTION_FRAME, G1_JOINT_COUNT,
         rejects=counters.rejected,
     )
-    stop = False
+    stop = stop_on_signals()
     ended = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
 
     def heartbeat() -> dict[str, Any]:
         return {**counters.as_dict(), "viewer_pending": len(validator.pending), "ended": ended}
@@ -161,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     last_frame_at = time.monotonic()
     drains: list[Any] = []
     try:
-        while not stop:
+        while not stop.is_set():
             # Take everything that is waiting before the next apply (bounded, to stay responsive).
             for _ in range(1000):
                 msg = rx.recv(timeout_ms=10 if not validator.pending else 0)
@@ -170,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 last_frame_at = time.monotonic()
                 if msg.header.message_type is MessageType.END_OF_STREAM:
                     ended = True
-                    stop = stop or args.exit_on_end
+                    if args.exit_on_end:
+                        stop.set()
                     break
                 ended = False
                 validator.accept(msg)
@@ -201,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                     drains.append(req)
                 elif req.cmd == "shutdown":
                     req.answer(heartbeat())
-                    stop = True
+                    stop.set()
             if drains and (ended or time.monotonic() - last_frame_at > 0.5) and not validator.pending:
                 for req in drains:
                     req.answer(heartbeat())
