@@ -18,6 +18,7 @@ import json
 import logging
 import queue
 import shutil
+import ssl
 import sysconfig
 import threading
 import time
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,27 @@ def control_subject(service: str) -> str:
 
 GAPS_SUBJECT = f"{PREFIX}.gaps"
 VERDICT_SUBJECT = f"{PREFIX}.verdict"
+
+
+def redact_url(url: str) -> str:
+    """The NATS URL with any password or token replaced by ``***`` (for logs)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, sep, _password = userinfo.partition(":")
+    shown = f"{user}:***" if sep else "***"
+    return parts._replace(netloc=f"{shown}@{hostport}").geturl()
+
+
+def url_host_port(url: str) -> tuple[str, int]:
+    """Host and port of a NATS URL (``nats://[user:pass@|token@]host[:port]``, also ``tls://``)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url if "://" in url else f"nats://{url}")
+    return parts.hostname or "127.0.0.1", parts.port or 4222
 
 
 def nats_server_binary() -> Path | None:
@@ -91,6 +114,7 @@ class Bus:
         self.connect_options = connect_options or {}
         self.requests: queue.SimpleQueue[ControlRequest] = queue.SimpleQueue()
         self.connected = threading.Event()
+        self.last_error: str | None = None  # e.g. "nats: 'Authorization Violation'" (wrong credentials)
         self.heartbeats_sent = 0
         self._outbox: deque[tuple[str, bytes]] = deque(maxlen=_BACKLOG)
         self._loop = asyncio.new_event_loop()
@@ -150,7 +174,8 @@ class Bus:
             if nc is None:
                 return
             self.connected.set()
-            log.info("nats connected to %s", self.url)
+            self.last_error = None
+            log.info("nats connected to %s", redact_url(self.url))
             try:
                 await self._session(nc)
             finally:
@@ -176,8 +201,16 @@ class Bus:
                     error_cb=self._on_error,
                     **self.connect_options,
                 )
-            except (NoServersError, OSError, asyncio.TimeoutError) as exc:
-                log.debug("nats %s unreachable (%s); retrying", self.url, exc)
+            except (NoServersError, OSError, asyncio.TimeoutError, NatsError) as exc:
+                # Refused (credentials: token, user/password) or TLS failed (certificate): say so once;
+                # merely unreachable: quietly.
+                error = f"{type(exc).__name__}: {exc}"
+                refused = isinstance(exc, (ssl.SSLError, NatsError)) and not isinstance(exc, NoServersError)
+                if refused and error != self.last_error:
+                    log.error("nats %s refused the connection: %s; retrying", redact_url(self.url), exc)
+                else:
+                    log.debug("nats %s unreachable (%s); retrying", redact_url(self.url), exc)
+                self.last_error = error
             try:
                 await asyncio.wait_for(self._wake.wait(), 0.5)
             except asyncio.TimeoutError:
@@ -249,9 +282,9 @@ async def request(url: str, service: str, cmd: str, timeout: float = 10.0, **arg
         pass
 
     async def ask() -> dict[str, Any]:
-        host, _, port = url.split("://", 1)[-1].rpartition(":")
+        host, port = url_host_port(url)
         # nats-py retries an unreachable server until the timeout: fail at once instead.
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host or "127.0.0.1", int(port)), 2)
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2)
         writer.close()
         nc = await nats.connect(
             url, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=0, error_cb=quiet

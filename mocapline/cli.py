@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("services.pipeline.demo", "run the pipeline on an emitted take and print the final ledger"),
     "status": ("services.pipeline.status", "ask a running pipeline for its ledger and verdict"),
     "bench": ("bench.cli", "benchmarks: capture, retarget, e2e"),
+    "keys": ("mocapline.keys", "CURVE keypairs for the streamer's output link (server + clients)"),
 }
 
 

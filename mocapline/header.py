@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 HEADER_STRUCT = struct.Struct("<IHHQQQIHHI")
 HEADER_SIZE = HEADER_STRUCT.size  # 44
@@ -74,6 +74,8 @@ class JointCountMismatch(HeaderError):
     reason = "joint_count"
 
 
+_TYPES: dict[int, MessageType] = {int(t): t for t in MessageType}
+
 REJECT_REASONS: tuple[str, ...] = tuple(
     cls.reason
     for cls in (
@@ -88,8 +90,9 @@ REJECT_REASONS: tuple[str, ...] = tuple(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class MotionFrameHeader:
+class MotionFrameHeader(NamedTuple):
+    """A decoded header (a NamedTuple: built for every frame, so it must be cheap)."""
+
     message_type: MessageType
     frame_id: int
     capture_timestamp_us: int
@@ -147,10 +150,9 @@ def decode_frame(
         raise BadMagic(f"magic 0x{magic:08x}, expected 0x{MAGIC:08x}")
     if version not in SUPPORTED_VERSIONS:
         raise UnknownVersion(f"protocol version {version}, this build knows {sorted(SUPPORTED_VERSIONS)}")
-    try:
-        message_type = MessageType(mtype)
-    except ValueError:
-        raise WrongMessageType(f"unknown message type {mtype}") from None
+    message_type = _TYPES.get(mtype)
+    if message_type is None:
+        raise WrongMessageType(f"unknown message type {mtype}")
     if expected_type is not None and message_type != expected_type:
         raise WrongMessageType(f"message type {message_type.name}, expected {expected_type.name}")
     if size != len(view) - HEADER_SIZE:
@@ -161,16 +163,5 @@ def decode_frame(
     actual = zlib.crc32(payload, zlib.crc32(view[:_CRC_COVERED]))
     if actual != crc:
         raise CrcMismatch(f"crc32 0x{crc:08x} in header, computed 0x{actual:08x}")
-    header = MotionFrameHeader(
-        message_type=message_type,
-        frame_id=frame_id,
-        capture_timestamp_us=cap_us,
-        send_timestamp_us=send_us,
-        payload_size=size,
-        joint_count=joints,
-        magic=magic,
-        version=version,
-        reserved=reserved,
-        crc32=crc,
-    )
+    header = MotionFrameHeader(message_type, frame_id, cap_us, send_us, size, joints, magic, version, reserved, crc)
     return header, payload

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import zmq
 
@@ -59,7 +60,7 @@ class FrameSender:
             send_timestamp_us=now_us(),
             joint_count=self.joint_count,
         )
-        self.socket.send_multipart((TOPICS[self.message_type], frame), copy=False)
+        self.socket.send_multipart((TOPICS[self.message_type], frame))
         self.next_frame_id = frame_id + 1
         return frame_id
 
@@ -97,11 +98,12 @@ class FrameReceiver:
         """
         if timeout_ms is not None and not self.socket.poll(timeout_ms):
             return None
-        parts = self.socket.recv_multipart(copy=False)
+        # Copying receive: for messages this small it is cheaper than zero-copy frames.
+        parts = self.socket.recv_multipart()
         if len(parts) != 2:
             self.rejects["bad_parts"] += 1
             return None
-        topic, body = parts[0].bytes, parts[1].buffer
+        topic, body = parts
         expected = None if topic == TOPICS[MessageType.END_OF_STREAM] else self.message_type
         try:
             header, payload = decode_frame(
@@ -116,3 +118,123 @@ class FrameReceiver:
             self.rejects["wrong_topic"] += 1
             return None
         return Received(header, payload)
+
+
+# --- CURVE: encryption and authentication for a link that crosses hosts ---------------------------
+#
+# Keys come from `mocapline keys DIR` (zmq.auth certificate files). The bound side (the streamer)
+# holds the server secret certificate and a directory of the public certificates of the clients it
+# admits; a ZAP authenticator thread rejects every other client's handshake, so a peer without an
+# admitted key never becomes a PUSH destination and receives nothing (it also cannot take frames
+# away from the real consumers). The connecting side (viewer, robot) holds its own secret
+# certificate and the server's public one. Empty paths mean off (the default, for loopback).
+
+
+def load_curve_keypair(path: str) -> tuple[bytes, bytes]:
+    """(public, secret) Z85 keys from a ``.key_secret`` certificate; raises if it has no secret."""
+    import zmq.auth
+
+    public, secret = zmq.auth.load_certificate(path)
+    if not secret:
+        raise ValueError(f"{path}: no secret key in this certificate (pass the .key_secret file)")
+    return public, secret
+
+
+def load_curve_public(path: str) -> bytes:
+    """The Z85 public key from a ``.key`` (or ``.key_secret``) certificate."""
+    import zmq.auth
+
+    public, _ = zmq.auth.load_certificate(path)
+    return public
+
+
+def add_curve_server_options(parser: Any) -> None:
+    """The flags of a service that binds a CURVE link (env vars MOCAPLINE_CURVE_...)."""
+    parser.add_argument("--curve-server-key", default="",
+                        help="CURVE on the output link: this server's secret certificate (.key_secret from "
+                             "`mocapline keys`); '' = off")
+    parser.add_argument("--curve-clients", default="",
+                        help="with --curve-server-key: directory of the public certificates (*.key) of the "
+                             "clients admitted; any other client receives nothing")
+
+
+def add_curve_client_options(parser: Any) -> None:
+    """The flags of a service that connects to a CURVE link."""
+    parser.add_argument("--curve-client-key", default="",
+                        help="CURVE on the input link: this client's secret certificate (.key_secret); '' = off")
+    parser.add_argument("--curve-server-public", default="",
+                        help="with --curve-client-key: the server's public certificate (server.key)")
+
+
+def start_curve_authenticator(ctx: zmq.Context, clients_dir: str) -> Any:
+    """A running ZAP authenticator admitting the CURVE clients whose public certificates are in
+    ``clients_dir`` (read once: restart the service after adding a client)."""
+    import logging
+    import os
+
+    from zmq.auth.thread import ThreadAuthenticator
+
+    if not os.path.isdir(clients_dir):
+        raise ValueError(f"--curve-clients {clients_dir!r} is not a directory")
+    if not any(name.endswith(".key") for name in os.listdir(clients_dir)):
+        raise ValueError(f"--curve-clients {clients_dir!r} holds no client certificate (*.key): nobody could connect")
+    auth = ThreadAuthenticator(ctx, log=logging.getLogger("mocapline.curve"))
+    auth.start()
+    auth.configure_curve(domain="*", location=clients_dir)
+    return auth
+
+
+def server_link(
+    ctx: zmq.Context, kind: int, endpoint: str, *, curve_server_key: str = "", curve_clients: str = ""
+) -> tuple[zmq.Socket, Any]:
+    """A bound lossless socket, with CURVE when ``curve_server_key`` is set.
+
+    Returns (socket, authenticator or None); stop the authenticator (``.stop()``) before
+    terminating the context. Raises ValueError for an incomplete or unreadable configuration and
+    zmq.ZMQError when the endpoint cannot be bound.
+    """
+    if not curve_server_key:
+        if curve_clients:
+            raise ValueError("--curve-clients needs --curve-server-key")
+        return lossless_socket(ctx, kind, endpoint, bind=True), None
+    if not curve_clients:
+        raise ValueError("--curve-server-key needs --curve-clients (the admitted clients' public certificates)")
+    public, secret = load_curve_keypair(curve_server_key)
+    auth = start_curve_authenticator(ctx, curve_clients)  # before bind: no handshake without ZAP
+    sock = ctx.socket(kind)
+    try:
+        sock.setsockopt(zmq.SNDHWM, HWM)
+        sock.setsockopt(zmq.RCVHWM, HWM)
+        sock.setsockopt(zmq.LINGER, -1)
+        sock.curve_publickey = public
+        sock.curve_secretkey = secret
+        sock.curve_server = True
+        sock.bind(endpoint)
+    except BaseException:
+        sock.close(linger=0)
+        auth.stop()
+        raise
+    return sock, auth
+
+
+def client_link(
+    ctx: zmq.Context, kind: int, endpoint: str, *, curve_client_key: str = "", curve_server_public: str = ""
+) -> zmq.Socket:
+    """A connected lossless socket, with CURVE when ``curve_client_key`` is set."""
+    if not curve_client_key:
+        if curve_server_public:
+            raise ValueError("--curve-server-public needs --curve-client-key")
+        return lossless_socket(ctx, kind, endpoint, bind=False)
+    if not curve_server_public:
+        raise ValueError("--curve-client-key needs --curve-server-public (the server's public certificate)")
+    public, secret = load_curve_keypair(curve_client_key)
+    server = load_curve_public(curve_server_public)
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.SNDHWM, HWM)
+    sock.setsockopt(zmq.RCVHWM, HWM)
+    sock.setsockopt(zmq.LINGER, -1)
+    sock.curve_publickey = public
+    sock.curve_secretkey = secret
+    sock.curve_serverkey = server
+    sock.connect(endpoint)
+    return sock

@@ -24,7 +24,7 @@ from mocapline.frames import RobotFrame
 from mocapline.header import G1_JOINT_COUNT, MessageType
 from mocapline.lifecycle import stop_on_signals
 from mocapline.options import EnvArgumentParser
-from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
+from mocapline.transport import FrameReceiver, FrameSender, add_curve_server_options, lossless_socket, server_link
 from services.retarget.interpolator import MotionStreamInterpolator
 from services.streamer.frames import MocapFrameBuilder
 
@@ -39,6 +39,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--output-fps", type=float, default=60.0, help="rate of the outgoing stream")
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server for heartbeats and control")
     p.add_argument("--log-level", default="INFO", help="logging level")
+    add_curve_server_options(p)
     return p
 
 
@@ -127,10 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     ctx = zmq.Context()
     rx = FrameReceiver(lossless_socket(ctx, zmq.PULL, args.input, bind=False), MessageType.ROBOT_STATE, G1_JOINT_COUNT)
     try:
-        out = lossless_socket(ctx, zmq.PUSH, args.output, bind=True)
-    except zmq.ZMQError as exc:
+        out, curve_auth = server_link(ctx, zmq.PUSH, args.output, curve_server_key=args.curve_server_key,
+                                      curve_clients=args.curve_clients)
+    except (zmq.ZMQError, ValueError, OSError) as exc:
         print(f"mocapline streamer: cannot bind {args.output}: {exc}", file=sys.stderr)
         return 1
+    if curve_auth is not None:
+        log.info("CURVE on %s: clients admitted from %s", args.output, args.curve_clients)
     streamer = Streamer(FrameSender(out, MessageType.MOTION_FRAME, G1_JOINT_COUNT), args.input_fps, args.output_fps)
     bus = Bus(args.nats, "streamer", lambda: {**streamer.heartbeat(), "rejected_by_reason": dict(rx.rejects)}).start()
     stop = stop_on_signals()
@@ -168,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         bus.stop()
         rx.socket.close(linger=0)
         out.close(linger=5000)
+        if curve_auth is not None:
+            curve_auth.stop()
         ctx.term()
     return 0
 

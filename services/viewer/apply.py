@@ -29,6 +29,18 @@ class ViewerCounters:
     frame_ids: SequenceLedger = field(default_factory=SequenceLedger)
     last_posture_index: int | None = None
     last_latency_s: float = 0.0
+    # End-to-end latency (UDP arrival at capture -> applied here) of the latest frames, for p50/p99.
+    latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))
+
+    def record_latency(self, seconds: float) -> None:
+        self.last_latency_s = seconds
+        self.latencies_s.append(seconds)
+
+    def latency_percentiles_ms(self) -> dict[str, float | None]:
+        if not self.latencies_s:
+            return {"latency_p50_ms": None, "latency_p99_ms": None}
+        p50, p99 = np.percentile(np.fromiter(self.latencies_s, float), [50, 99]) * 1000.0
+        return {"latency_p50_ms": round(float(p50), 3), "latency_p99_ms": round(float(p99), 3)}
 
     @property
     def crc_invalid(self) -> int:
@@ -45,6 +57,7 @@ class ViewerCounters:
             "frame_id_backward": self.frame_ids.backward,
             "frame_id_missing_ranges": [list(r) for r in self.frame_ids.missing_ranges],
             "last_posture_index": self.last_posture_index,
+            **self.latency_percentiles_ms(),
         }
 
 

@@ -29,7 +29,7 @@ from mocapline.bus import DEFAULT_URL, Bus  # noqa: E402
 from mocapline.header import G1_JOINT_COUNT, MessageType  # noqa: E402
 from mocapline.lifecycle import stop_on_signals
 from mocapline.options import EnvArgumentParser  # noqa: E402
-from mocapline.transport import FrameReceiver, lossless_socket, now_us  # noqa: E402
+from mocapline.transport import FrameReceiver, add_curve_client_options, client_link, now_us  # noqa: E402
 from services.viewer.apply import FrameValidator, QposWriter, ViewerCounters  # noqa: E402
 
 log = logging.getLogger("mocapline.viewer")
@@ -48,6 +48,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server for heartbeats and control")
     p.add_argument("--exit-on-end", action="store_true", help="exit when the stream sends END_OF_STREAM")
     p.add_argument("--log-level", default="INFO", help="logging level")
+    add_curve_client_options(p)
     return p
 
 
@@ -117,10 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     validator = FrameValidator(counters)
 
     ctx = zmq.Context()
-    rx = FrameReceiver(
-        lossless_socket(ctx, zmq.PULL, args.input, bind=False), MessageType.MOTION_FRAME, G1_JOINT_COUNT,
-        rejects=counters.rejected,
-    )
+    try:
+        link = client_link(ctx, zmq.PULL, args.input, curve_client_key=args.curve_client_key,
+                           curve_server_public=args.curve_server_public)
+    except (zmq.ZMQError, ValueError, OSError) as exc:
+        print(f"mocapline viewer: cannot connect {args.input}: {exc}", file=sys.stderr)
+        return 1
+    rx = FrameReceiver(link, MessageType.MOTION_FRAME, G1_JOINT_COUNT, rejects=counters.rejected)
     stop = stop_on_signals()
     ended = False
 
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 mujoco.mj_forward(model, data)
                 counters.viewer_applied += 1
                 counters.last_posture_index = frame.posture_index
-                counters.last_latency_s = (now_us() - frame.capture_timestamp_us) / 1e6
+                counters.record_latency((now_us() - frame.capture_timestamp_us) / 1e6)
             now = time.monotonic()
             if render_loop is not None:
                 render_loop.update(data.qpos)
