@@ -5,9 +5,10 @@ Each benchmark is a module with ``main(argv) -> int``, imported only when asked 
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Sequence
+
+from mocapline.cli import dispatch
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "capture": ("bench.capture", "parse + forward kinematics frames/s vs a bare struct.unpack"),
@@ -16,33 +17,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
-def _usage() -> str:
-    lines = ["usage: mocapline bench <name> [options]", ""]
-    lines += [f"  {name:<9} {summary}" for name, (_, summary) in BENCHMARKS.items()]
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help", "help"):
-        print(_usage())
-        return 0
-    name, rest = args[0], args[1:]
-    if name not in BENCHMARKS:
-        print(f"mocapline bench: unknown benchmark {name!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
-    module_name = BENCHMARKS[name][0]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise
-        print(
-            f"mocapline bench: benchmark {name!r} is not available ({module_name} is missing)",
-            file=sys.stderr,
-        )
-        return 2
-    return int(module.main(rest) or 0)
+    return dispatch("mocapline bench", BENCHMARKS, None if argv is None else list(argv))
 
 
 if __name__ == "__main__":

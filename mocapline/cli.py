@@ -25,24 +25,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _usage() -> str:
-    width = max(len(n) for n in COMMANDS)
-    lines = ["usage: mocapline <command> [options]   (mocapline <command> --help for its options)", ""]
-    lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items()]
-    return "\n".join(lines)
+def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str] | None) -> int:
+    """Run ``<prog> <name> [options]``: import the named module and call its ``main``."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    width = max(len(n) for n in commands)
+    usage = "\n".join(
+        [f"usage: {prog} <command> [options]   ({prog} <command> --help for its options)", ""]
+        + [f"  {name:<{width}}  {summary}" for name, (_, summary) in commands.items()]
+    )
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage)
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in commands:
+        print(f"{prog}: unknown command {name!r}\n\n{usage}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(commands[name][0])
+    return int(module.main(rest) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else list(argv)
-    if not args or args[0] in ("-h", "--help", "help"):
-        print(_usage())
-        return 0
-    name, rest = args[0], args[1:]
-    if name not in COMMANDS:
-        print(f"mocapline: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    return dispatch("mocapline", COMMANDS, argv)
 
 
 if __name__ == "__main__":
