@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-LEDGER_FIELDS: tuple[str, ...] = (
+# The ledger fields capture owns, then the whole ledger in the seeds' order.
+CAPTURE_FIELDS: tuple[str, ...] = (
     "source_received",
     "source_unique_frames",
     "source_missing_indices",
@@ -19,6 +20,9 @@ LEDGER_FIELDS: tuple[str, ...] = (
     "rejected_datagrams",
     "first_posture_index",
     "last_posture_index",
+)
+LEDGER_FIELDS: tuple[str, ...] = (
+    *CAPTURE_FIELDS,
     "gmr_processed",
     "motion_generated",
     "zmq_sent",

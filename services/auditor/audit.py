@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mocapline.verdict import classify_missing, with_verdict
+from mocapline.verdict import CAPTURE_FIELDS, classify_missing, with_verdict
 
 
 def _path_ledgers(capture: dict[str, Any]) -> list[dict[str, Any]]:
@@ -23,19 +23,7 @@ def pipeline_counts(services: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ret = services.get("retarget", {})
     st = services.get("streamer", {})
     view = services.get("viewer")
-    counts: dict[str, Any] = {
-        key: cap.get(key)
-        for key in (
-            "source_received",
-            "source_unique_frames",
-            "source_missing_indices",
-            "source_duplicate_indices",
-            "source_backward_indices",
-            "rejected_datagrams",
-            "first_posture_index",
-            "last_posture_index",
-        )
-    }
+    counts: dict[str, Any] = {key: cap.get(key) for key in CAPTURE_FIELDS}
     counts["gmr_processed"] = ret.get("gmr_processed")
     counts["motion_generated"] = st.get("motion_generated")
     counts["zmq_sent"] = st.get("zmq_sent")

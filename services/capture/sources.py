@@ -39,24 +39,6 @@ class MotionInput(Protocol):
 
     def close(self) -> None: ...
 
-    def flush(self) -> None:
-        """End of a take: process everything received, declare remaining gaps final."""
-        while not self.fifo.empty():
-            self._drain_fifo()
-        self._ready.extend(self.core.flush())
-        self._idle_flushed = True
-
-    def reset(self) -> None:
-        """A fresh ledger for the next take (sockets, session and recording stay)."""
-        old = self.core
-        self.core = CaptureCore(
-            old.decoder,
-            self.ports,
-            merge_window_s=old.merger.window_s,
-            allowed_sources=old.allowed_sources,
-            session_id=old.session_id,
-        )
-
     def poll_frame(self, timeout_s: float) -> HumanFrame | None: ...
 
 
