@@ -48,7 +48,8 @@ COPY assets ./assets
 # Editable: the services find assets/ next to their source tree (services/retarget/config.py,
 # services/emitter/emitter.py), so the code stays in /app.
 RUN pip install --no-deps -e . \
- && useradd --system --uid 10001 --no-create-home mocapline
+ && python -m compileall -q mocapline services bench \
+ && useradd --system --uid 10001 --create-home mocapline
 USER mocapline
 ENTRYPOINT ["mocapline"]
 

@@ -1,4 +1,4 @@
-"""``mocapline bench <name>``: capture (parse + FK), retarget, e2e.
+"""``mocapline bench <name>``: capture (parse + FK), retarget, e2e, tracing, metrics.
 
 Each benchmark is a module with ``main(argv) -> int``, imported only when asked for.
 """
@@ -14,6 +14,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "capture": ("bench.capture", "parse + forward kinematics frames/s vs a bare struct.unpack"),
     "retarget": ("bench.retarget", "IK onto the G1 frames/s"),
     "e2e": ("bench.e2e", "end-to-end through every service"),
+    "tracing": ("bench.tracing", "per-frame cost of a trace per posture_index, traced vs untraced"),
+    "metrics": ("bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
 }
 
 

@@ -21,6 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("services.pipeline.demo", "run the pipeline on an emitted take and print the final ledger"),
     "status": ("services.pipeline.status", "ask a running pipeline for its ledger and verdict"),
     "bench": ("bench.cli", "benchmarks: capture, retarget, e2e"),
+    "export": ("services.recorder.export", "a take as a 50 Hz G1 reference clip (.npz + .csv, seed 002's contract)"),
+    "replay": ("services.recorder.replay", "a recorded take through the pipeline logic, offline and deterministic"),
+    "record": ("services.recorder.record", "run the pipeline and record a take: datagrams, MocapFrames, config, ledger"),
+    "plot": ("services.recorder.plot", "PNG plots of a take: joint angles vs limits, latency, posture_index gaps"),
     "keys": ("mocapline.keys", "CURVE keypairs for the streamer's output link (server + clients)"),
 }
 

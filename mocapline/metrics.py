@@ -156,7 +156,7 @@ _HEARTBEAT_FIELDS: dict[str, dict[str, str]] = {
         "mocapline_source_late_frames_total": "late_frames",
     },
     "retarget": {
-        "in": "frames_in", "out": "robot_frames_sent", "pending": "pending",
+        "in": "frames_in", "out": "robot_frames_sent", "pending": "pending", "last": "last_sent_posture_index",
         "mocapline_ik_failed_total": "ik_failed",
         "mocapline_link_frame_id_gaps_total": "input_link.frame_id_missing_indices",
     },
@@ -186,7 +186,7 @@ def _lookup(snapshot: dict[str, Any], key: str) -> Any:
 class FastHistogram:
     """One histogram series: observe() in the frame path (~0.3 us), publish() at sync time."""
 
-    __slots__ = ("_bounds", "_counts", "_sum", "_published")
+    __slots__ = ("_bounds", "_counts", "_published", "_sum")
 
     def __init__(self, buckets: Iterable[float]) -> None:
         self._bounds = tuple(sorted(float(b) for b in buckets))
@@ -387,6 +387,11 @@ class ServiceMetrics:
             for hist in self._histograms:
                 hist.publish()
 
+    def synced(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """``sync(snapshot)`` and return it: an answer sent with it and a scrape after it agree."""
+        self.sync(snapshot)
+        return snapshot
+
     def _sync_stage(self, hb: dict[str, Any]) -> None:
         fields = _HEARTBEAT_FIELDS[self.service]
         self._mirrors["in"].update(_lookup(hb, fields["in"]))
@@ -395,14 +400,14 @@ class ServiceMetrics:
             if name.startswith(PREFIX):
                 self._mirrors[name].update(_lookup(hb, key))
         rejected = dict(hb.get("rejected_by_reason") or {})
-        if self.service == "retarget":
-            rejected["decode"] = hb.get("decode_errors") or 0
+        if "decode_errors" in hb:  # retarget: a valid envelope with a payload that does not decode
+            rejected["decode"] = hb["decode_errors"]
         for reason, n in rejected.items():
             self._reject(str(reason)).update(n)
         pending = _lookup(hb, fields["pending"])
         if pending is not None:
             self._gauges["pending"].set(pending)
-        last = hb.get("last_posture_index")
+        last = _lookup(hb, fields.get("last", "last_posture_index"))
         if last is not None:  # kept after an end of stream (which some stages mark with None)
             self._gauges["last_posture_index"].set(last)
 

@@ -49,7 +49,11 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+)
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceFlags
 
 log = logging.getLogger(__name__)
@@ -128,7 +132,9 @@ def _otlp_exporter(env: Mapping[str, str]) -> SpanExporter:
                 or "http/protobuf").strip()
     if protocol == "grpc":
         try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcExporter,
+            )
         except ImportError:
             log.warning("OTLP over grpc needs opentelemetry-exporter-otlp-proto-grpc; exporting over "
                         "http/protobuf instead (point the endpoint at the collector's HTTP port, 4318)")

@@ -18,6 +18,8 @@ from typing import Any
 from mocapline.bus import DEFAULT_URL, GAPS_SUBJECT, PREFIX, VERDICT_SUBJECT, Bus
 from mocapline.ledger import SequenceLedger
 from mocapline.lifecycle import stop_on_signals
+from mocapline.metrics import add_arguments as add_metrics_arguments
+from mocapline.metrics import start as start_metrics
 from mocapline.options import EnvArgumentParser
 from services.auditor.audit import audit
 from services.capture.axis_bvh import BvhReject, parse_header
@@ -35,6 +37,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--snapshot", type=Path, default=None, help="write the final snapshot (counters used) here on exit")
     p.add_argument("--replay", type=Path, default=None, help="recompute the verdict from a saved snapshot and exit")
     p.add_argument("--log-level", default="INFO", help="logging level")
+    add_metrics_arguments(p, "auditor")
     return p
 
 
@@ -97,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             del gap_reports[:-1000]
 
     verdict: dict[str, Any] = {}
+    metrics = start_metrics("auditor", args)  # the verdict, the current take's ledger, missing by class
     bus = Bus(args.nats, "auditor", lambda: {"verdict": verdict.get("unique_frames_conserved")})
     bus.subscribe(f"{PREFIX}.heartbeat.*", on_heartbeat)
     bus.subscribe(GAPS_SUBJECT, on_gap)
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             for req in bus.poll_requests():
                 if side is not None:
                     side.drain()
-                verdict = audit(snapshot())
+                verdict = metrics.synced(audit(snapshot()))
                 if req.cmd == "reset" and side is not None:
                     side.ledger = SequenceLedger()
                     side.rejected = 0
@@ -123,17 +127,18 @@ def main(argv: list[str] | None = None) -> int:
                 if req.cmd == "shutdown":
                     stop.set()
             if time.monotonic() >= next_verdict:
-                verdict = audit(snapshot())
+                verdict = metrics.synced(audit(snapshot()))
                 bus.publish(VERDICT_SUBJECT, verdict)
                 next_verdict = time.monotonic() + args.interval
             time.sleep(0.02)
     finally:
         snap = snapshot()
-        final = audit(snap)
+        final = metrics.synced(audit(snap))
         if args.snapshot is not None:
             args.snapshot.write_text(json.dumps(snap, indent=1))
         print(json.dumps(final), flush=True)
         bus.stop()
+        metrics.close()
         if side is not None:
             side.receiver.stop()
     return 0

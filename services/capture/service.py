@@ -20,8 +20,13 @@ from mocapline.bus import DEFAULT_URL, GAPS_SUBJECT, Bus
 from mocapline.frames import HumanFrame
 from mocapline.header import MessageType
 from mocapline.lifecycle import stop_on_signals
+from mocapline.metrics import ServiceMetrics
+from mocapline.metrics import add_arguments as add_metrics_arguments
+from mocapline.metrics import start as start_metrics
 from mocapline.options import EnvArgumentParser
 from mocapline.skeleton import GMR_BODIES, SkeletonKind
+from mocapline.tracing import StageTracer, format_traceparent
+from mocapline.tracing import setup as setup_tracing
 from mocapline.transport import FrameSender, lossless_socket
 from services.capture.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
 from services.capture.sources import UdpMotionInput, axis_udp_source, xsens_udp_source
@@ -55,6 +60,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--shutdown-wait", type=float, default=30.0,
                    help="on exit, seconds to wait for the consumer to take queued frames")
     p.add_argument("--log-level", default="INFO", help="logging level")
+    add_metrics_arguments(p, "capture")
     return p
 
 
@@ -75,6 +81,17 @@ def make_source(args: Any) -> UdpMotionInput:
     return axis_udp_source(config, args.ports, **common)
 
 
+def source_reject_reasons(source: str) -> tuple[str, ...]:
+    """The reasons a source's datagrams can be rejected for (pre-created as metric labels)."""
+    if source == "xsens":
+        from services.capture.xsens import REJECT_REASONS as XSENS_REASONS
+
+        return XSENS_REASONS
+    from services.capture.axis_bvh import REJECT_REASONS as AXIS_REASONS
+
+    return AXIS_REASONS
+
+
 def status_line(ledger: dict[str, Any]) -> str:
     return (
         f"capture received={ledger['source_received']} unique={ledger['source_unique_frames']} "
@@ -87,9 +104,18 @@ def status_line(ledger: dict[str, Any]) -> str:
 class CaptureService:
     """The capture loop's state: the source, the HumanFrame sender, per-take counts."""
 
-    def __init__(self, source: UdpMotionInput, sender: FrameSender) -> None:
+    def __init__(
+        self,
+        source: UdpMotionInput,
+        sender: FrameSender,
+        *,
+        metrics: ServiceMetrics | None = None,
+        tracer: StageTracer | None = None,
+    ) -> None:
         self.source = source
         self.sender = sender
+        self.tracer = tracer
+        self.stage_seconds = metrics.stage_seconds if metrics is not None else None
         self.frames_sent = 0
         self.started = False
         self._gaps_reported: dict[str, int] = {}
@@ -106,8 +132,16 @@ class CaptureService:
             self._send(frame)
 
     def _send(self, frame: HumanFrame) -> None:
+        span = None
+        if self.tracer is not None:  # the trace of this posture_index starts at the datagram's arrival
+            span = self.tracer.start(frame.posture_index, start_ns=frame.capture_timestamp_us * 1000)
+            frame.traceparent = format_traceparent(span)
         self.sender.send(frame.to_bytes(), capture_timestamp_us=frame.capture_timestamp_us)
         self.frames_sent += 1
+        if span is not None:
+            span.end()
+        if self.stage_seconds is not None:  # datagram received -> HumanFrame sent
+            self.stage_seconds.observe((time.time_ns() // 1000 - frame.capture_timestamp_us) / 1e6)
 
     def drain(self, quiet_s: float) -> None:
         """Wait until no datagram arrived for quiet_s, flush the merge, send everything, then
@@ -164,23 +198,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mocapline capture: cannot bind UDP {args.host}:{args.ports}: {exc}", file=sys.stderr)
         return 1
     log.info("capture %s on udp %s -> %s", source.name, args.ports, args.output)
-    service = CaptureService(source, sender)
+    metrics = start_metrics("capture", args, reasons=(*source_reject_reasons(args.source), "source_not_allowed"))
+    tracer = setup_tracing("capture")
+    service = CaptureService(source, sender, metrics=metrics, tracer=tracer)
     bus = Bus(args.nats, "capture", service.ledger).start()
     next_status = time.monotonic() + args.status_interval
     try:
         while not stop.is_set():
             service.step(0.05)
             service.report_gaps(bus)
+            metrics.maybe_sync(service.ledger)
             now = time.monotonic()
             for req in bus.poll_requests():
                 if req.cmd == "drain":
                     service.drain(float(req.args.get("quiet_s", 0.3)))
                     service.report_gaps(bus)
                 elif req.cmd == "reset":
+                    metrics.sync(service.ledger())  # the take's counts into the counters first
                     service.reset()
                 elif req.cmd == "shutdown":
                     stop.set()
-                req.answer(service.ledger())
+                ledger = service.ledger()
+                metrics.sync(ledger)  # /metrics agrees with the answer (drain: the final counts)
+                req.answer(ledger)
             if args.status_interval > 0 and now >= next_status:
                 print(status_line(service.ledger()), file=sys.stderr, flush=True)
                 next_status = now + args.status_interval
@@ -191,8 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         service.send_ready()
         sender.send_end()
         ledger = service.ledger()
+        metrics.sync(ledger)
         print(json.dumps(ledger), flush=True)
         bus.stop()
+        metrics.close()
+        if tracer is not None:
+            tracer.shutdown()
         sender.socket.close(linger=int(args.shutdown_wait * 1000))
         ctx.term()
     return 0

@@ -40,6 +40,9 @@ class StackConfig:
     ik_config: Path | None = None
     log_dir: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    # /metrics port per service ("capture", ..., "auditor"; 0 = off). A service not named here uses
+    # its own default (9101-9105, or MOCAPLINE_METRICS_PORT) and only warns if that port is taken.
+    metrics_ports: dict[str, int] = field(default_factory=dict)
 
 
 class PreflightError(RuntimeError):
@@ -74,6 +77,9 @@ class Stack:
         for port in tcp:
             if not port_free(port):
                 problems.append(f"TCP port {port} is in use")
+        for name, port in sorted(c.metrics_ports.items()):
+            if port and not port_free(port, host="0.0.0.0"):
+                problems.append(f"TCP port {port} ({name} /metrics) is in use")
         try:
             from services.retarget.config import load_ik_config
             from services.retarget.robot_model import load_ik_model
@@ -135,6 +141,8 @@ class Stack:
             plan.append(("viewer", [f"--input=tcp://127.0.0.1:{c.output_port}", f"--display={c.display}",
                                     f"--web-port={c.web_port}"]))
         for name, args in plan:
+            if name in c.metrics_ports:
+                args = [*args, f"--metrics-port={c.metrics_ports[name]}"]
             svc = Service(name, args, env)
             log = self._log(name)
             svc.start(stdout=log, stderr=log if log is not subprocess.DEVNULL else subprocess.DEVNULL)

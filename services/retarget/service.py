@@ -29,8 +29,13 @@ from mocapline.frames import HumanFrame
 from mocapline.header import G1_JOINT_COUNT, MessageType
 from mocapline.ledger import SequenceLedger
 from mocapline.lifecycle import stop_on_signals
+from mocapline.metrics import LINK_REJECT_REASONS, ServiceMetrics
+from mocapline.metrics import add_arguments as add_metrics_arguments
+from mocapline.metrics import start as start_metrics
 from mocapline.options import EnvArgumentParser
 from mocapline.skeleton import GMR_BODIES
+from mocapline.tracing import StageTracer, format_traceparent
+from mocapline.tracing import setup as setup_tracing
 from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
 
 from .config import DEFAULT_CONFIG, SHIPPED_CONFIGS, load_ik_config
@@ -74,6 +79,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--shutdown-wait", type=float, default=30.0,
                    help="on exit, seconds to wait for the consumer to take queued frames")
     p.add_argument("--log-level", default="INFO", help="logging level")
+    add_metrics_arguments(p, "retarget")
     return p
 
 
@@ -89,6 +95,7 @@ class RetargetCounters:
     ends_forwarded: int = 0
     takes: int = 0
     last_posture_index: int | None = None
+    last_sent_posture_index: int | None = None  # of the last RobotFrame sent (kept across END_OF_STREAM)
     ik_ms_total: float = 0.0
     ik_ms_max: float = 0.0
     last_error: str = ""
@@ -112,11 +119,22 @@ class RetargetCounters:
 class RetargetService:
     """The stage without its sockets' set-up: feed it received messages, it sends RobotFrames."""
 
-    def __init__(self, retargeter: G1Retargeter, sender: FrameSender, *, filter: str = "none") -> None:
+    def __init__(
+        self,
+        retargeter: G1Retargeter,
+        sender: FrameSender,
+        *,
+        filter: str = "none",
+        metrics: ServiceMetrics | None = None,
+        tracer: StageTracer | None = None,
+    ) -> None:
         if filter not in FILTERS:
             raise ValueError(f"filter {filter!r}: choose from {FILTERS}")
         self.retargeter = retargeter
         self.sender = sender
+        self.metrics = metrics
+        self.stage_seconds = metrics.stage_seconds if metrics is not None else None
+        self.tracer = tracer
         self.smoother = OneFrameSmoother() if filter == "smooth3" else None
         self.counters = RetargetCounters()
         self.ended = False  # an END_OF_STREAM was forwarded and no frame came after it
@@ -129,6 +147,7 @@ class RetargetService:
 
     def on_message(self, msg: Any) -> None:
         """One message from FrameReceiver.recv (a HumanFrame or END_OF_STREAM)."""
+        t_in_ns = time.time_ns()
         if msg.header.message_type is MessageType.END_OF_STREAM:
             self.on_end()
             return
@@ -139,9 +158,16 @@ class RetargetService:
             self.counters.decode_errors += 1
             self.counters.last_error = f"decode: {exc}"
             return
-        self.on_frame(frame)
+        self.on_frame(frame, t_in_ns)
 
-    def on_frame(self, frame: HumanFrame) -> None:
+    def on_frame(self, frame: HumanFrame, t_in_ns: int | None = None) -> None:
+        """IK for one HumanFrame; ``t_in_ns`` (time.time_ns) when it was taken off the link."""
+        if t_in_ns is None:
+            t_in_ns = time.time_ns()
+        span = None
+        if self.tracer is not None:  # a child of capture's span; the RobotFrame carries this one
+            span = self.tracer.start(frame.posture_index, frame.traceparent, t_in_ns)
+            frame.traceparent = format_traceparent(span)
         c = self.counters
         c.frames_in += 1
         self.ended = False
@@ -164,19 +190,26 @@ class RetargetService:
             c.ik_failed += 1
             c.last_error = result.error
         if self.smoother is None:
-            self._send(robot_frame_from(frame, result.qpos, result.ik_failed))
-            return
-        ready = self.smoother.push(result.qpos, (frame, result.ik_failed))
-        if ready is not None:
-            self._send_held(ready)
+            self._send(robot_frame_from(frame, result.qpos, result.ik_failed), t_in_ns)
+        else:
+            ready = self.smoother.push(result.qpos, (frame, result.ik_failed, t_in_ns))
+            if ready is not None:
+                self._send_held(ready)
+        if span is not None:
+            if result.ik_failed:
+                span.set_attribute("mocapline.ik_failed", True)
+            span.end()
 
     def _send_held(self, ready: tuple[Any, Any]) -> None:
-        qpos, (frame, failed) = ready
-        self._send(robot_frame_from(frame, qpos, failed))
+        qpos, (frame, failed, t_in_ns) = ready
+        self._send(robot_frame_from(frame, qpos, failed), t_in_ns)
 
-    def _send(self, robot_frame: Any) -> None:
+    def _send(self, robot_frame: Any, t_in_ns: int) -> None:
         self.sender.send(robot_frame.to_bytes(), capture_timestamp_us=robot_frame.capture_timestamp_us)
         self.counters.robot_frames_sent += 1
+        self.counters.last_sent_posture_index = robot_frame.posture_index
+        if self.stage_seconds is not None:  # taken off the link -> RobotFrame sent (filter hold included)
+            self.stage_seconds.observe((time.time_ns() - t_in_ns) / 1e9)
 
     def _flush(self) -> None:
         if self.smoother is not None:
@@ -200,6 +233,8 @@ class RetargetService:
 
     def reset(self) -> None:
         self._flush()
+        if self.metrics is not None:  # the held frame just sent, before the counters restart
+            self.metrics.sync(self.heartbeat())
         self.retargeter.reset()
         if self.smoother is not None:
             self.smoother.reset()
@@ -258,7 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         rx.socket.close(linger=0)
         ctx.term()
         return 1
-    service = RetargetService(retargeter, FrameSender(out, MessageType.ROBOT_STATE, G1_JOINT_COUNT), filter=args.filter)
+    metrics = start_metrics("retarget", args, reasons=(*LINK_REJECT_REASONS, "decode"))
+    tracer = setup_tracing("retarget")
+    service = RetargetService(retargeter, FrameSender(out, MessageType.ROBOT_STATE, G1_JOINT_COUNT), filter=args.filter,
+                              metrics=metrics, tracer=tracer)
     bus: Any = Bus(args.nats, "retarget", lambda: service.heartbeat(rx.rejects)).start() if args.nats else _NoBus()
     log.info("retarget %s -> %s (config %s, %d steps/frame, lm_damping %s, filter %s)", args.input, args.output,
              retargeter.config.source, options.iterations, options.lm_damping, args.filter)
@@ -274,21 +312,23 @@ def main(argv: list[str] | None = None) -> int:
                 service.on_message(msg)
                 if args.max_takes and service.counters.ends_forwarded >= args.max_takes:
                     break
+            metrics.maybe_sync(lambda: service.heartbeat(rx.rejects))
             for req in bus.poll_requests():
                 if req.cmd == "drain":
                     drains.append(req)
                     drain_deadline = time.monotonic() + float(req.args.get("timeout", 30)) - 1
                 elif req.cmd == "reset":
+                    metrics.sync(service.heartbeat(rx.rejects))  # the take's counts into the counters first
                     service.reset()
                     rx.rejects.clear()
-                    req.answer(service.heartbeat(rx.rejects))
+                    req.answer(metrics.synced(service.heartbeat(rx.rejects)))
                 else:
-                    req.answer(service.heartbeat(rx.rejects))
+                    req.answer(metrics.synced(service.heartbeat(rx.rejects)))
                     if req.cmd == "shutdown":
                         stop.set()
             if drains and (service.ended or time.monotonic() > drain_deadline):
                 for req in drains:
-                    req.answer(service.heartbeat(rx.rejects))
+                    req.answer(metrics.synced(service.heartbeat(rx.rejects)))
                 drains.clear()
             now = time.monotonic()
             if args.status_interval > 0 and now >= next_status:
@@ -297,8 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if service.pending or (service.counters.robot_frames_sent and not service.ended):
             service.on_end()  # stopped mid-take: send what is held and tell the next stage
-        print(json.dumps(service.heartbeat(rx.rejects)), flush=True)
+        print(json.dumps(metrics.synced(service.heartbeat(rx.rejects))), flush=True)
         bus.stop()
+        metrics.close()
+        if tracer is not None:
+            tracer.shutdown()
         rx.socket.close(linger=0)
         out.close(linger=int(args.shutdown_wait * 1000))
         ctx.term()

@@ -15,6 +15,7 @@ import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -23,7 +24,12 @@ from mocapline.bus import DEFAULT_URL, Bus
 from mocapline.frames import RobotFrame
 from mocapline.header import G1_JOINT_COUNT, MessageType
 from mocapline.lifecycle import stop_on_signals
+from mocapline.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS, ServiceMetrics
+from mocapline.metrics import add_arguments as add_metrics_arguments
+from mocapline.metrics import start as start_metrics
 from mocapline.options import EnvArgumentParser
+from mocapline.tracing import StageTracer, format_traceparent
+from mocapline.tracing import setup as setup_tracing
 from mocapline.transport import FrameReceiver, FrameSender, add_curve_server_options, lossless_socket, server_link
 from services.retarget.interpolator import MotionStreamInterpolator
 from services.streamer.frames import MocapFrameBuilder
@@ -39,7 +45,10 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--output-fps", type=float, default=60.0, help="rate of the outgoing stream")
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server for heartbeats and control")
     p.add_argument("--log-level", default="INFO", help="logging level")
+    p.add_argument("--record-frames", type=Path, default=None,
+                   help="also write every MocapFrame sent to this .mlmf file (services/recorder/framefile.py)")
     add_curve_server_options(p)
+    add_metrics_arguments(p, "streamer")
     return p
 
 
@@ -50,33 +59,57 @@ class StreamerCounters:
     motion_generated: int = 0
     zmq_sent: int = 0
     takes_ended: int = 0
+    last_posture_index: int | None = None  # of the last MocapFrame sent
 
 
 class Streamer:
-    def __init__(self, sender: FrameSender, input_fps: float, output_fps: float) -> None:
+    def __init__(
+        self,
+        sender: FrameSender,
+        input_fps: float,
+        output_fps: float,
+        *,
+        metrics: ServiceMetrics | None = None,
+        tracer: StageTracer | None = None,
+    ) -> None:
         self.sender = sender
+        self.stage_seconds = metrics.stage_seconds if metrics is not None else None
+        self.tracer = tracer
         self.input_fps = input_fps
         self.output_fps = output_fps
         self.interp = MotionStreamInterpolator(input_fps, output_fps)
         self.builder = MocapFrameBuilder()
         self.counters = StreamerCounters()
-        self.outbox: deque[tuple[bytes, int]] = deque()
+        # (payload, capture_timestamp_us or -1 for END_OF_STREAM, taken in at (time_ns),
+        #  posture_index, the span to end once this, the frame's last sample, is sent)
+        self.outbox: deque[tuple[bytes, int, int, int, Any]] = deque()
+        self.recorder: Any = None  # a FrameFileWriter: every MocapFrame sent, as sent (--record-frames)
         self.ended = False
 
-    def on_robot_frame(self, frame: RobotFrame) -> None:
+    def on_robot_frame(self, frame: RobotFrame, t_in_ns: int | None = None) -> None:
+        """Interpolate one RobotFrame; ``t_in_ns`` (time.time_ns) when it was taken off the link."""
+        if t_in_ns is None:
+            t_in_ns = time.time_ns()
+        span = None
+        if self.tracer is not None:  # a child of retarget's span; the samples carry this one
+            span = self.tracer.start(frame.posture_index, frame.traceparent, t_in_ns)
+            frame.traceparent = format_traceparent(span)
         self.counters.frames_in += 1
         self.counters.ik_failed_in += int(frame.ik_failed)
         self.ended = False
-        self._queue(self.interp.push(frame))
+        self._queue(self.interp.push(frame), t_in_ns, span)
 
     def on_end(self) -> None:
-        self._queue(self.interp.flush())
-        self.outbox.append((b"", -1))  # END_OF_STREAM marker, in order
+        self._queue(self.interp.flush(), time.time_ns())
+        self.outbox.append((b"", -1, 0, -1, None))  # END_OF_STREAM marker, in order
         self.ended = True
         self.counters.takes_ended += 1
 
-    def _queue(self, samples: list[Any]) -> None:
-        for s in samples:
+    def _queue(self, samples: list[Any], t_in_ns: int, span: Any = None) -> None:
+        if span is not None and not samples:
+            span.end()  # downsampled: the frame is folded into the next sample
+        last = len(samples) - 1
+        for k, s in enumerate(samples):
             msg = self.builder.build(
                 self.counters.motion_generated,
                 root_pos=s.root_pos,
@@ -93,25 +126,33 @@ class Streamer:
                 traceparent=s.traceparent,
                 session_id=s.session_id,
             )
-            self.outbox.append((msg.SerializeToString(), s.capture_timestamp_us))
+            self.outbox.append((msg.SerializeToString(), s.capture_timestamp_us, t_in_ns, s.posture_index,
+                                span if k == last else None))
             self.counters.motion_generated += 1
 
     def send_ready(self, timeout_ms: int) -> None:
         """Send queued frames while the socket can take them (blocking sends, never dropped)."""
         sock = self.sender.socket
         while self.outbox and sock.poll(timeout_ms, zmq.POLLOUT):
-            payload, cap_us = self.outbox[0]
+            payload, cap_us, t_in_ns, posture_index, span = self.outbox[0]
             if cap_us < 0:
                 self.sender.send_end()
             else:
                 self.sender.send(payload, capture_timestamp_us=cap_us)
                 self.counters.zmq_sent += 1
+                if self.recorder is not None:
+                    self.recorder.write(payload, time.time_ns())
+                self.counters.last_posture_index = posture_index
+                if self.stage_seconds is not None:  # RobotFrame taken in -> this sample sent
+                    self.stage_seconds.observe((time.time_ns() - t_in_ns) / 1e9)
+                if span is not None:
+                    span.end()
             self.outbox.popleft()
             timeout_ms = 0
 
     @property
     def pending(self) -> int:
-        return sum(1 for _, cap in self.outbox if cap >= 0) + self.interp.pending
+        return sum(1 for entry in self.outbox if entry[1] >= 0) + self.interp.pending
 
     def heartbeat(self) -> dict[str, Any]:
         return {**asdict(self.counters), "pending": self.pending, "ended": self.ended,
@@ -135,8 +176,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if curve_auth is not None:
         log.info("CURVE on %s: clients admitted from %s", args.output, args.curve_clients)
-    streamer = Streamer(FrameSender(out, MessageType.MOTION_FRAME, G1_JOINT_COUNT), args.input_fps, args.output_fps)
-    bus = Bus(args.nats, "streamer", lambda: {**streamer.heartbeat(), "rejected_by_reason": dict(rx.rejects)}).start()
+    metrics = start_metrics("streamer", args, reasons=(*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS))
+    tracer = setup_tracing("streamer")
+    streamer = Streamer(FrameSender(out, MessageType.MOTION_FRAME, G1_JOINT_COUNT), args.input_fps, args.output_fps,
+                        metrics=metrics, tracer=tracer)
+    if args.record_frames is not None:
+        from services.recorder.framefile import FrameFileWriter
+
+        streamer.recorder = FrameFileWriter(args.record_frames, {
+            "generator": "mocapline streamer --record-frames", "input_fps": args.input_fps,
+            "output_fps": args.output_fps, "started_ns": time.time_ns()})
+
+    def counts() -> dict[str, Any]:
+        return {**streamer.heartbeat(), "rejected_by_reason": dict(rx.rejects)}
+
+    bus = Bus(args.nats, "streamer", counts).start()
     stop = stop_on_signals()
     drains: list[Any] = []
     drain_deadline = 0.0
@@ -144,32 +198,44 @@ def main(argv: list[str] | None = None) -> int:
         while not stop.is_set():
             msg = rx.recv(timeout_ms=0 if streamer.outbox else 10)
             if msg is not None:
+                t_in_ns = time.time_ns()
                 if msg.header.message_type is MessageType.END_OF_STREAM:
                     streamer.on_end()
                 else:
                     try:
-                        streamer.on_robot_frame(RobotFrame.from_bytes(msg.payload))
+                        streamer.on_robot_frame(RobotFrame.from_bytes(msg.payload), t_in_ns)
                     except ValueError as exc:
                         rx.rejects[getattr(exc, "reason", "invalid")] += 1
             streamer.send_ready(timeout_ms=0 if msg is not None else 1)
+            metrics.maybe_sync(counts)
             for req in bus.poll_requests():
                 if req.cmd == "drain":
                     drains.append(req)
                     drain_deadline = time.monotonic() + float(req.args.get("timeout", 30)) - 1
                 elif req.cmd == "reset":
+                    metrics.sync(counts())  # the take's counts into the counters first
                     streamer.reset()
+                    metrics.sync(counts())
                     req.answer(streamer.heartbeat())
                 else:
+                    metrics.sync(counts())
                     req.answer(streamer.heartbeat())
                     if req.cmd == "shutdown":
                         stop.set()
             if drains and ((streamer.ended and not streamer.outbox) or time.monotonic() > drain_deadline):
+                metrics.sync(counts())
                 for req in drains:
                     req.answer(streamer.heartbeat())
                 drains.clear()
     finally:
+        metrics.sync(counts())
         print(json.dumps(streamer.heartbeat()), flush=True)
+        if streamer.recorder is not None:
+            streamer.recorder.close()
         bus.stop()
+        metrics.close()
+        if tracer is not None:
+            tracer.shutdown()
         rx.socket.close(linger=0)
         out.close(linger=5000)
         if curve_auth is not None:

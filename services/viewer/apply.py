@@ -6,8 +6,10 @@ the model's joints by name (so a model with another joint order still gets the r
 
 from __future__ import annotations
 
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -86,10 +88,12 @@ class FrameValidator:
     def __init__(self, counters: ViewerCounters) -> None:
         self.counters = counters
         self.pending: deque[pb.MocapFrame] = deque()
+        self.arrivals: deque[int] = deque()  # time.time_ns() each pending frame was taken in at
 
     def accept(self, received: Received) -> pb.MocapFrame | None:
         """Validate the payload of a message whose header and CRC already passed (FrameReceiver,
         sharing ``counters.rejected``). Valid frames are queued in ``pending`` (FIFO)."""
+        t_in_ns = time.time_ns()
         c = self.counters
         try:
             msg = parse_mocap_frame(received.payload)
@@ -103,4 +107,58 @@ class FrameValidator:
         c.viewer_received += 1
         c.frame_ids.observe(received.header.frame_id)
         self.pending.append(msg)
+        self.arrivals.append(t_in_ns)
         return msg
+
+
+class FrameApplier:
+    """Applies validated frames in arrival order: qpos written, ``mj_forward``, counted; observes
+    the stage and end-to-end latency histograms and the ``viewer.validate_apply`` span when given."""
+
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        data: mujoco.MjData,
+        writer: QposWriter,
+        counters: ViewerCounters,
+        *,
+        metrics: Any = None,
+        tracer: Any = None,
+    ) -> None:
+        self.model = model
+        self.data = data
+        self.writer = writer
+        self.counters = counters
+        self.stage_seconds = metrics.stage_seconds if metrics is not None else None
+        self.end_to_end_seconds = metrics.end_to_end_seconds if metrics is not None else None
+        self.tracer = tracer
+
+    def apply_pending(self, validator: FrameValidator) -> int:
+        """Apply every frame the validator holds, oldest first; returns how many."""
+        n = 0
+        pending, arrivals = validator.pending, validator.arrivals
+        while pending:
+            msg = pending.popleft()
+            self.apply(msg, arrivals.popleft() if arrivals else time.time_ns())
+            n += 1
+        return n
+
+    def apply(self, msg: pb.MocapFrame, t_in_ns: int) -> None:
+        span = None
+        if self.tracer is not None:  # a child of the streamer's span, from the frame's arrival
+            span = self.tracer.start(msg.posture_index, msg.traceparent, t_in_ns)
+        self.writer.write(self.data.qpos, msg)
+        mujoco.mj_forward(self.model, self.data)
+        c = self.counters
+        c.viewer_applied += 1
+        c.last_posture_index = msg.posture_index
+        now_ns = time.time_ns()
+        latency_s = (now_ns // 1000 - msg.capture_timestamp_us) / 1e6  # capture receive -> applied
+        c.record_latency(latency_s)
+        if self.stage_seconds is not None:
+            self.stage_seconds.observe((now_ns - t_in_ns) / 1e9)
+        if self.end_to_end_seconds is not None:
+            self.end_to_end_seconds.observe(latency_s)
+        if span is not None:
+            span.set_attribute("mocapline.frame_index", msg.index)
+            span.end()

@@ -18,6 +18,7 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import mujoco  # noqa: E402
@@ -28,9 +29,13 @@ import zmq  # noqa: E402
 from mocapline.bus import DEFAULT_URL, Bus  # noqa: E402
 from mocapline.header import G1_JOINT_COUNT, MessageType  # noqa: E402
 from mocapline.lifecycle import stop_on_signals
+from mocapline.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS  # noqa: E402
+from mocapline.metrics import add_arguments as add_metrics_arguments  # noqa: E402
+from mocapline.metrics import start as start_metrics  # noqa: E402
 from mocapline.options import EnvArgumentParser  # noqa: E402
-from mocapline.transport import FrameReceiver, add_curve_client_options, client_link, now_us  # noqa: E402
-from services.viewer.apply import FrameValidator, QposWriter, ViewerCounters  # noqa: E402
+from mocapline.tracing import setup as setup_tracing  # noqa: E402
+from mocapline.transport import FrameReceiver, add_curve_client_options, client_link  # noqa: E402
+from services.viewer.apply import FrameApplier, FrameValidator, QposWriter, ViewerCounters  # noqa: E402
 
 log = logging.getLogger("mocapline.viewer")
 
@@ -42,6 +47,8 @@ def build_parser() -> EnvArgumentParser:
                    help="auto: a window where a display exists, else the web page; none: apply only")
     p.add_argument("--web-host", default="127.0.0.1", help="address of the web view")
     p.add_argument("--web-port", type=int, default=8080, help="port of the web view")
+    p.add_argument("--plots-dir", type=Path, default=None,
+                   help="a take folder (or a folder of takes): the web view links the PNGs of `mocapline plot` in it")
     p.add_argument("--fps", type=float, default=30.0, help="render rate (frames are applied at any rate)")
     p.add_argument("--width", type=int, default=640, help="offscreen image width")
     p.add_argument("--height", type=int, default=480, help="offscreen image height")
@@ -49,6 +56,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--exit-on-end", action="store_true", help="exit when the stream sends END_OF_STREAM")
     p.add_argument("--log-level", default="INFO", help="logging level")
     add_curve_client_options(p)
+    add_metrics_arguments(p, "viewer")
     return p
 
 
@@ -116,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     writer = QposWriter(model, G1_JOINT_NAMES)
     counters = ViewerCounters()
     validator = FrameValidator(counters)
+    metrics = start_metrics("viewer", args, reasons=(*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite"))
+    tracer = setup_tracing("viewer")
+    applier = FrameApplier(model, data, writer, counters, metrics=metrics, tracer=tracer)
 
     ctx = zmq.Context()
     try:
@@ -140,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         from services.viewer.web import WebView
 
         try:
-            web = WebView(args.web_host, args.web_port, heartbeat, args.fps)
+            web = WebView(args.web_host, args.web_port, heartbeat, args.fps, plots_dir=args.plots_dir)
         except OSError as exc:
             print(f"mocapline viewer: cannot serve on {args.web_host}:{args.web_port}: {exc}", file=sys.stderr)
             return 1
@@ -172,13 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 ended = False
                 validator.accept(msg)
-            while validator.pending:
-                frame = validator.pending.popleft()
-                writer.write(data.qpos, frame)
-                mujoco.mj_forward(model, data)
-                counters.viewer_applied += 1
-                counters.last_posture_index = frame.posture_index
-                counters.record_latency((now_us() - frame.capture_timestamp_us) / 1e6)
+            applier.apply_pending(validator)
+            metrics.maybe_sync(heartbeat)
             now = time.monotonic()
             if render_loop is not None:
                 render_loop.update(data.qpos)
@@ -189,24 +195,29 @@ def main(argv: list[str] | None = None) -> int:
                 next_render = now + period
             for req in bus.poll_requests():
                 if req.cmd == "status":
-                    req.answer(heartbeat())
+                    req.answer(metrics.synced(heartbeat()))
                 elif req.cmd == "reset":
+                    metrics.sync(heartbeat())  # the take's counts into the counters first
                     counters = ViewerCounters(rejected=counters.rejected)
                     counters.rejected.clear()
                     validator.counters = counters
-                    req.answer(heartbeat())
+                    applier.counters = counters
+                    req.answer(metrics.synced(heartbeat()))
                 elif req.cmd == "drain":
                     drains.append(req)
                 elif req.cmd == "shutdown":
-                    req.answer(heartbeat())
+                    req.answer(metrics.synced(heartbeat()))
                     stop.set()
             if drains and (ended or time.monotonic() - last_frame_at > 0.5) and not validator.pending:
                 for req in drains:
-                    req.answer(heartbeat())
+                    req.answer(metrics.synced(heartbeat()))
                 drains.clear()
     finally:
-        print(json.dumps(heartbeat()), flush=True)
+        print(json.dumps(metrics.synced(heartbeat())), flush=True)
         bus.stop()
+        metrics.close()
+        if tracer is not None:
+            tracer.shutdown()
         if render_loop is not None:
             render_loop.stop()
         if web is not None:

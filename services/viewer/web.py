@@ -4,6 +4,8 @@ GET /            the page (robot image refreshed at display rate, ledger table)
 GET /frame.png   the latest rendered frame
 GET /ledger.json the viewer's counters (and the pipeline ledger when the viewer has one)
 GET /healthz     "ok" (for compose healthchecks)
+GET /plots.json  the PNGs under --plots-dir (`mocapline plot` output), linked from the page
+GET /plots/NAME  one of them
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import threading
 import zlib
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 
@@ -55,6 +59,8 @@ let h='';for(const [k,v] of Object.entries(d)){let c='';if(k==='unique_frames_co
 if(k==='crc_invalid'&&v>0)c='bad';h+=`<tr><td>${k}</td><td class="${c}">${typeof v==='object'?JSON.stringify(v):v}</td></tr>`;}
 document.getElementById('ledger').innerHTML=h;}catch(e){} setTimeout(ledger,500);}
 ledger();
+fetch('plots.json').then(r=>r.json()).then(l=>{if(l.length)document.getElementById('links').innerHTML=
+'Take plots: '+l.map(n=>`<a style="color:#8ab4f8" href="plots/${encodeURI(n)}">${n}</a>`).join(' &middot; ');}).catch(()=>{});
 </script></body></html>
 """
 
@@ -62,8 +68,10 @@ ledger();
 class WebView:
     """Serves the latest PNG and ledger; the render loop calls ``publish`` at display rate."""
 
-    def __init__(self, host: str, port: int, ledger: Callable[[], dict[str, Any]], fps: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, ledger: Callable[[], dict[str, Any]], fps: float = 30.0,
+                 plots_dir: Path | None = None) -> None:
         self.ledger = ledger
+        self.plots_dir = Path(plots_dir).resolve() if plots_dir is not None else None
         self._png = encode_png(np.zeros((8, 8, 3), dtype=np.uint8))
         self._lock = threading.Lock()
         page = (PAGE % {"period_ms": int(1000 / max(fps, 1))}).encode()
@@ -82,6 +90,10 @@ class WebView:
                     self._send(200, "application/json", json.dumps(view.ledger()).encode())
                 elif path == "/healthz":
                     self._send(200, "text/plain", b"ok")
+                elif path == "/plots.json":
+                    self._send(200, "application/json", json.dumps(view.plot_names()).encode())
+                elif path.startswith("/plots/") and (png := view.plot(unquote(path[len("/plots/"):]))) is not None:
+                    self._send(200, "image/png", png)
                 else:
                     self._send(404, "text/plain", b"not found")
 
@@ -103,6 +115,21 @@ class WebView:
 
     def start(self) -> None:
         self._thread.start()
+
+    def plot_names(self) -> list[str]:
+        """PNGs under the plots folder (recursively: a folder of takes works), relative paths."""
+        if self.plots_dir is None or not self.plots_dir.is_dir():
+            return []
+        return sorted(str(p.relative_to(self.plots_dir)) for p in self.plots_dir.rglob("*.png"))
+
+    def plot(self, name: str) -> bytes | None:
+        """One PNG of the plots folder; None outside it (no path traversal) or when absent."""
+        if self.plots_dir is None:
+            return None
+        target = (self.plots_dir / name).resolve()
+        if target.suffix != ".png" or not target.is_file() or self.plots_dir not in target.parents:
+            return None
+        return target.read_bytes()
 
     def publish(self, rgb: np.ndarray) -> None:
         png = encode_png(rgb)

@@ -1,0 +1,1 @@
+"""Takes as reusable data: record, replay (offline, deterministic), export (.npz reference clips)."""
