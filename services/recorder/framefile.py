@@ -14,46 +14,26 @@ last record (crash) is detected by its CRC and dropped by the reader; everything
 
 from __future__ import annotations
 
-import json
-import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
+
+from mocapline.recordfile import RecordFileError, RecordWriter, has_magic, read_records
 
 MAGIC = b"MLMF0001"
-_LEN = struct.Struct("<I")
-_RECORD = struct.Struct("<QII")
+_FIELDS = "Q"  # t_ns
 
 
-class FrameFileError(ValueError):
+class FrameFileError(RecordFileError):
     pass
 
 
-class FrameFileWriter:
+class FrameFileWriter(RecordWriter):
     def __init__(self, path: Path, meta: dict[str, Any]) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: BinaryIO = open(self.path, "wb")
-        blob = json.dumps(meta, sort_keys=True).encode()
-        self._fh.write(MAGIC + _LEN.pack(len(blob)) + blob)
-        self.records = 0
+        super().__init__(path, MAGIC, meta, _FIELDS)
 
     def write(self, payload: bytes, t_ns: int = 0) -> None:
-        self._fh.write(_RECORD.pack(int(t_ns), len(payload), zlib.crc32(payload)) + payload)
-        self.records += 1
-
-    def flush(self) -> None:
-        self._fh.flush()
-
-    def close(self) -> None:
-        self._fh.close()
-
-    def __enter__(self) -> FrameFileWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.write_record((int(t_ns),), payload)
 
 
 @dataclass
@@ -65,37 +45,12 @@ class FrameFile:
 
 
 def is_frame_file(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(len(MAGIC)) == MAGIC
+    return has_magic(path, MAGIC)
 
 
 def read_frame_file(path: Path) -> FrameFile:
-    with open(path, "rb") as fh:
-        if fh.read(len(MAGIC)) != MAGIC:
-            raise FrameFileError(f"{path}: not a MocapFrame recording (magic MLMF0001 missing)")
-        raw = fh.read(_LEN.size)
-        if len(raw) < _LEN.size:
-            raise FrameFileError(f"{path}: truncated inside its header")
-        (n,) = _LEN.unpack(raw)
-        try:
-            meta = json.loads(fh.read(n))
-        except ValueError as exc:
-            raise FrameFileError(f"{path}: metadata is not JSON: {exc}") from None
-        payloads: list[bytes] = []
-        times: list[int] = []
-        torn = False
-        while True:
-            head = fh.read(_RECORD.size)
-            if not head:
-                break
-            if len(head) < _RECORD.size:
-                torn = True
-                break
-            t_ns, length, crc = _RECORD.unpack(head)
-            data = fh.read(length)
-            if len(data) < length or zlib.crc32(data) != crc:
-                torn = True
-                break
-            payloads.append(data)
-            times.append(t_ns)
-    return FrameFile(meta, payloads, times, torn)
+    try:
+        meta, records, torn = read_records(path, MAGIC, _FIELDS, "MocapFrame recording")
+    except RecordFileError as exc:
+        raise FrameFileError(str(exc)) from None
+    return FrameFile(meta, [data for _, data in records], [t for (t,), _ in records], torn)
