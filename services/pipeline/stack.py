@@ -8,6 +8,7 @@ import asyncio
 import json
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,6 +212,18 @@ class Stack:
                 self.nats.kill()
         for fh in self._logs:
             fh.close()
+
+
+def launch(stack: Stack, prog: str) -> bool:
+    """Start every service and wait until all answer; on failure stop what started and say why."""
+    try:
+        stack.start()
+        stack.wait_ready()
+        return True
+    except PreflightError as exc:
+        stack.stop()
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return False
 
 
 def format_table(beats: dict[str, dict[str, Any]]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from mocapline.bus import DEFAULT_URL, PREFIX, Bus
 from mocapline.options import EnvArgumentParser
-from services.pipeline.stack import PreflightError, Stack, StackConfig, format_line, format_table, print_ledger
+from services.pipeline.stack import Stack, StackConfig, format_line, format_table, launch, print_ledger
 
 
 def add_stack_options(p: EnvArgumentParser) -> None:
@@ -96,12 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = stack_config(args, viewer=not args.no_viewer, display=args.display, web_port=args.web_port)
     stack = Stack(config)
-    try:
-        stack.start()
-        stack.wait_ready()
-    except PreflightError as exc:
-        stack.stop()
-        print(f"mocapline up: {exc}", file=sys.stderr)
+    if not launch(stack, "mocapline up"):
         return 1
     print(f"mocapline: pipeline up; Axis Studio -> udp {config.main_port}"
           f"{' + ' + str(config.side_port) if config.merge else ''}; robots/viewers -> tcp {config.output_port}; "

@@ -75,7 +75,7 @@ def take_description(args: Any, config: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from services.capture.recording import read_recording
     from services.pipeline.procs import free_tcp_port
-    from services.pipeline.stack import PreflightError, Stack
+    from services.pipeline.stack import Stack, launch
     from services.pipeline.up import stack_config
     from services.recorder.framefile import read_frame_file
 
@@ -103,12 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     (take / "config.json").write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
     stack = Stack(config)
-    try:
-        stack.start()
-        stack.wait_ready()
-    except PreflightError as exc:
-        stack.stop()
-        print(f"mocapline record: {exc}", file=sys.stderr)
+    if not launch(stack, "mocapline record"):
         return 1
     print(f"mocapline record: recording into {take}; Axis Studio -> udp {config.main_port}; Ctrl-C ends the take",
           file=sys.stderr, flush=True)
