@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 
 def port_free(port: int, kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, kind) as s:
+        if kind == socket.SOCK_STREAM:
+            # As ZeroMQ and http.server bind: connections of a previous run in TIME_WAIT do not
+            # make the port busy.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
