@@ -49,6 +49,7 @@ from prometheus_client import (
 from prometheus_client.core import HistogramMetricFamily
 
 from mocapline.header import REJECT_REASONS as HEADER_REJECT_REASONS
+from mocapline.options import port_number
 
 log = logging.getLogger(__name__)
 # No *_created series: creation timestamps add a series per counter and nothing reads them.
@@ -423,7 +424,7 @@ class ServiceMetrics:
 
 def add_arguments(parser: argparse.ArgumentParser, service: str) -> None:
     """--metrics-port / --metrics-host for a service (env MOCAPLINE_METRICS_PORT / _HOST)."""
-    parser.add_argument("--metrics-port", type=int, default=DEFAULT_PORTS[service],
+    parser.add_argument("--metrics-port", type=port_number, default=DEFAULT_PORTS[service],
                         help="port of the Prometheus /metrics endpoint; 0 = off")
     parser.add_argument("--metrics-host", default=DEFAULT_HOST, help="address of the /metrics endpoint")
 

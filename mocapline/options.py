@@ -81,3 +81,11 @@ def parse_index_list(text: str) -> list[int]:
         else:
             out.append(int(part))
     return out
+
+
+def port_number(text: str) -> int:
+    """A TCP/UDP port flag value: 0-65535."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is outside 0-65535")
+    return value

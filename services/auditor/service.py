@@ -20,7 +20,7 @@ from mocapline.ledger import SequenceLedger
 from mocapline.lifecycle import stop_on_signals
 from mocapline.metrics import add_arguments as add_metrics_arguments
 from mocapline.metrics import start as start_metrics
-from mocapline.options import EnvArgumentParser
+from mocapline.options import EnvArgumentParser, port_number
 from services.auditor.audit import audit
 from services.capture.axis_bvh import BvhReject, parse_header
 from services.capture.receiver import Datagram, UdpReceiver, open_udp
@@ -30,7 +30,7 @@ log = logging.getLogger("mocapline.auditor")
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline auditor", description=__doc__)
-    p.add_argument("--side-port", type=int, default=7015, help="UDP port of the side path; 0 = no side listener")
+    p.add_argument("--side-port", type=port_number, default=7015, help="UDP port of the side path; 0 = no side listener")
     p.add_argument("--side-host", default="0.0.0.0", help="address to bind the side port on")
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between verdicts")

@@ -23,7 +23,7 @@ from mocapline.lifecycle import stop_on_signals
 from mocapline.metrics import ServiceMetrics
 from mocapline.metrics import add_arguments as add_metrics_arguments
 from mocapline.metrics import start as start_metrics
-from mocapline.options import EnvArgumentParser
+from mocapline.options import EnvArgumentParser, port_number
 from mocapline.skeleton import GMR_BODIES, SkeletonKind
 from mocapline.tracing import StageTracer, format_traceparent
 from mocapline.tracing import setup as setup_tracing
@@ -37,7 +37,7 @@ log = logging.getLogger("mocapline.capture")
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline capture", description=__doc__)
     p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sends the UDP stream")
-    p.add_argument("--ports", type=int, nargs="+", default=[7014],
+    p.add_argument("--ports", type=port_number, nargs="+", default=[7014],
                    help="UDP ports of the same source, merged by posture_index (e.g. 7014 7015)")
     p.add_argument("--host", default="0.0.0.0", help="local address to bind the UDP ports on")
     p.add_argument("--output", default="tcp://127.0.0.1:5556", help="ZeroMQ endpoint to bind the HumanFrame PUSH on")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.bus import DEFAULT_URL, PREFIX, Bus
-from mocapline.options import EnvArgumentParser
+from mocapline.options import EnvArgumentParser, port_number
 from services.pipeline.stack import Stack, StackConfig, format_line, format_table, launch, print_ledger
 
 
@@ -25,12 +25,12 @@ def add_stack_options(p: EnvArgumentParser) -> None:
     p.add_argument("--source", choices=("axis", "xsens"), default="axis",
                    help="Axis Studio binary BVH, or Xsens MVN MXTP02 (then use --main-port 9763)")
     p.add_argument("--rotation-order", default="YXZ", help="Axis Studio's BVH rotation order setting")
-    p.add_argument("--main-port", type=int, default=7014, help="UDP port Axis Studio sends to (main path)")
-    p.add_argument("--side-port", type=int, default=7015, help="UDP port of the side path (audit / merge)")
+    p.add_argument("--main-port", type=port_number, default=7014, help="UDP port Axis Studio sends to (main path)")
+    p.add_argument("--side-port", type=port_number, default=7015, help="UDP port of the side path (audit / merge)")
     p.add_argument("--merge", action="store_true",
                    help="capture merges main + side by posture_index (recovers main-path losses)")
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server (started locally if not reachable)")
-    p.add_argument("--output-port", type=int, default=5555, help="tcp port of the streamer's output")
+    p.add_argument("--output-port", type=port_number, default=5555, help="tcp port of the streamer's output")
     p.add_argument("--input-fps", type=float, default=60.0, help="Axis frame rate")
     p.add_argument("--output-fps", type=float, default=60.0, help="rate of the stream to robots / viewer")
     p.add_argument("--human-height", type=float, default=None, help="performer height in metres")
@@ -65,7 +65,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--demo", action="store_true", help="also replay the bundled demo take, looping")
     p.add_argument("--no-viewer", action="store_true", help="leave the streamer's port to an external consumer")
     p.add_argument("--display", choices=("auto", "window", "web"), default="auto", help="viewer display")
-    p.add_argument("--web-port", type=int, default=8080, help="port of the web viewer")
+    p.add_argument("--web-port", type=port_number, default=8080, help="port of the web viewer")
     return p
 
 

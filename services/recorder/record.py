@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mocapline.options import EnvArgumentParser
+from mocapline.options import EnvArgumentParser, port_number
 
 
 def build_parser() -> EnvArgumentParser:
@@ -50,7 +50,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--no-viewer", action="store_true",
                    help="leave the streamer's port to an external consumer (lossless: without one, nothing is sent)")
     p.add_argument("--display", choices=("auto", "window", "web", "none"), default="none", help="viewer display")
-    p.add_argument("--web-port", type=int, default=8080, help="port of the web viewer")
+    p.add_argument("--web-port", type=port_number, default=8080, help="port of the web viewer")
     p.add_argument("--force", action="store_true", help="overwrite an existing take in --dir")
     return p
 

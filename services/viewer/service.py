@@ -32,7 +32,7 @@ from mocapline.lifecycle import stop_on_signals
 from mocapline.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS  # noqa: E402
 from mocapline.metrics import add_arguments as add_metrics_arguments  # noqa: E402
 from mocapline.metrics import start as start_metrics  # noqa: E402
-from mocapline.options import EnvArgumentParser  # noqa: E402
+from mocapline.options import EnvArgumentParser, port_number  # noqa: E402
 from mocapline.tracing import setup as setup_tracing  # noqa: E402
 from mocapline.transport import FrameReceiver, add_curve_client_options, client_link  # noqa: E402
 from services.viewer.apply import FrameApplier, FrameValidator, QposWriter, ViewerCounters  # noqa: E402
@@ -46,7 +46,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--display", choices=("auto", "window", "web", "none"), default="auto",
                    help="auto: a window where a display exists, else the web page; none: apply only")
     p.add_argument("--web-host", default="127.0.0.1", help="address of the web view")
-    p.add_argument("--web-port", type=int, default=8080, help="port of the web view")
+    p.add_argument("--web-port", type=port_number, default=8080, help="port of the web view")
     p.add_argument("--plots-dir", type=Path, default=None,
                    help="a take folder (or a folder of takes): the web view links the PNGs of `mocapline plot` in it")
     p.add_argument("--fps", type=float, default=30.0, help="render rate (frames are applied at any rate)")
