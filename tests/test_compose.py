@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ yaml = pytest.importorskip("yaml")
 
 from mocapline.cli import COMMANDS  # noqa: E402
 from mocapline.options import ENV_PREFIX  # noqa: E402
+from services.pipeline.procs import free_tcp_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -694,18 +694,8 @@ PORT_VARS = re.compile(r".*_PORTS?$")
 
 
 def _free_port_both() -> int:
-    """A port free for TCP and UDP on loopback."""
-    for _ in range(100):
-        with socket.socket() as t:
-            t.bind(("127.0.0.1", 0))
-            port = t.getsockname()[1]
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            try:
-                u.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-        return int(port)
-    raise RuntimeError("no free port")
+    """A port free for TCP and UDP on every local address."""
+    return free_tcp_port()
 
 
 def local_env(nats_url: str) -> dict[str, str]:

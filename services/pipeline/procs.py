@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,16 +25,33 @@ def port_free(port: int, kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1"
     return True
 
 
+# Ports handed out are drawn below the kernel's ephemeral range (32768-60999 by default), so the
+# client connections every process opens cannot take one between its choice and its bind; and a
+# port is never handed out twice by one process.
+_FREE_RANGE = range(20000, 32768)
+_handed_out: set[int] = set()
+
+
+def _free_port(kind: int) -> int:
+    for _ in range(1000):
+        port = random.choice(_FREE_RANGE)
+        if port not in _handed_out and port_free(port, kind, "0.0.0.0") and port_free(port, _other(kind), "0.0.0.0"):
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free port found in 20000-32767")
+
+
+def _other(kind: int) -> int:
+    return socket.SOCK_DGRAM if kind == socket.SOCK_STREAM else socket.SOCK_STREAM
+
+
 def free_tcp_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free for TCP (and UDP) on every local address."""
+    return _free_port(socket.SOCK_STREAM)
 
 
 def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return _free_port(socket.SOCK_DGRAM)
 
 
 @dataclass
