@@ -278,52 +278,14 @@ def build_parser() -> EnvArgumentParser:
     return p
 
 
-def take_config(args: Any) -> tuple[Path, Any]:
-    """(recording path, TakeConfig) from a .mlrec or a take folder plus command-line overrides."""
-    from services.recorder.take import TakeConfig
-
-    path = Path(args.take)
-    cfg = TakeConfig()
-    if path.is_dir():
-        saved = path / "config.json"
-        if saved.is_file():
-            d = json.loads(saved.read_text())
-            cfg.ik_config = d.get("ik_config_path") or d.get("ik_config") or cfg.ik_config
-            if not Path(cfg.ik_config).is_file() and isinstance(d.get("ik_config_content"), dict):
-                # the take moved to another machine: use the recorded content itself
-                import tempfile
-
-                fd, name = tempfile.mkstemp(prefix="ik_config_", suffix=".json")
-                with open(fd, "w") as fh:
-                    json.dump(d["ik_config_content"], fh)
-                cfg.ik_config = name
-            cfg.human_height = d.get("human_height")
-            cfg.input_fps = d.get("input_fps")
-            cfg.source = d.get("source")
-            cfg.rotation_order = d.get("rotation_order")
-            cfg.filter = d.get("filter", "none")
-        path = path / "raw.mlrec"
-    for name in ("ik_config", "human_height", "input_fps", "rotation_order", "source"):
-        value = getattr(args, name, None)
-        if value is not None:
-            setattr(cfg, name, value)
-    return path, cfg
-
-
 def main(argv: list[str] | None = None) -> int:
-    from services.capture.recording import RecordingError
-    from services.recorder.take import run_recording
+    from services.recorder.take import load_take
 
     args = build_parser().parse_args(argv)
-    try:
-        path, cfg = take_config(args)
-        if not path.is_file():
-            print(f"mocapline export: {path}: no such recording", file=sys.stderr)
-            return 2
-        run, _ = run_recording(path, cfg)
-    except (ValueError, OSError, RecordingError) as exc:
-        print(f"mocapline export: {exc}", file=sys.stderr)
+    loaded = load_take("mocapline export", args)
+    if loaded is None:
         return 2
+    path, run, _ = loaded
     takes = split_takes(run.robot)
     if not takes:
         print(f"mocapline export: {path}: no frames decoded", file=sys.stderr)

@@ -107,10 +107,8 @@ def plot_timeline(path: Path, recv_s: np.ndarray, index: np.ndarray, missing: li
 
 def main(argv: list[str] | None = None) -> int:
     from mocapline import pb
-    from services.capture.recording import RecordingError
-    from services.recorder.export import take_config
     from services.recorder.framefile import FrameFileError, read_frame_file
-    from services.recorder.take import run_recording
+    from services.recorder.take import load_take
     from services.retarget.robot_model import (
         G1_JOINT_NAMES,
         joint_ranges,
@@ -119,15 +117,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     folder = Path(args.take) if Path(args.take).is_dir() else None
-    try:
-        path, cfg = take_config(argparse_like(args))
-        if not path.is_file():
-            print(f"mocapline plot: {path}: no such recording", file=sys.stderr)
-            return 2
-        run, _ = run_recording(path, cfg)
-    except (ValueError, OSError, RecordingError) as exc:
-        print(f"mocapline plot: {exc}", file=sys.stderr)
+    # plot has no configuration flags: load_take uses the take's own configuration
+    loaded = load_take("mocapline plot", args)
+    if loaded is None:
         return 2
+    path, run, _ = loaded
     out = args.out or (folder / "plots" if folder else path.with_name(path.stem + "_plots"))
     out.mkdir(parents=True, exist_ok=True)
     fps = float(run.config.input_fps or 60.0)
@@ -159,14 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"plots": [str(out / n) for n in ("joints.png", "latency.png", "timeline.png")],
                       "latency_frames": len(send)}))
     return 0
-
-
-class argparse_like:
-    """The options take_config reads (none overridden here: the take's own configuration)."""
-
-    def __init__(self, args: Any) -> None:
-        self.take = args.take
-        self.ik_config = self.human_height = self.input_fps = self.rotation_order = self.source = None
 
 
 if __name__ == "__main__":

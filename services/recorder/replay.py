@@ -87,29 +87,18 @@ def push(frames: list[bytes], endpoint: str, fps: float, speed: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from services.capture.recording import RecordingError
-    from services.recorder.export import take_config
     from services.recorder.framefile import (
         FrameFileError,
         FrameFileWriter,
         read_frame_file,
     )
-    from services.recorder.take import digest, run_recording
+    from services.recorder.take import digest, load_take
 
     args = build_parser().parse_args(argv)
-    try:
-        path, cfg = take_config(args)
-        if args.output_fps is not None:
-            cfg.output_fps = args.output_fps
-        elif Path(args.take).is_dir() and (Path(args.take) / "config.json").is_file():
-            cfg.output_fps = json.loads((Path(args.take) / "config.json").read_text()).get("output_fps")
-        if not path.is_file():
-            print(f"mocapline replay: {path}: no such recording", file=sys.stderr)
-            return 2
-        run, frames = run_recording(path, cfg, stream=True)
-    except (ValueError, OSError, RecordingError) as exc:
-        print(f"mocapline replay: {exc}", file=sys.stderr)
+    loaded = load_take("mocapline replay", args, stream=True)
+    if loaded is None:
         return 2
+    path, run, frames = loaded
     summary: dict[str, Any] = {
         "take": str(path), "human_frames": len(run.human), "robot_frames": len(run.robot),
         "mocap_frames": len(frames), "input_fps": run.config.input_fps, "output_fps": run.config.output_fps,

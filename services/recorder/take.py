@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from mocapline.frames import HumanFrame, RobotFrame
 from mocapline.skeleton import SkeletonKind
 from services.capture.axis_bvh import AxisBvhConfig
 from services.capture.core import AxisDecoder, CaptureCore, Decoder, XsensDecoder
-from services.capture.recording import Recording, read_recording
+from services.capture.recording import Recording, RecordingError, read_recording
 from services.retarget.config import DEFAULT_CONFIG, resolve_config_path
 
 RUN_FIELDS = ("capture_timestamp_us", "traceparent", "session_id")
@@ -185,3 +186,50 @@ def digest(payloads: list[bytes], *, motion_only: bool = False) -> str:
         b = motion_bytes(p) if motion_only else p
         h.update(len(b).to_bytes(4, "little") + b)
     return h.hexdigest()
+
+
+def take_config(args: Any) -> tuple[Path, TakeConfig]:
+    """(recording path, TakeConfig) from a .mlrec or a take folder plus command-line overrides."""
+    path = Path(args.take)
+    cfg = TakeConfig()
+    if path.is_dir():
+        saved = path / "config.json"
+        if saved.is_file():
+            d = json.loads(saved.read_text())
+            cfg.ik_config = d.get("ik_config_path") or d.get("ik_config") or cfg.ik_config
+            if not Path(cfg.ik_config).is_file() and isinstance(d.get("ik_config_content"), dict):
+                # the take moved to another machine: use the recorded content itself
+                import tempfile
+
+                fd, name = tempfile.mkstemp(prefix="ik_config_", suffix=".json")
+                with open(fd, "w") as fh:
+                    json.dump(d["ik_config_content"], fh)
+                cfg.ik_config = name
+            cfg.human_height = d.get("human_height")
+            cfg.input_fps = d.get("input_fps")
+            cfg.output_fps = d.get("output_fps")
+            cfg.source = d.get("source")
+            cfg.rotation_order = d.get("rotation_order")
+            cfg.filter = d.get("filter", "none")
+        path = path / "raw.mlrec"
+    for name in ("ik_config", "human_height", "input_fps", "output_fps", "rotation_order", "source"):
+        value = getattr(args, name, None)
+        if value is not None:
+            setattr(cfg, name, value)
+    return path, cfg
+
+
+
+def load_take(prog: str, args: Any, *, stream: bool = False) -> tuple[Path, TakeRun, list[bytes]] | None:
+    """take_config + run_recording for a command: on bad input print why (prefixed by ``prog``)
+    and return None."""
+    try:
+        path, cfg = take_config(args)
+        if not path.is_file():
+            print(f"{prog}: {path}: no such recording", file=sys.stderr)
+            return None
+        run, frames = run_recording(path, cfg, stream=stream)
+    except (ValueError, OSError, RecordingError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
+    return path, run, frames
