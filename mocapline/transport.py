@@ -29,15 +29,25 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-def lossless_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool) -> zmq.Socket:
+def lossless_socket(
+    ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, curve: dict[str, Any] | None = None
+) -> zmq.Socket:
+    """A socket with the lossless options; ``curve`` socket attributes (keys) are set before it
+    binds or connects. The socket is closed if binding or connecting fails."""
     sock = ctx.socket(kind)
-    sock.setsockopt(zmq.SNDHWM, HWM)
-    sock.setsockopt(zmq.RCVHWM, HWM)
-    sock.setsockopt(zmq.LINGER, -1)
-    if bind:
-        sock.bind(endpoint)
-    else:
-        sock.connect(endpoint)
+    try:
+        sock.setsockopt(zmq.SNDHWM, HWM)
+        sock.setsockopt(zmq.RCVHWM, HWM)
+        sock.setsockopt(zmq.LINGER, -1)
+        for name, value in (curve or {}).items():
+            setattr(sock, name, value)
+        if bind:
+            sock.bind(endpoint)
+        else:
+            sock.connect(endpoint)
+    except BaseException:
+        sock.close(linger=0)
+        raise
     return sock
 
 
@@ -201,17 +211,12 @@ def server_link(
         raise ValueError("--curve-server-key needs --curve-clients (the admitted clients' public certificates)")
     public, secret = load_curve_keypair(curve_server_key)
     auth = start_curve_authenticator(ctx, curve_clients)  # before bind: no handshake without ZAP
-    sock = ctx.socket(kind)
     try:
-        sock.setsockopt(zmq.SNDHWM, HWM)
-        sock.setsockopt(zmq.RCVHWM, HWM)
-        sock.setsockopt(zmq.LINGER, -1)
-        sock.curve_publickey = public
-        sock.curve_secretkey = secret
-        sock.curve_server = True
-        sock.bind(endpoint)
+        sock = lossless_socket(
+            ctx, kind, endpoint, bind=True,
+            curve={"curve_publickey": public, "curve_secretkey": secret, "curve_server": True},
+        )
     except BaseException:
-        sock.close(linger=0)
         auth.stop()
         raise
     return sock, auth
@@ -229,12 +234,7 @@ def client_link(
         raise ValueError("--curve-client-key needs --curve-server-public (the server's public certificate)")
     public, secret = load_curve_keypair(curve_client_key)
     server = load_curve_public(curve_server_public)
-    sock = ctx.socket(kind)
-    sock.setsockopt(zmq.SNDHWM, HWM)
-    sock.setsockopt(zmq.RCVHWM, HWM)
-    sock.setsockopt(zmq.LINGER, -1)
-    sock.curve_publickey = public
-    sock.curve_secretkey = secret
-    sock.curve_serverkey = server
-    sock.connect(endpoint)
-    return sock
+    return lossless_socket(
+        ctx, kind, endpoint, bind=False,
+        curve={"curve_publickey": public, "curve_secretkey": secret, "curve_serverkey": server},
+    )
