@@ -53,7 +53,7 @@ def lossless_socket(
 
 @dataclass
 class FrameSender:
-    """Sends one message type on a PUSH socket, numbering frames +1 per message."""
+    """Sends one message type on a PUSH socket, numbering messages +1 each (END_OF_STREAM too)."""
 
     socket: zmq.Socket
     message_type: MessageType
@@ -74,6 +74,10 @@ class FrameSender:
         self.next_frame_id = frame_id + 1
         return frame_id
 
+    def writable(self, timeout_ms: int = 0) -> bool:
+        """Whether a send would go through without blocking (a consumer is connected and keeping up)."""
+        return bool(self.socket.poll(timeout_ms, zmq.POLLOUT))
+
     def send_end(self, payload: bytes = b"") -> None:
         frame = encode_frame(
             MessageType.END_OF_STREAM,
@@ -84,6 +88,7 @@ class FrameSender:
             joint_count=0,
         )
         self.socket.send_multipart((TOPICS[MessageType.END_OF_STREAM], frame))
+        self.next_frame_id += 1  # frame_id is +1 per message, END_OF_STREAM included
 
 
 @dataclass

@@ -23,7 +23,7 @@ from mocapline.metrics import start as start_metrics
 from mocapline.options import EnvArgumentParser, port_number
 from services.auditor.audit import audit
 from services.capture.axis_bvh import BvhReject, parse_header
-from services.capture.receiver import Datagram, UdpReceiver, open_udp
+from services.capture.receiver import Datagram, UdpReceiver, adopt_udp, open_udp
 
 log = logging.getLogger("mocapline.auditor")
 
@@ -32,6 +32,9 @@ def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline auditor", description=__doc__)
     p.add_argument("--side-port", type=port_number, default=7015, help="UDP port of the side path; 0 = no side listener")
     p.add_argument("--side-host", default="0.0.0.0", help="address to bind the side port on")
+    p.add_argument("--side-fd", type=int, default=None,
+                   help="use this inherited, already bound UDP socket for the side path instead of binding "
+                        "(a supervisor keeps it open across restarts)")
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between verdicts")
     p.add_argument("--snapshot", type=Path, default=None, help="write the final snapshot (counters used) here on exit")
@@ -44,8 +47,8 @@ def build_parser() -> EnvArgumentParser:
 class SidePath:
     """Counts posture indices on the side path; decodes headers only."""
 
-    def __init__(self, host: str, port: int) -> None:
-        sock, self.granted = open_udp(host, port)
+    def __init__(self, host: str, port: int, fd: int | None = None) -> None:
+        sock, self.granted = open_udp(host, port) if fd is None else adopt_udp(fd)
         self.fifo: queue.SimpleQueue[Datagram] = queue.SimpleQueue()
         self.receiver = UdpReceiver(sock, self.fifo)
         self.ledger = SequenceLedger()
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(audit(snapshot)))
         return 0
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    side = SidePath(args.side_host, args.side_port) if args.side_port else None
+    side = SidePath(args.side_host, args.side_port, args.side_fd) if args.side_port else None
     lock = threading.Lock()
     services: dict[str, dict[str, Any]] = {}
     gap_reports: list[dict[str, Any]] = []

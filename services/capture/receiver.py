@@ -13,6 +13,7 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -24,12 +25,14 @@ POLL_TIMEOUT_S = 0.2
 
 @dataclass(frozen=True, slots=True)
 class Datagram:
-    """One received datagram: when (unix ns), on which local port, from where, the bytes."""
+    """One received datagram: when (unix ns), on which local port, from where, the bytes, and its
+    number in capture's raw journal (-1 when not journaled)."""
 
     recv_ns: int
     port: int
     source: str
     data: bytes
+    seq: int = -1
 
 
 def raise_priority() -> str:
@@ -57,13 +60,33 @@ def open_udp(host: str, port: int, rcvbuf: int = RCVBUF_REQUEST) -> tuple[socket
     return sock, granted
 
 
-class UdpReceiver:
-    """A daemon thread that moves datagrams from one socket into a shared FIFO."""
+def adopt_udp(fd: int) -> tuple[socket.socket, int]:
+    """A bound UDP socket inherited from a supervisor (``--udp-fds``), as ``open_udp`` returns it.
 
-    def __init__(self, sock: socket.socket, fifo: queue.SimpleQueue[Datagram]) -> None:
+    The supervisor keeps its own copy open, so datagrams that arrive while this process is dead
+    wait in the kernel buffer for the restarted one instead of being refused.
+    """
+    sock = socket.socket(fileno=fd)
+    if sock.type != socket.SOCK_DGRAM:
+        raise OSError(f"fd {fd} is not a UDP socket")
+    sock.settimeout(POLL_TIMEOUT_S)
+    return sock, sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2
+
+
+class UdpReceiver:
+    """A daemon thread that moves datagrams from one socket into a shared FIFO; with ``journal``,
+    each datagram is handed to it (written to disk) before it is queued."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        fifo: queue.SimpleQueue[Datagram],
+        journal: Callable[[Datagram], Datagram] | None = None,
+    ) -> None:
         self.sock = sock
         self.port = sock.getsockname()[1]
         self.fifo = fifo
+        self.journal = journal
         self.received = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"udp-{self.port}", daemon=True)
@@ -92,4 +115,5 @@ class UdpReceiver:
                 time.sleep(0.01)
                 continue
             self.received += 1
-            put(Datagram(time.time_ns(), port, addr[0], data))
+            dgram = Datagram(time.time_ns(), port, addr[0], data)
+            put(dgram if self.journal is None else self.journal(dgram))

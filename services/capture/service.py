@@ -7,16 +7,20 @@ stdout as one JSON object when capture stops (Ctrl-C, SIGTERM, or --exit-on-idle
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import zmq
 
+from mocapline import durable
 from mocapline.bus import DEFAULT_URL, GAPS_SUBJECT, Bus
+from mocapline.durable import DurableStage
 from mocapline.frames import HumanFrame
 from mocapline.header import MessageType
 from mocapline.lifecycle import stop_on_signals
@@ -29,6 +33,7 @@ from mocapline.tracing import StageTracer, format_traceparent
 from mocapline.tracing import setup as setup_tracing
 from mocapline.transport import FrameSender, lossless_socket
 from services.capture.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
+from services.capture.journal import RawJournal
 from services.capture.sources import UdpMotionInput, axis_udp_source, xsens_udp_source
 
 log = logging.getLogger("mocapline.capture")
@@ -60,16 +65,33 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--shutdown-wait", type=float, default=30.0,
                    help="on exit, seconds to wait for the consumer to take queued frames")
     p.add_argument("--log-level", default="INFO", help="logging level")
+    p.add_argument("--udp-fds", type=parse_fd_list, default=None,
+                   help="use these inherited, already bound UDP sockets (comma-separated fds, in --ports "
+                        "order) instead of binding: a supervisor that holds them keeps datagrams queued in "
+                        "the kernel while capture restarts (mocapline up does this in durable mode)")
+    durable.add_arguments(p, retain_mb=2048)
     add_metrics_arguments(p, "capture")
     return p
 
 
-def make_source(args: Any) -> UdpMotionInput:
+def parse_fd_list(text: str) -> list[int]:
+    try:
+        fds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated file descriptor numbers") from None
+    if not fds or min(fds) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated file descriptor numbers")
+    return fds
+
+
+def make_source(args: Any, journal: RawJournal | None = None) -> UdpMotionInput:
     common: dict[str, Any] = {
         "host": args.host,
         "merge_window_s": args.merge_window_ms / 1000.0,
         "allowed_sources": frozenset(args.allow_source) if args.allow_source else None,
         "record_path": args.record,
+        "journal": journal,
+        "udp_fds": args.udp_fds,
     }
     if args.source == "xsens":
         return xsens_udp_source(args.ports, args.position_unit, **common)
@@ -119,6 +141,13 @@ class CaptureService:
         self.frames_sent = 0
         self.started = False
         self._gaps_reported: dict[str, int] = {}
+        # Durable mode (--state-dir): the stage log, the journal number of this take's start
+        # marker, and how many of the take's frames an earlier run of capture already sent.
+        self.stage: DurableStage | None = None
+        self.take_start = -1
+        self.produced = 0
+        self.already_sent = 0
+        self.restarts = 0
 
     def step(self, timeout_s: float) -> None:
         frame = self.source.poll_frame(timeout_s)
@@ -132,12 +161,16 @@ class CaptureService:
             self._send(frame)
 
     def _send(self, frame: HumanFrame) -> None:
+        self.produced += 1
+        if self.produced <= self.already_sent:
+            return  # replayed from the journal and already in the stage log: sent before the restart
         span = None
         if self.tracer is not None:  # the trace of this posture_index starts at the datagram's arrival
             span = self.tracer.start(frame.posture_index, start_ns=frame.capture_timestamp_us * 1000)
             frame.traceparent = format_traceparent(span)
         self.sender.send(frame.to_bytes(), capture_timestamp_us=frame.capture_timestamp_us)
         self.frames_sent += 1
+        self._remember()
         if span is not None:
             span.end()
         if self.stage_seconds is not None:  # datagram received -> HumanFrame sent
@@ -151,16 +184,66 @@ class CaptureService:
         self.source.flush()
         self.send_ready()
         self.sender.send_end()
+        self._remember()
+        if self.stage is not None:  # the take's frames are acknowledged before its ledger is final
+            deadline = time.monotonic() + quiet_s + 30
+            while self.stage.unacked and time.monotonic() < deadline:
+                self.stage.pump(10)
+
+    def _remember(self) -> None:
+        if self.stage is not None:
+            journal = self.source.journal
+            self.stage.done(journal.next_seq - 1 if journal is not None else -1, self.durable_state())
+
+    def durable_state(self) -> dict[str, Any]:
+        return {"session_id": self.source.core.session_id, "take_start": self.take_start,
+                "take_outputs": self.frames_sent}
+
+    def start_take(self) -> None:
+        """Durable mode: mark a new take in the journal (a restart replays from the newest mark)."""
+        if self.source.journal is not None:
+            self.take_start = self.source.journal.mark_take(self.source.core.session_id)
+        self.produced = self.already_sent = 0
+
+    def resume(self) -> int:
+        """Durable mode, at start: continue the journal's newest take, or start one. The take is
+        replayed through the core (ledger and merge state rebuilt exactly); the frames the stage log
+        shows as sent are not sent again, the rest are. Returns the datagrams replayed."""
+        journal = self.source.journal
+        assert journal is not None
+        take = journal.last_take()
+        if take is None:
+            self.start_take()
+            return 0
+        self.take_start, session_id = take
+        self.source.core.session_id = session_id
+        state = self.stage.restored if self.stage is not None else None
+        if state is not None and state.get("take_start") == self.take_start:
+            self.already_sent = int(state.get("take_outputs", 0))
+        self.frames_sent = self.already_sent
+        self.restarts += 1
+        replayed = self.source.replay(journal.datagrams_from(self.take_start + 1))
+        self.send_ready()
+        log.info("resumed take %s from the journal: %d datagrams replayed, %d frames had been sent, %d sent now",
+                 session_id[:8], replayed, self.already_sent, self.frames_sent - self.already_sent)
+        return replayed
 
     def reset(self) -> None:
         self.source.reset()
         self.frames_sent = 0
         self._gaps_reported.clear()
+        if self.stage is not None:
+            self.start_take()
+            self._remember()
 
     def ledger(self) -> dict[str, Any]:
         led = self.source.ledger()
         led["human_frames_sent"] = self.frames_sent
         led["session_id"] = self.source.core.session_id
+        if self.stage is not None:
+            led["durable"] = {**self.stage.snapshot(), "journal_next": self.source.journal.next_seq,
+                              "take_start": self.take_start, "resumed": self.restarts}
+            led["input_pending"] += self.stage.unacked
         return led
 
     def report_gaps(self, bus: Bus) -> None:
@@ -187,25 +270,52 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("legacy Axis header: no frame index in the stream; frames are numbered on "
                     "arrival and losses upstream cannot be detected")
 
+    if args.udp_fds is not None and len(args.udp_fds) != len(args.ports):
+        print(f"mocapline capture: --udp-fds gives {len(args.udp_fds)} sockets for {len(args.ports)} --ports",
+              file=sys.stderr)
+        return 2
     ctx = zmq.Context()
-    sender = FrameSender(
-        lossless_socket(ctx, zmq.PUSH, args.output, bind=True), MessageType.HUMAN_FRAME, len(GMR_BODIES)
-    )
-    source = make_source(args)
+    stage: durable.DurableStage | None = None
+    journal: RawJournal | None = None
+    sender: Any
+    try:
+        if args.state_dir is not None:
+            config = durable.log_config(args)
+            journal = RawJournal(args.state_dir, config)
+            stage = durable.DurableStage(
+                ctx, args.state_dir, replace(config, retain_bytes=0), window=args.window,
+                output=durable.LinkSpec(args.output, MessageType.HUMAN_FRAME, len(GMR_BODIES)),
+            )
+            sender = stage.out
+        else:
+            sender = FrameSender(
+                lossless_socket(ctx, zmq.PUSH, args.output, bind=True), MessageType.HUMAN_FRAME, len(GMR_BODIES)
+            )
+    except (zmq.ZMQError, OSError, ValueError) as exc:
+        print(f"mocapline capture: cannot bind {args.output}: {exc}", file=sys.stderr)
+        ctx.destroy(linger=0)
+        return 1
+    source = make_source(args, journal)
+    metrics = start_metrics("capture", args, reasons=(*source_reject_reasons(args.source), "source_not_allowed"))
+    tracer = setup_tracing("capture")
+    service = CaptureService(source, sender, metrics=metrics, tracer=tracer)
+    if stage is not None:
+        service.stage = stage
+        service.resume()  # before the sockets are read: the journal's take first, in order
     try:
         source.open()
     except OSError as exc:
         print(f"mocapline capture: cannot bind UDP {args.host}:{args.ports}: {exc}", file=sys.stderr)
         return 1
-    log.info("capture %s on udp %s -> %s", source.name, args.ports, args.output)
-    metrics = start_metrics("capture", args, reasons=(*source_reject_reasons(args.source), "source_not_allowed"))
-    tracer = setup_tracing("capture")
-    service = CaptureService(source, sender, metrics=metrics, tracer=tracer)
+    log.info("capture %s on udp %s -> %s%s", source.name, args.ports, args.output,
+             f" (durable, state in {args.state_dir})" if stage is not None else "")
     bus = Bus(args.nats, "capture", service.ledger).start()
     next_status = time.monotonic() + args.status_interval
     try:
         while not stop.is_set():
-            service.step(0.05)
+            service.step(0.002 if stage is not None and stage.unacked else 0.05)
+            if stage is not None:
+                stage.pump()
             service.report_gaps(bus)
             metrics.maybe_sync(service.ledger)
             now = time.monotonic()
@@ -229,7 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         source.close()
         service.send_ready()
-        sender.send_end()
+        if stage is None:
+            sender.send_end()
+        else:  # the take goes on when capture is back: a restart resumes it from the journal
+            stage.pump()
         ledger = service.ledger()
         metrics.sync(ledger)
         print(json.dumps(ledger), flush=True)
@@ -237,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         metrics.close()
         if tracer is not None:
             tracer.shutdown()
-        sender.socket.close(linger=int(args.shutdown_wait * 1000))
+        if stage is not None:
+            stage.close()
+            journal.close()
+        else:
+            sender.socket.close(linger=int(args.shutdown_wait * 1000))
         ctx.term()
     return 0

@@ -12,6 +12,7 @@ import logging
 import queue
 import time
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ from services.capture.receiver import (
     RCVBUF_REQUEST,
     Datagram,
     UdpReceiver,
+    adopt_udp,
     open_udp,
     raise_priority,
 )
@@ -57,8 +59,14 @@ class UdpMotionInput:
         idle_flush_s: float = 0.5,
         allowed_sources: frozenset[str] | None = None,
         record_path: Path | None = None,
+        journal: Any = None,
+        udp_fds: list[int] | None = None,
     ) -> None:
+        if udp_fds is not None and len(udp_fds) != len(ports):
+            raise ValueError(f"{len(udp_fds)} inherited UDP sockets for {len(ports)} ports")
         self.name = name
+        self.journal = journal  # a RawJournal: every datagram on disk before it is processed
+        self.udp_fds = udp_fds
         self.host = host
         self.ports = ports
         self.rcvbuf = rcvbuf
@@ -78,12 +86,18 @@ class UdpMotionInput:
     def open(self) -> None:
         priority = raise_priority()
         log.log(logging.INFO if priority.startswith("raised") else logging.WARNING, "capture process priority: %s", priority)
-        for port in self.ports:
-            sock, granted = open_udp(self.host, port, self.rcvbuf)
+        journal = self.journal.record if self.journal is not None else None
+        for k, port in enumerate(self.ports):
+            if self.udp_fds is not None:
+                sock, granted = adopt_udp(self.udp_fds[k])
+                if sock.getsockname()[1] != port:
+                    raise OSError(f"inherited fd {self.udp_fds[k]} is bound to port {sock.getsockname()[1]}, not {port}")
+            else:
+                sock, granted = open_udp(self.host, port, self.rcvbuf)
             self.granted_rcvbuf[port] = granted
             level = logging.INFO if granted >= self.rcvbuf else logging.WARNING
             log.log(level, "udp %s:%d SO_RCVBUF asked %d, kernel granted %d", self.host, port, self.rcvbuf, granted)
-            self.receivers.append(UdpReceiver(sock, self.fifo))
+            self.receivers.append(UdpReceiver(sock, self.fifo, journal))
         if self.record_path is not None:
             self._recorder = RecordingWriter(
                 self.record_path, {"source": self.name, "ports": self.ports, "session_id": self.core.session_id}
@@ -117,6 +131,30 @@ class UdpMotionInput:
             allowed_sources=old.allowed_sources,
             session_id=old.session_id,
         )
+
+    def replay(self, datagrams: Iterable[Datagram]) -> int:
+        """Feed journaled datagrams (a restarted capture's take so far) through the core, on the
+        clock they arrived by; the frames they release become ready. Returns how many were fed."""
+        offset = time.time() - time.monotonic()
+        batch: list[Datagram] = []
+        fed = 0
+
+        def feed() -> None:
+            now = batch[-1].recv_ns / 1e9 - offset
+            self._ready.extend(self.core.poll(now))
+            self._ready.extend(self.core.feed_batch(batch, now))
+            batch.clear()
+
+        for dgram in datagrams:
+            batch.append(dgram)
+            fed += 1
+            if len(batch) >= BATCH_MAX:
+                feed()
+        if batch:
+            feed()
+        self.last_datagram = time.monotonic()
+        self._idle_flushed = False
+        return fed
 
     def poll_frame(self, timeout_s: float) -> HumanFrame | None:
         deadline = time.monotonic() + timeout_s

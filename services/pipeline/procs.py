@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def port_free(port: int, kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> bool:
@@ -60,8 +61,10 @@ class Service:
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[str] | None = None
+    pass_fds: tuple[int, ...] = ()  # inherited by the child (sockets a supervisor keeps open)
+    restarts: int = 0
 
-    def start(self, stdout: int | None = subprocess.PIPE, stderr: int | None = None) -> None:
+    def start(self, stdout: Any = subprocess.PIPE, stderr: Any = None) -> None:
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mocapline.cli", self.name, *self.args],
@@ -69,10 +72,17 @@ class Service:
             stderr=stderr,
             text=True,
             env=env,
+            pass_fds=self.pass_fds,
             # Own process group: a Ctrl-C in the terminal reaches the orchestrator only, which
             # then drains the stages in order instead of every stage dying at once.
             start_new_session=True,
         )
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no clean-up runs in the child."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def stop(self, timeout: float = 10.0) -> int | None:
         if self.proc is None:

@@ -44,6 +44,11 @@ class StackConfig:
     # /metrics port per service ("capture", ..., "auditor"; 0 = off). A service not named here uses
     # its own default (9101-9105, or MOCAPLINE_METRICS_PORT) and only warns if that port is taken.
     metrics_ports: dict[str, int] = field(default_factory=dict)
+    # Durable mode: every service keeps its logs under state_dir/<service>, every link runs with
+    # ACKs and resends, the stack holds the UDP sockets (a restarted capture finds what arrived
+    # meanwhile) and restarts a service that dies. None = plain links, nothing on disk.
+    state_dir: Path | None = None
+    fsync: str = "interval"
 
 
 class PreflightError(RuntimeError):
@@ -65,6 +70,8 @@ class Stack:
         self.services: dict[str, Service] = {}
         self.nats: subprocess.Popen[bytes] | None = None
         self._logs: list[Any] = []
+        self._udp: list[socket.socket] = []  # held for the children in durable mode
+        self.restarts: dict[str, int] = {}
 
     def preflight(self) -> list[str]:
         """Everything that would make a start fail, as clear messages (empty: good to go)."""
@@ -99,7 +106,7 @@ class Stack:
         if self.config.log_dir is None:
             return subprocess.DEVNULL
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
-        fh = open(self.config.log_dir / f"{name}.log", "w")
+        fh = open(self.config.log_dir / f"{name}.log", "a")  # a restarted service appends
         self._logs.append(fh)
         return fh
 
@@ -122,6 +129,11 @@ class Stack:
                 time.sleep(0.05)
         env = {"MOCAPLINE_NATS": c.nats_url, **c.extra_env}
         capture_ports = [c.main_port, c.side_port] if c.merge else [c.main_port]
+        fds: dict[str, tuple[int, ...]] = {}
+        if c.state_dir is not None:
+            fds["capture"] = tuple(self._hold_udp(port) for port in capture_ports)
+            if not c.merge:
+                fds["auditor"] = (self._hold_udp(c.side_port),)
         retarget_args = [f"--input=tcp://127.0.0.1:{c.human_port}", f"--output=tcp://127.0.0.1:{c.robot_port}",
                          f"--input-fps={c.input_fps}"]
         if c.human_height is not None:
@@ -144,10 +156,47 @@ class Stack:
         for name, args in plan:
             if name in c.metrics_ports:
                 args = [*args, f"--metrics-port={c.metrics_ports[name]}"]
-            svc = Service(name, args, env)
-            log = self._log(name)
-            svc.start(stdout=log, stderr=log if log is not subprocess.DEVNULL else subprocess.DEVNULL)
+            if c.state_dir is not None and name in fds:
+                flag = "--udp-fds" if name == "capture" else "--side-fd"
+                args = [*args, f"{flag}={','.join(map(str, fds[name]))}"]
+            if c.state_dir is not None and name != "auditor":
+                args = [*args, f"--state-dir={c.state_dir / name}", f"--fsync={c.fsync}"]
+                if name == "streamer" and not c.viewer:  # robots on 5555 do not acknowledge
+                    args.append("--plain-output")
+            svc = Service(name, args, env, pass_fds=fds.get(name, ()))
             self.services[name] = svc
+            self._start(svc)
+
+    def _start(self, svc: Service) -> None:
+        log = self._log(svc.name)
+        svc.start(stdout=log, stderr=log if log is not subprocess.DEVNULL else subprocess.DEVNULL)
+
+    def _hold_udp(self, port: int) -> int:
+        from services.capture.receiver import open_udp
+
+        sock, _ = open_udp("0.0.0.0", port)
+        self._udp.append(sock)
+        return sock.fileno()
+
+    def restart(self, name: str) -> None:
+        """Start a service again (after it died): same arguments, same state directory."""
+        svc = self.services[name]
+        if svc.proc is not None and svc.proc.poll() is None:
+            raise RuntimeError(f"{name} is still running")
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        self._start(svc)
+
+    def supervise(self) -> list[str]:
+        """Restart every service that has exited (durable mode: it resumes from its state).
+        Returns the names restarted."""
+        restarted = []
+        for name, svc in self.services.items():
+            if svc.proc is not None and svc.proc.poll() is not None:
+                print(f"mocapline: {name} exited with code {svc.proc.returncode}; restarting it"
+                      + self._log_hint(name), file=sys.stderr, flush=True)
+                self.restart(name)
+                restarted.append(name)
+        return restarted
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Until every service answers a status request over NATS."""
@@ -212,6 +261,9 @@ class Stack:
                 self.nats.kill()
         for fh in self._logs:
             fh.close()
+        for sock in self._udp:
+            sock.close()
+        self._udp.clear()
 
 
 def launch(stack: Stack, prog: str) -> bool:

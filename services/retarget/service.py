@@ -24,6 +24,7 @@ from typing import Any
 
 import zmq
 
+from mocapline import durable
 from mocapline.bus import DEFAULT_URL, Bus
 from mocapline.frames import HumanFrame
 from mocapline.header import G1_JOINT_COUNT, MessageType
@@ -79,6 +80,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--shutdown-wait", type=float, default=30.0,
                    help="on exit, seconds to wait for the consumer to take queued frames")
     p.add_argument("--log-level", default="INFO", help="logging level")
+    durable.add_arguments(p)
     add_metrics_arguments(p, "retarget")
     return p
 
@@ -139,6 +141,7 @@ class RetargetService:
         self.counters = RetargetCounters()
         self.ended = False  # an END_OF_STREAM was forwarded and no frame came after it
         self._segment: int | None = None
+        self._qpos: Any = None  # the last pose solved (durable state: a restart starts from it)
 
     @property
     def pending(self) -> int:
@@ -148,10 +151,10 @@ class RetargetService:
     def on_message(self, msg: Any) -> None:
         """One message from FrameReceiver.recv (a HumanFrame or END_OF_STREAM)."""
         t_in_ns = time.time_ns()
+        self.counters.input_frame_ids.observe(msg.header.frame_id)
         if msg.header.message_type is MessageType.END_OF_STREAM:
             self.on_end()
             return
-        self.counters.input_frame_ids.observe(msg.header.frame_id)
         try:
             frame = HumanFrame.from_bytes(msg.payload)
         except Exception as exc:  # noqa: BLE001 - a bad payload is counted, never fatal
@@ -184,6 +187,7 @@ class RetargetService:
         result = self.retargeter.retarget(frame.positions, frame.quaternions, elapsed)
         ms = (time.perf_counter() - t0) * 1000.0
         c.gmr_processed += 1
+        self._qpos = result.qpos
         c.ik_ms_total += ms
         c.ik_ms_max = max(c.ik_ms_max, ms)
         if result.ik_failed:
@@ -245,6 +249,27 @@ class RetargetService:
     def heartbeat(self, rejects: dict[str, int] | None = None) -> dict[str, Any]:
         return self.counters.snapshot(self.pending, rejects or {})
 
+    def durable_state(self) -> dict[str, Any]:
+        """What a restarted retarget needs: the counters, the take's position and the last pose."""
+        state = {k: v for k, v in asdict(self.counters).items() if k != "input_frame_ids"}
+        state["segment"] = self._segment
+        state["ended"] = self.ended
+        state["qpos"] = None if self._qpos is None else [float(x) for x in self._qpos]
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue after a restart: counters as they were, the IK settling from the last pose."""
+        state = dict(state)
+        self._segment = state.pop("segment", None)
+        self.ended = bool(state.pop("ended", False))
+        qpos = state.pop("qpos", None)
+        self.counters = RetargetCounters(**{k: v for k, v in state.items() if k in RetargetCounters.__dataclass_fields__})
+        if qpos is not None:
+            import numpy as np
+
+            self._qpos = np.asarray(qpos, dtype=np.float64)
+            self.retargeter.reset(self._qpos)
+
 
 def status_line(hb: dict[str, Any]) -> str:
     return (
@@ -282,22 +307,48 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mocapline retarget: {exc}", file=sys.stderr)
         return 2
 
+    if args.state_dir is not None and args.filter != "none":
+        print("mocapline retarget: --filter smooth3 holds a frame in memory, which a crash would lose; "
+              "it cannot be combined with --state-dir", file=sys.stderr)
+        return 2
     ctx = zmq.Context()
-    rx = FrameReceiver(
-        lossless_socket(ctx, zmq.PULL, args.input, bind=False), MessageType.HUMAN_FRAME, len(GMR_BODIES)
-    )
+    stage: durable.DurableStage | None = None
+    sender: Any
     try:
-        out = lossless_socket(ctx, zmq.PUSH, args.output, bind=True)
-    except zmq.ZMQError as exc:
+        if args.state_dir is not None:
+            stage = durable.DurableStage(
+                ctx, args.state_dir, durable.log_config(args),
+                input=durable.LinkSpec(args.input, MessageType.HUMAN_FRAME, len(GMR_BODIES)),
+                output=durable.LinkSpec(args.output, MessageType.ROBOT_STATE, G1_JOINT_COUNT),
+                window=args.window,
+            )
+            rx: Any = stage.rx
+            sender = stage.out
+            out = None
+        else:
+            rx = FrameReceiver(
+                lossless_socket(ctx, zmq.PULL, args.input, bind=False), MessageType.HUMAN_FRAME, len(GMR_BODIES)
+            )
+            out = lossless_socket(ctx, zmq.PUSH, args.output, bind=True)
+            sender = FrameSender(out, MessageType.ROBOT_STATE, G1_JOINT_COUNT)
+    except (zmq.ZMQError, ValueError, OSError) as exc:
         print(f"mocapline retarget: cannot bind {args.output}: {exc}", file=sys.stderr)
-        rx.socket.close(linger=0)
-        ctx.term()
+        ctx.destroy(linger=0)
         return 1
     metrics = start_metrics("retarget", args, reasons=(*LINK_REJECT_REASONS, "decode"))
     tracer = setup_tracing("retarget")
-    service = RetargetService(retargeter, FrameSender(out, MessageType.ROBOT_STATE, G1_JOINT_COUNT), filter=args.filter,
-                              metrics=metrics, tracer=tracer)
-    bus: Any = Bus(args.nats, "retarget", lambda: service.heartbeat(rx.rejects)).start() if args.nats else _NoBus()
+    service = RetargetService(retargeter, sender, filter=args.filter, metrics=metrics, tracer=tracer)
+    if stage is not None and stage.restored is not None:
+        service.restore(stage.restored)
+
+    def heartbeat() -> dict[str, Any]:
+        hb = service.heartbeat(rx.rejects)
+        if stage is not None:
+            hb["durable"] = stage.snapshot()
+            hb["pending"] += stage.unacked
+        return hb
+
+    bus: Any = Bus(args.nats, "retarget", heartbeat).start() if args.nats else _NoBus()
     log.info("retarget %s -> %s (config %s, %d steps/frame, lm_damping %s, filter %s)", args.input, args.output,
              retargeter.config.source, options.iterations, options.lm_damping, args.filter)
 
@@ -307,43 +358,53 @@ def main(argv: list[str] | None = None) -> int:
     next_status = time.monotonic() + args.status_interval
     try:
         while not stop.is_set():
-            msg = rx.recv(timeout_ms=20)
+            msg = rx.recv(timeout_ms=1 if stage is not None and stage.unacked else 20)
             if msg is not None:
                 service.on_message(msg)
+                if stage is not None:
+                    stage.done(msg.header.frame_id, service.durable_state())
                 if args.max_takes and service.counters.ends_forwarded >= args.max_takes:
                     break
-            metrics.maybe_sync(lambda: service.heartbeat(rx.rejects))
+            if stage is not None:
+                stage.pump()
+            metrics.maybe_sync(heartbeat)
             for req in bus.poll_requests():
                 if req.cmd == "drain":
                     drains.append(req)
                     drain_deadline = time.monotonic() + float(req.args.get("timeout", 30)) - 1
                 elif req.cmd == "reset":
-                    metrics.sync(service.heartbeat(rx.rejects))  # the take's counts into the counters first
+                    metrics.sync(heartbeat())  # the take's counts into the counters first
                     service.reset()
                     rx.rejects.clear()
-                    req.answer(metrics.synced(service.heartbeat(rx.rejects)))
+                    if stage is not None:  # the fresh counters are remembered at once
+                        stage.done(rx.last, service.durable_state())
+                    req.answer(metrics.synced(heartbeat()))
                 else:
-                    req.answer(metrics.synced(service.heartbeat(rx.rejects)))
+                    req.answer(metrics.synced(heartbeat()))
                     if req.cmd == "shutdown":
                         stop.set()
-            if drains and (service.ended or time.monotonic() > drain_deadline):
+            delivered = stage is None or stage.unacked == 0
+            if drains and ((service.ended and delivered) or time.monotonic() > drain_deadline):
                 for req in drains:
-                    req.answer(metrics.synced(service.heartbeat(rx.rejects)))
+                    req.answer(metrics.synced(heartbeat()))
                 drains.clear()
             now = time.monotonic()
             if args.status_interval > 0 and now >= next_status:
-                print(status_line(service.heartbeat(rx.rejects)), file=sys.stderr, flush=True)
+                print(status_line(heartbeat()), file=sys.stderr, flush=True)
                 next_status = now + args.status_interval
     finally:
-        if service.pending or (service.counters.robot_frames_sent and not service.ended):
+        if stage is None and (service.pending or (service.counters.robot_frames_sent and not service.ended)):
             service.on_end()  # stopped mid-take: send what is held and tell the next stage
-        print(json.dumps(metrics.synced(service.heartbeat(rx.rejects))), flush=True)
+        print(json.dumps(metrics.synced(heartbeat())), flush=True)
         bus.stop()
         metrics.close()
         if tracer is not None:
             tracer.shutdown()
-        rx.socket.close(linger=0)
-        out.close(linger=int(args.shutdown_wait * 1000))
+        if stage is not None:  # a restart resumes the take from the log
+            stage.close()
+        else:
+            rx.socket.close(linger=0)
+            out.close(linger=int(args.shutdown_wait * 1000))
         ctx.term()
     return 0
 

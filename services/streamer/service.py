@@ -20,6 +20,7 @@ from typing import Any
 
 import zmq
 
+from mocapline import durable
 from mocapline.bus import DEFAULT_URL, Bus
 from mocapline.frames import RobotFrame
 from mocapline.header import G1_JOINT_COUNT, MessageType
@@ -47,6 +48,10 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--log-level", default="INFO", help="logging level")
     p.add_argument("--record-frames", type=Path, default=None,
                    help="also write every MocapFrame sent to this .mlmf file (services/recorder/framefile.py)")
+    durable.add_arguments(p)
+    p.add_argument("--plain-output", action="store_true",
+                   help="with --state-dir: keep the output a plain PUSH for consumers that do not acknowledge "
+                        "(robots); frames a consumer's death takes with it are then not resent")
     add_curve_server_options(p)
     add_metrics_arguments(p, "streamer")
     return p
@@ -132,8 +137,7 @@ class Streamer:
 
     def send_ready(self, timeout_ms: int) -> None:
         """Send queued frames while the socket can take them (blocking sends, never dropped)."""
-        sock = self.sender.socket
-        while self.outbox and sock.poll(timeout_ms, zmq.POLLOUT):
+        while self.outbox and self.sender.writable(timeout_ms):
             payload, cap_us, t_in_ns, posture_index, span = self.outbox[0]
             if cap_us < 0:
                 self.sender.send_end()
@@ -162,24 +166,56 @@ class Streamer:
         self.counters = StreamerCounters()
         self.interp = MotionStreamInterpolator(self.input_fps, self.output_fps)
 
+    def durable_state(self) -> dict[str, Any]:
+        return {**asdict(self.counters), "ended": self.ended}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Counters as they were before a restart; the resampling clock starts again at the next
+        frame (at equal rates, the default, that changes nothing)."""
+        state = dict(state)
+        self.ended = bool(state.pop("ended", False))
+        self.counters = StreamerCounters(**{k: v for k, v in state.items() if k in StreamerCounters.__dataclass_fields__})
+
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    reliable_output = args.state_dir is not None and not args.plain_output
+    if reliable_output and args.curve_server_key:
+        print("mocapline streamer: CURVE on an acknowledged output is not supported yet; "
+              "use --plain-output with CURVE, or run without --curve-server-key", file=sys.stderr)
+        return 2
     ctx = zmq.Context()
-    rx = FrameReceiver(lossless_socket(ctx, zmq.PULL, args.input, bind=False), MessageType.ROBOT_STATE, G1_JOINT_COUNT)
+    stage: durable.DurableStage | None = None
+    out = curve_auth = None
     try:
-        out, curve_auth = server_link(ctx, zmq.PUSH, args.output, curve_server_key=args.curve_server_key,
-                                      curve_clients=args.curve_clients)
+        if args.state_dir is not None:
+            output_spec = durable.LinkSpec(args.output, MessageType.MOTION_FRAME, G1_JOINT_COUNT)
+            stage = durable.DurableStage(
+                ctx, args.state_dir, durable.log_config(args),
+                input=durable.LinkSpec(args.input, MessageType.ROBOT_STATE, G1_JOINT_COUNT),
+                output=output_spec if reliable_output else None, window=args.window,
+            )
+            rx: Any = stage.rx
+        else:
+            rx = FrameReceiver(lossless_socket(ctx, zmq.PULL, args.input, bind=False), MessageType.ROBOT_STATE,
+                               G1_JOINT_COUNT)
+        if not reliable_output:
+            out, curve_auth = server_link(ctx, zmq.PUSH, args.output, curve_server_key=args.curve_server_key,
+                                          curve_clients=args.curve_clients)
     except (zmq.ZMQError, ValueError, OSError) as exc:
         print(f"mocapline streamer: cannot bind {args.output}: {exc}", file=sys.stderr)
+        ctx.destroy(linger=0)
         return 1
     if curve_auth is not None:
         log.info("CURVE on %s: clients admitted from %s", args.output, args.curve_clients)
     metrics = start_metrics("streamer", args, reasons=(*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS))
     tracer = setup_tracing("streamer")
-    streamer = Streamer(FrameSender(out, MessageType.MOTION_FRAME, G1_JOINT_COUNT), args.input_fps, args.output_fps,
-                        metrics=metrics, tracer=tracer)
+    sender: Any = stage.out if reliable_output and stage is not None else FrameSender(
+        out, MessageType.MOTION_FRAME, G1_JOINT_COUNT)
+    streamer = Streamer(sender, args.input_fps, args.output_fps, metrics=metrics, tracer=tracer)
+    if stage is not None and stage.restored is not None:
+        streamer.restore(stage.restored)
     if args.record_frames is not None:
         from services.recorder.framefile import FrameFileWriter
 
@@ -187,8 +223,15 @@ def main(argv: list[str] | None = None) -> int:
             "generator": "mocapline streamer --record-frames", "input_fps": args.input_fps,
             "output_fps": args.output_fps, "started_ns": time.time_ns()})
 
+    def status() -> dict[str, Any]:
+        hb = streamer.heartbeat()
+        if stage is not None:
+            hb["durable"] = stage.snapshot()
+            hb["pending"] += stage.unacked
+        return hb
+
     def counts() -> dict[str, Any]:
-        return {**streamer.heartbeat(), "rejected_by_reason": dict(rx.rejects)}
+        return {**status(), "rejected_by_reason": dict(rx.rejects)}
 
     bus = Bus(args.nats, "streamer", counts).start()
     stop = stop_on_signals()
@@ -196,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     drain_deadline = 0.0
     try:
         while not stop.is_set():
-            msg = rx.recv(timeout_ms=0 if streamer.outbox else 10)
+            busy = streamer.outbox or (stage is not None and stage.unacked)
+            msg = rx.recv(timeout_ms=0 if busy else 10)
             if msg is not None:
                 t_in_ns = time.time_ns()
                 if msg.header.message_type is MessageType.END_OF_STREAM:
@@ -207,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
                     except ValueError as exc:
                         rx.rejects[getattr(exc, "reason", "invalid")] += 1
             streamer.send_ready(timeout_ms=0 if msg is not None else 1)
+            if stage is not None:
+                if msg is not None:  # the input, its samples and the counters: one record
+                    stage.done(msg.header.frame_id, streamer.durable_state())
+                stage.pump()
             metrics.maybe_sync(counts)
             for req in bus.poll_requests():
                 if req.cmd == "drain":
@@ -215,29 +263,36 @@ def main(argv: list[str] | None = None) -> int:
                 elif req.cmd == "reset":
                     metrics.sync(counts())  # the take's counts into the counters first
                     streamer.reset()
+                    if stage is not None:
+                        stage.done(rx.last, streamer.durable_state())
                     metrics.sync(counts())
-                    req.answer(streamer.heartbeat())
+                    req.answer(status())
                 else:
                     metrics.sync(counts())
-                    req.answer(streamer.heartbeat())
+                    req.answer(status())
                     if req.cmd == "shutdown":
                         stop.set()
-            if drains and ((streamer.ended and not streamer.outbox) or time.monotonic() > drain_deadline):
+            delivered = not streamer.outbox and (stage is None or stage.unacked == 0)
+            if drains and ((streamer.ended and delivered) or time.monotonic() > drain_deadline):
                 metrics.sync(counts())
                 for req in drains:
-                    req.answer(streamer.heartbeat())
+                    req.answer(status())
                 drains.clear()
     finally:
         metrics.sync(counts())
-        print(json.dumps(streamer.heartbeat()), flush=True)
+        print(json.dumps(status()), flush=True)
         if streamer.recorder is not None:
             streamer.recorder.close()
         bus.stop()
         metrics.close()
         if tracer is not None:
             tracer.shutdown()
-        rx.socket.close(linger=0)
-        out.close(linger=5000)
+        if stage is not None:
+            stage.close()
+        else:
+            rx.socket.close(linger=0)
+        if out is not None:
+            out.close(linger=5000)
         if curve_auth is not None:
             curve_auth.stop()
         ctx.term()

@@ -44,6 +44,17 @@ class ViewerCounters:
         p50, p99 = np.percentile(np.fromiter(self.latencies_s, float), [50, 99]) * 1000.0
         return {"latency_p50_ms": round(float(p50), 3), "latency_p99_ms": round(float(p99), 3)}
 
+    def durable_state(self, applied: int | None) -> dict[str, object]:
+        """The viewer's record per input frame: counts, and the posture_index it applied (or None)."""
+        return {"viewer_received": self.viewer_received, "viewer_applied": self.viewer_applied,
+                "last_posture_index": self.last_posture_index, "rejected": dict(self.rejected), "applied": applied}
+
+    def restore(self, state: dict[str, object]) -> None:
+        self.viewer_received = int(state.get("viewer_received", 0))  # type: ignore[arg-type]
+        self.viewer_applied = int(state.get("viewer_applied", 0))  # type: ignore[arg-type]
+        self.last_posture_index = state.get("last_posture_index")  # type: ignore[assignment]
+        self.rejected.update(state.get("rejected", {}))  # type: ignore[arg-type]
+
     @property
     def crc_invalid(self) -> int:
         return self.rejected["crc_mismatch"]

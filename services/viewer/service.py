@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 import threading  # noqa: E402
 import zmq  # noqa: E402
 
+from mocapline import durable  # noqa: E402
 from mocapline.bus import DEFAULT_URL, Bus  # noqa: E402
 from mocapline.header import G1_JOINT_COUNT, MessageType  # noqa: E402
 from mocapline.lifecycle import stop_on_signals
@@ -55,6 +56,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server for heartbeats and control")
     p.add_argument("--exit-on-end", action="store_true", help="exit when the stream sends END_OF_STREAM")
     p.add_argument("--log-level", default="INFO", help="logging level")
+    durable.add_arguments(p, retain_mb=256)
     add_curve_client_options(p)
     add_metrics_arguments(p, "viewer")
     return p
@@ -128,19 +130,34 @@ def main(argv: list[str] | None = None) -> int:
     tracer = setup_tracing("viewer")
     applier = FrameApplier(model, data, writer, counters, metrics=metrics, tracer=tracer)
 
+    if args.state_dir is not None and args.curve_client_key:
+        print("mocapline viewer: CURVE on an acknowledged link is not supported yet", file=sys.stderr)
+        return 2
     ctx = zmq.Context()
+    stage: durable.DurableStage | None = None
     try:
-        link = client_link(ctx, zmq.PULL, args.input, curve_client_key=args.curve_client_key,
-                           curve_server_public=args.curve_server_public)
+        if args.state_dir is not None:
+            stage = durable.DurableStage(ctx, args.state_dir, durable.log_config(args),
+                                         input=durable.LinkSpec(args.input, MessageType.MOTION_FRAME, G1_JOINT_COUNT))
+            rx: Any = stage.rx
+            rx.rejects = counters.rejected
+            if stage.restored is not None:
+                counters.restore(stage.restored)
+        else:
+            link = client_link(ctx, zmq.PULL, args.input, curve_client_key=args.curve_client_key,
+                               curve_server_public=args.curve_server_public)
+            rx = FrameReceiver(link, MessageType.MOTION_FRAME, G1_JOINT_COUNT, rejects=counters.rejected)
     except (zmq.ZMQError, ValueError, OSError) as exc:
         print(f"mocapline viewer: cannot connect {args.input}: {exc}", file=sys.stderr)
         return 1
-    rx = FrameReceiver(link, MessageType.MOTION_FRAME, G1_JOINT_COUNT, rejects=counters.rejected)
     stop = stop_on_signals()
     ended = False
 
     def heartbeat() -> dict[str, Any]:
-        return {**counters.as_dict(), "viewer_pending": len(validator.pending), "ended": ended}
+        hb = {**counters.as_dict(), "viewer_pending": len(validator.pending), "ended": ended}
+        if stage is not None:
+            hb["durable"] = stage.snapshot()
+        return hb
 
     bus = Bus(args.nats, "viewer", heartbeat).start()
 
@@ -177,12 +194,18 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 last_frame_at = time.monotonic()
                 if msg.header.message_type is MessageType.END_OF_STREAM:
+                    counters.frame_ids.observe(msg.header.frame_id)
                     ended = True
+                    if stage is not None:
+                        stage.done(msg.header.frame_id, counters.durable_state(None))
                     if args.exit_on_end:
                         stop.set()
                     break
                 ended = False
-                validator.accept(msg)
+                frame = validator.accept(msg)
+                if stage is not None:  # applied and remembered before the next frame is taken
+                    applier.apply_pending(validator)
+                    stage.done(msg.header.frame_id, counters.durable_state(None if frame is None else frame.posture_index))
             applier.apply_pending(validator)
             metrics.maybe_sync(heartbeat)
             now = time.monotonic()
@@ -202,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
                     counters.rejected.clear()
                     validator.counters = counters
                     applier.counters = counters
+                    if stage is not None:
+                        stage.done(rx.last, counters.durable_state(None))
                     req.answer(metrics.synced(heartbeat()))
                 elif req.cmd == "drain":
                     drains.append(req)
@@ -224,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
             web.stop()
         if window is not None:
             window.close()
-        rx.socket.close(linger=0)
+        if stage is not None:
+            stage.close()
+        else:
+            rx.socket.close(linger=0)
         ctx.term()
     return 0
