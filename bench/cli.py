@@ -15,6 +15,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "retarget": ("bench.retarget", "IK onto the G1 frames/s"),
     "e2e": ("bench.e2e", "end-to-end through every service"),
     "tracing": ("bench.tracing", "per-frame cost of a trace per posture_index, traced vs untraced"),
+    "durability": ("bench.durability", "cost of crash safety: reliable links and logs vs plain, per fsync policy"),
     "metrics": ("bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
 }
 

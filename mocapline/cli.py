@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "viewer": ("services.viewer.service", "validate and apply MocapFrames to the G1 in MuJoCo"),
     "auditor": ("services.auditor.service", "side-path audit and the conservation verdict"),
     "emit": ("services.emitter.emitter", "synthetic Axis Studio binary BVH emitter / recording replayer"),
+    "relay": ("services.emitter.relay", "forward UDP and drop a share of it (packet loss on one path, for tests)"),
     "inspect": ("services.capture.inspect", "decode a recording or pcap as capture would, JSON lines"),
     "up": ("services.pipeline.up", "start the whole pipeline (NATS too), live counts, Ctrl-C drains and stops"),
     "demo": ("services.pipeline.demo", "run the pipeline on an emitted take and print the final ledger"),

@@ -154,16 +154,9 @@ def test_nats_restart_mid_take(stack_factory) -> None:
     sender.start()
     time.sleep(0.8)
     assert stack.nats is not None
-    stack.nats.kill()
-    stack.nats.wait()
+    stack.kill_nats()
     time.sleep(1.0)
-    port = c.nats_url.rpartition(":")[2]
-    import subprocess
-
-    from mocapline.bus import nats_server_binary
-
-    stack.nats = subprocess.Popen([str(nats_server_binary()), "-a", "127.0.0.1", "-p", port],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stack.restart_nats()
     sender.join(30)
 
     async def heartbeats() -> set[str]:

@@ -116,17 +116,7 @@ class Stack:
             raise PreflightError("pre-flight checks failed:\n  - " + "\n  - ".join(problems))
         c = self.config
         if not nats_reachable(c.nats_url):
-            binary = nats_server_binary()
-            assert binary is not None
-            port = c.nats_url.rpartition(":")[2]
-            self.nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", port],
-                                         stdout=self._log("nats"), stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-            deadline = time.monotonic() + 10
-            while not nats_reachable(c.nats_url):
-                if time.monotonic() > deadline or self.nats.poll() is not None:
-                    raise PreflightError(f"could not start nats-server on {c.nats_url}")
-                time.sleep(0.05)
+            self._start_nats()
         env = {"MOCAPLINE_NATS": c.nats_url, **c.extra_env}
         capture_ports = [c.main_port, c.side_port] if c.merge else [c.main_port]
         fds: dict[str, tuple[int, ...]] = {}
@@ -166,6 +156,29 @@ class Stack:
             svc = Service(name, args, env, pass_fds=fds.get(name, ()))
             self.services[name] = svc
             self._start(svc)
+
+    def _start_nats(self) -> None:
+        binary = nats_server_binary()
+        assert binary is not None
+        url = self.config.nats_url
+        self.nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", url.rpartition(":")[2]],
+                                     stdout=self._log("nats"), stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 10
+        while not nats_reachable(url):
+            if time.monotonic() > deadline or self.nats.poll() is not None:
+                raise PreflightError(f"could not start nats-server on {url}")
+            time.sleep(0.05)
+
+    def kill_nats(self) -> None:
+        """SIGKILL the NATS server this stack started (a crash of the control plane)."""
+        if self.nats is not None and self.nats.poll() is None:
+            self.nats.kill()
+            self.nats.wait()
+
+    def restart_nats(self) -> None:
+        """Start the NATS server again on the same port (after ``kill_nats``)."""
+        self.kill_nats()
+        self._start_nats()
 
     def _start(self, svc: Service) -> None:
         log = self._log(svc.name)

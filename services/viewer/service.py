@@ -81,14 +81,14 @@ class RenderLoop(threading.Thread):
         self.frames_rendered = 0
         self._qpos = np.zeros(model.nq)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def update(self, qpos: np.ndarray) -> None:
         with self._lock:
             self._qpos[:] = qpos
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=5)
 
     def run(self) -> None:
@@ -98,7 +98,7 @@ class RenderLoop(threading.Thread):
         camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
         camera.trackbodyid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, "pelvis")
         camera.distance, camera.elevation, camera.azimuth = 3.0, -12.0, 135.0
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             start = time.monotonic()
             with self._lock:
                 data.qpos[:] = self._qpos
@@ -109,7 +109,7 @@ class RenderLoop(threading.Thread):
             renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
             self.publish(renderer.render())
             self.frames_rendered += 1
-            self._stop.wait(max(0.0, self.period - (time.monotonic() - start)))
+            self._halt.wait(max(0.0, self.period - (time.monotonic() - start)))
         renderer.close()
 
 
