@@ -49,7 +49,10 @@ COPY assets ./assets
 # services/emitter/emitter.py), so the code stays in /app.
 RUN pip install --no-deps -e . \
  && python -m compileall -q mocapline services bench \
- && useradd --system --uid 10001 --create-home mocapline
+ && useradd --system --uid 10001 --create-home mocapline \
+ && install -d -o mocapline -g mocapline /var/lib/mocapline
+# durable mode's logs (MOCAPLINE_STATE_DIR): compose mounts a named volume here per service, which
+# takes this directory's owner on first use
 USER mocapline
 ENTRYPOINT ["mocapline"]
 

@@ -36,10 +36,7 @@ MT = MessageType.MOTION_FRAME
 
 
 def _endpoint() -> str:
-    port = free_tcp_port()
-    while port + 1000 > 32767:
-        port = free_tcp_port()
-    return f"tcp://127.0.0.1:{port}"
+    return f"tcp://127.0.0.1:{free_tcp_port()}"
 
 
 def _plain_link(n: int) -> float:

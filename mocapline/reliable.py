@@ -294,6 +294,10 @@ class ReliableSender:
                 continue
             self.counters.hellos += 1
             if same:
+                if seq >= self.stage_log.next_seq:
+                    log.warning("receiver holds up to %d but this log ends at %d: the log lost its tail "
+                                "(power cut with --fsync never?); frames numbered up to %d will be dropped "
+                                "as duplicates", seq, self.stage_log.next_seq - 1, seq)
                 self.counters.acked = max(self.counters.acked, min(seq, self.stage_log.next_seq - 1))
                 start = seq + 1
             else:  # a receiver that knows another sender (or none): everything we still have
@@ -317,7 +321,9 @@ class ReliableSender:
 
     def snapshot(self) -> dict[str, int]:
         return {"sent": self.counters.sent, "resent": self.counters.resent, "hellos": self.counters.hellos,
-                "acked": self.counters.acked, "unacked": self.unacked, "unrecoverable": self.counters.unrecoverable,
+                "acked": self.counters.acked, "unacked": self.unacked,
+                "in_flight": max(0, self.cursor - self.counters.acked - 1) if self.peer is not None else 0,
+                "unrecoverable": self.counters.unrecoverable,
                 "log_bytes": self.stage_log.log.disk_bytes()}
 
 

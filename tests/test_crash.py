@@ -26,13 +26,13 @@ FRAMES = 840  # 7 s at 120 Hz
 FIRST = 5000
 
 
-def make_stack(tmp_path: Path, *, durable: bool, merge: bool = False) -> Stack:
+def make_stack(tmp_path: Path, *, durable: bool, merge: bool = False, env: dict[str, str] | None = None) -> Stack:
     config = StackConfig(
         main_port=free_udp_port(), side_port=free_udp_port(), merge=merge,
         nats_url=f"nats://127.0.0.1:{free_tcp_port()}", human_port=free_tcp_port(), robot_port=free_tcp_port(),
         output_port=free_tcp_port(), viewer=True, display="none", web_port=free_tcp_port(),
         input_fps=RATE, output_fps=RATE, log_dir=tmp_path / "logs",
-        state_dir=tmp_path / "state" if durable else None, fsync="never",
+        state_dir=tmp_path / "state" if durable else None, fsync="never", extra_env=env or {},
     )
     stack = Stack(config)
     stack.start()
@@ -156,3 +156,72 @@ def test_nats_killed_and_restarted_mid_take_in_durable_mode(tmp_path, stacks) ->
     v = stack.verdict(stack.drain(timeout=60))
     assert v["viewer_applied"] == FRAMES and v["unique_frames_conserved"] == 1, v
     assert applied_indices(stack.config.state_dir / "viewer") == list(range(FIRST, FIRST + FRAMES))
+
+
+def test_a_consumer_gone_for_long_makes_frames_wait_on_disk_not_in_flight(tmp_path, stacks) -> None:
+    """The viewer hangs for 4 s: the streamer keeps at most its window (64 here) in flight and
+    the rest of the backlog in its log; when the viewer is back, everything arrives once."""
+    stack = make_stack(tmp_path, durable=True, env={"MOCAPLINE_WINDOW": "64"})
+    stacks.append(stack)
+    c = stack.config
+    emitter = threading.Thread(
+        target=emit_take, args=(TakePlan(frames=FRAMES, first_index=FIRST), [("127.0.0.1", c.main_port)]),
+        kwargs={"rate_hz": RATE}, daemon=True)
+    emitter.start()
+    time.sleep(1.5)
+    viewer = stack.services["viewer"].proc
+    os.kill(viewer.pid, signal.SIGSTOP)
+    time.sleep(4.0)
+    link = stack.ask("streamer", "status")["durable"]["output_link"]
+    os.kill(viewer.pid, signal.SIGCONT)
+    assert link["unacked"] > 300  # ~4 s of frames waiting...
+    assert link["in_flight"] <= 64  # ...of which at most the window in ZeroMQ's queues
+    emitter.join(timeout=60)
+    time.sleep(0.5)
+    v = stack.verdict(stack.drain(timeout=60))
+    assert v["viewer_applied"] == FRAMES and v["unique_frames_conserved"] == 1, v
+    assert applied_indices(stack.config.state_dir / "viewer") == list(range(FIRST, FIRST + FRAMES))
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@pytest.mark.soak
+def test_soak_rss_stays_flat(tmp_path, stacks) -> None:
+    """Opt-in (-m soak): MOCAPLINE_SOAK_S seconds (default 180) of a looping take at 120 Hz in
+    durable mode, with the viewer hung for 20 s in the middle; every service's RSS after the
+    first third stays within 40 MB of what it was then, and the take is conserved."""
+    duration = float(os.environ.get("MOCAPLINE_SOAK_S", "180"))
+    stack = make_stack(tmp_path, durable=True)
+    stacks.append(stack)
+    c = stack.config
+    frames = int(duration * RATE)
+    emitter = threading.Thread(
+        target=emit_take, args=(TakePlan(frames=frames, first_index=0), [("127.0.0.1", c.main_port)]),
+        kwargs={"rate_hz": RATE}, daemon=True)
+    emitter.start()
+    names = ["capture", "retarget", "streamer", "viewer"]
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    start = time.monotonic()
+    hung = False
+    while emitter.is_alive() and time.monotonic() - start < duration + 60:
+        elapsed = time.monotonic() - start
+        viewer = stack.services["viewer"].proc
+        if not hung and elapsed > duration / 2:
+            os.kill(viewer.pid, signal.SIGSTOP)
+            hung = True
+            time.sleep(20)
+            os.kill(viewer.pid, signal.SIGCONT)
+        for n in names:
+            samples[n].append(_rss_mb(stack.services[n].proc.pid))
+        time.sleep(5)
+    emitter.join(timeout=60)
+    v = stack.verdict(stack.drain(timeout=120))
+    assert v["viewer_applied"] == frames and v["unique_frames_conserved"] == 1, v
+    for n, rss in samples.items():
+        settled = rss[len(rss) // 3]
+        assert max(rss[len(rss) // 3:]) - settled < 40, (n, rss)

@@ -32,10 +32,7 @@ TYPE = MessageType.HUMAN_FRAME
 
 
 def _endpoint() -> str:
-    port = free_tcp_port()
-    while port + 1000 > 32767:
-        port = free_tcp_port()
-    return f"tcp://127.0.0.1:{port}"
+    return f"tcp://127.0.0.1:{free_tcp_port()}"
 
 
 class End:

@@ -33,6 +33,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--output-fps", type=float, default=None, help="output stream rate (default = input)")
     p.add_argument("--no-viewer", action="store_true", help="run without the viewer stage")
     p.add_argument("--log-dir", default=None, help="keep the services' logs here")
+    p.add_argument("--durable", action="store_true",
+                   help="durable mode (journal, ACKs, resends) with its state in a temporary folder")
     p.add_argument("--json", action="store_true", help="print the final ledger as one JSON object")
     return p
 
@@ -56,6 +58,10 @@ def run_demo(args: Any) -> dict[str, Any]:
         output_fps=args.output_fps or fps,
         log_dir=Path(args.log_dir) if args.log_dir else None,
     )
+    import tempfile
+
+    state = tempfile.TemporaryDirectory(prefix="mocapline-demo-") if args.durable else None
+    config.state_dir = Path(state.name) if state is not None else None
     stack = Stack(config)
     try:
         stack.start()
@@ -75,6 +81,8 @@ def run_demo(args: Any) -> dict[str, Any]:
         return stack.verdict(finals)
     finally:
         stack.stop()
+        if state is not None:
+            state.cleanup()
 
 
 def main(argv: list[str] | None = None) -> int:

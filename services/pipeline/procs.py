@@ -33,11 +33,15 @@ _FREE_RANGE = range(20000, 32768)
 _handed_out: set[int] = set()
 
 
-def _free_port(kind: int) -> int:
+def _free_port(kind: int, companion: int = 0) -> int:
+    """A free port; with ``companion``, ``port + companion`` is free and reserved too."""
+    ports = range(_FREE_RANGE.start, _FREE_RANGE.stop - companion)
     for _ in range(1000):
-        port = random.choice(_FREE_RANGE)
-        if port not in _handed_out and port_free(port, kind, "0.0.0.0") and port_free(port, _other(kind), "0.0.0.0"):
-            _handed_out.add(port)
+        port = random.choice(ports)
+        wanted = (port, port + companion) if companion else (port,)
+        if all(p not in _handed_out and port_free(p, kind, "0.0.0.0") and port_free(p, _other(kind), "0.0.0.0")
+               for p in wanted):
+            _handed_out.update(wanted)
             return port
     raise RuntimeError("no free port found in 20000-32767")
 
@@ -47,8 +51,11 @@ def _other(kind: int) -> int:
 
 
 def free_tcp_port() -> int:
-    """A port free for TCP (and UDP) on every local address."""
-    return _free_port(socket.SOCK_STREAM)
+    """A port free for TCP (and UDP) on every local address, with port + 1000 free as well: a
+    durable link's control endpoint (mocapline/reliable.py) is there."""
+    from mocapline.reliable import ACK_PORT_OFFSET
+
+    return _free_port(socket.SOCK_STREAM, ACK_PORT_OFFSET)
 
 
 def free_udp_port() -> int:

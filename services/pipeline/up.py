@@ -36,6 +36,13 @@ def add_stack_options(p: EnvArgumentParser) -> None:
     p.add_argument("--human-height", type=float, default=None, help="performer height in metres")
     p.add_argument("--ik-config", type=Path, default=None, help="IK config JSON (default: the Axis Studio one)")
     p.add_argument("--log-dir", type=Path, default=None, help="service logs go here (default: a temp dir)")
+    p.add_argument("--state-dir", type=Path, default=None,
+                   help="durable mode's logs (raw journal, outboxes) go here, one folder per service "
+                        "(default: <log dir>/state)")
+    p.add_argument("--plain", action="store_true",
+                   help="plain PUSH/PULL links, nothing on disk: faster, but a crashed service loses frames")
+    p.add_argument("--fsync", choices=("never", "interval", "always"), default="interval",
+                   help="durable mode: when logs are flushed to disk (see mocapline/segmentlog.py)")
 
 
 def stack_config(args: Any, **overrides: Any) -> StackConfig:
@@ -53,6 +60,8 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
         human_height=args.human_height,
         ik_config=args.ik_config,
         log_dir=log_dir,
+        state_dir=None if args.plain else (args.state_dir or log_dir / "state"),
+        fsync=args.fsync,
     )
     for key, value in overrides.items():
         setattr(config, key, value)
@@ -101,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mocapline: pipeline up; Axis Studio -> udp {config.main_port}"
           f"{' + ' + str(config.side_port) if config.merge else ''}; robots/viewers -> tcp {config.output_port}; "
           f"logs in {config.log_dir}")
+    print("mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
+                           if config.state_dir is not None else "plain links (--plain): nothing kept on disk"))
     if not args.no_viewer and args.display != "window":
         print(f"mocapline: web viewer at http://127.0.0.1:{args.web_port}/")
     emitter = None
@@ -117,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     interactive = sys.stdout.isatty()
     try:
         while not stop.wait(1.0):
+            stack.supervise()  # a service that died is started again (durable mode: it resumes)
             table = live.table()
             if interactive:
                 sys.stdout.write("\x1b[2J\x1b[H" + table + "\n(Ctrl-C: drain, stop and print the final ledger)\n")
