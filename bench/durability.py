@@ -1,8 +1,9 @@
 """``mocapline bench durability``: what crash safety costs, durable mode against plain links,
 side by side in one run.
 
-1. One link, in one process: frames/s through FrameSender/FrameReceiver (plain PUSH/PULL) against
-   the reliable link (one log record per frame, ACKs, duplicates check) with each fsync policy.
+1. One link, sender and receiver in two processes: frames/s through FrameSender/FrameReceiver
+   (plain PUSH/PULL) against the reliable link (one log record per frame, ACKs, duplicates check)
+   with each fsync policy.
 2. The whole pipeline as real processes: p50 / p99 of UDP arrival -> qpos applied at 120 Hz, and
    frames/s when the take is emitted as fast as possible, plain against durable (fsync interval,
    the default, and always).
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,56 +40,77 @@ def _endpoint() -> str:
     return f"tcp://127.0.0.1:{free_tcp_port()}"
 
 
-def _plain_link(n: int) -> float:
+def _send_plain(ep: str, n: int) -> None:
     ctx = zmq.Context()
-    ep = _endpoint()
     tx = FrameSender(lossless_socket(ctx, zmq.PUSH, ep, bind=True), MT, G1_JOINT_COUNT)
-    rx = FrameReceiver(lossless_socket(ctx, zmq.PULL, ep, bind=False), MT, G1_JOINT_COUNT)
     payload = sample_payload()
-    start = time.perf_counter()
-    t = threading.Thread(target=lambda: [tx.send(payload, capture_timestamp_us=1) for _ in range(n)])
-    t.start()
-    got = 0
-    while got < n:
-        if rx.recv(1000) is not None:
-            got += 1
-    elapsed = time.perf_counter() - start
-    t.join()
+    for _ in range(n):
+        tx.send(payload, capture_timestamp_us=1)
+    tx.socket.close(linger=10_000)
+    ctx.term()
+
+
+def _send_reliable(ep: str, n: int, fsync: str, state: str) -> None:
+    ctx = zmq.Context()
+    data, control = sender_sockets(ctx, ep)
+    tx = ReliableSender(data, control, StageLog(Path(state), "out", LogConfig(fsync=fsync)), G1_JOINT_COUNT)
+    payload = sample_payload()
+    for _ in range(n):  # one record per frame (the durable step), then what the window allows
+        tx.commit(StageRecord(NO_EPOCH, -1, b"{}", [Output(MT, payload, 1)]))
+        tx.pump()
+    deadline = time.monotonic() + 60
+    while tx.counters.acked < n - 1 and time.monotonic() < deadline:
+        tx.pump(5)
+    tx.stage_log.close()
     ctx.destroy(linger=0)
-    return n / elapsed
+
+
+def _rate(rx: Any, n: int) -> float:
+    """Frames/s from the first frame received to the last (the sender's start-up excluded)."""
+    got = 0
+    start = 0.0
+    deadline = time.monotonic() + 120
+    while got < n and time.monotonic() < deadline:
+        if rx.recv(100) is not None:
+            got += 1
+            if got == 1:
+                start = time.perf_counter()
+    if got < n:
+        raise RuntimeError(f"only {got} of {n} frames arrived")
+    return (n - 1) / (time.perf_counter() - start)
+
+
+def _plain_link(n: int) -> float:
+    ep = _endpoint()
+    sender = multiprocessing.get_context("spawn").Process(target=_send_plain, args=(ep, n))
+    sender.start()
+    ctx = zmq.Context()
+    rx = FrameReceiver(lossless_socket(ctx, zmq.PULL, ep, bind=False), MT, G1_JOINT_COUNT)
+    try:
+        return _rate(rx, n)
+    finally:
+        sender.join(30)
+        ctx.destroy(linger=0)
 
 
 def _reliable_link(n: int, fsync: str) -> float:
-    ctx = zmq.Context()
+    """Sender and receiver in two processes, as the stages run."""
     ep = _endpoint()
     with tempfile.TemporaryDirectory(prefix="mocapline-bench-") as state:
-        data, control = sender_sockets(ctx, ep)
-        tx = ReliableSender(data, control, StageLog(Path(state), "out", LogConfig(fsync=fsync)), G1_JOINT_COUNT)
+        sender = multiprocessing.get_context("spawn").Process(target=_send_reliable, args=(ep, n, fsync, state))
+        sender.start()
+        ctx = zmq.Context()
         rdata, rcontrol = receiver_sockets(ctx, ep)
         rx = ReliableReceiver(rdata, rcontrol, MT, G1_JOINT_COUNT)
-        payload = sample_payload()
-        done = threading.Event()
-
-        def send() -> None:  # one record per frame (the durable step), then the window's worth is sent
-            for _ in range(n):
-                tx.commit(StageRecord(NO_EPOCH, -1, b"{}", [Output(MT, payload, 1)]))
-                tx.pump()
-            while not done.is_set():
-                tx.pump(1)
-
-        start = time.perf_counter()
-        t = threading.Thread(target=send)
-        t.start()
-        got = 0
-        while got < n:
-            if rx.recv(1000) is not None:
-                got += 1
-        elapsed = time.perf_counter() - start
-        done.set()
-        t.join()
-        tx.stage_log.close()
-    ctx.destroy(linger=0)
-    return n / elapsed
+        try:
+            fps = _rate(rx, n)
+            deadline = time.monotonic() + 30
+            while sender.is_alive() and time.monotonic() < deadline:
+                rx.recv(10)  # acknowledge the tail so the sender finishes
+            return fps
+        finally:
+            sender.join(30)
+            ctx.destroy(linger=0)
 
 
 def link(n: int, rounds: int) -> dict[str, float]:
@@ -116,6 +138,9 @@ def pipeline(frames: int, flat_frames: int, modes: list[tuple[str, str | None]])
             try:
                 stack.start()
                 stack.wait_ready()
+                emit_take(TakePlan(frames=120, first_index=0), [("127.0.0.1", config.main_port)], rate_hz=120.0)
+                stack.drain()  # a warm-up take, not measured
+                stack.reset()
                 emit_take(TakePlan(frames=frames, first_index=0), [("127.0.0.1", config.main_port)], rate_hz=120.0)
                 view = stack.drain()["viewer"]
                 stack.reset()
@@ -144,7 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {"link": link(args.messages, args.rounds)}
     if not args.no_pipeline:
         result["pipeline"] = pipeline(args.frames, args.flat_frames,
-                                      [("plain", None), ("durable_interval", "interval"), ("durable_always", "always")])
+                                      [("plain", None), ("durable_never", "never"), ("durable_interval", "interval"),
+                                       ("durable_always", "always")])
     if args.json:
         print(json.dumps(result))
         return 0

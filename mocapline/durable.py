@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,8 @@ class DurableStage:
                 epoch=last.in_epoch if last is not None else NO_EPOCH,
                 last=last.in_seq if last is not None else -1,
             )
+            if self.sender is not None:
+                self.rx.wake_on(self.sender.control)
         if last is not None:
             log.info("resuming from %s: input through %d, %d outputs written", state_dir, last.in_seq,
                      self.stage_log.next_seq)
@@ -149,6 +152,17 @@ class DurableStage:
 
     def pump(self, timeout_ms: int = 0) -> int:
         return self.sender.pump(timeout_ms) if self.sender is not None else 0
+
+    def wait_delivered(self, timeout_s: float) -> bool:
+        """Pump until every output is acknowledged (sleeping on the control socket, not spinning)
+        or ``timeout_s`` passes; True when all were."""
+        if self.sender is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while self.sender.unacked and time.monotonic() < deadline:
+            self.sender.control.poll(10)
+            self.sender.pump()
+        return self.sender.unacked == 0
 
     @property
     def unacked(self) -> int:

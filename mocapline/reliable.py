@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import struct
 import time
@@ -156,7 +157,11 @@ class StageLog:
     def append(self, record: StageRecord) -> int:
         """Write one record (the durable step); returns the sequence number of its first output."""
         first = self.next_seq
-        self.log.append(record.in_seq if self.key_by_input else first, record.encode())
+        if self.key_by_input:  # -1 (nothing received yet) and repeats (a reset) keep the last key
+            key = max(record.in_seq, 0, self.log.last_key or 0)
+        else:
+            key = first
+        self.log.append(key, record.encode())
         self.next_seq += len(record.outputs)
         self.last = record
         return first
@@ -239,7 +244,7 @@ class ReliableSender:
         while self.peer is not None and self.cursor < self.stage_log.next_seq:
             if self.cursor - self.counters.acked - 1 >= self.window:
                 break
-            if not self.data.poll(timeout_ms, zmq.POLLOUT):
+            if timeout_ms and not self.data.poll(timeout_ms, zmq.POLLOUT):
                 break
             timeout_ms = 0
             seq, out = self._fetch(self.cursor)
@@ -252,7 +257,10 @@ class ReliableSender:
                 capture_timestamp_us=out.capture_timestamp_us, send_timestamp_us=now_us(),
                 joint_count=0 if out.message_type is MessageType.END_OF_STREAM else self.joint_count,
             )
-            self.data.send_multipart((TOPICS[out.message_type], frame))
+            try:
+                self.data.send_multipart((TOPICS[out.message_type], frame), zmq.NOBLOCK)
+            except zmq.Again:  # no consumer connected, or its queue is full: later
+                break
             self.counters.sent += 1
             if seq < self.high_water:
                 self.counters.resent += 1
@@ -374,6 +382,7 @@ class ReliableReceiver:
         self._poller = zmq.Poller()
         self._poller.register(data, zmq.POLLIN)
         self._poller.register(control, zmq.POLLIN)
+        self._wake: list[zmq.Socket] = []
         self._hello()
 
     def _send_control(self, kind: int) -> bool:
@@ -407,21 +416,39 @@ class ReliableReceiver:
         now = time.monotonic()
         if self.last > self._acked and now - self._ack_at >= self.ACK_INTERVAL_S:
             self.ack()
+        if self.welcomed:  # the common case, a frame already waiting: no poll
+            try:
+                got = self._decode(self.data.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                got = None
+            if got is not None:
+                self._progress()
+                return got
         deadline = now + timeout_ms / 1000
         while True:
-            events = dict(self._poller.poll(max(0, int((deadline - time.monotonic()) * 1000))))
+            wait = deadline - time.monotonic()
+            if self.last > self._acked:  # wake up in time to acknowledge
+                wait = min(wait, self._ack_at + self.ACK_INTERVAL_S - time.monotonic())
+            events = dict(self._poller.poll(max(0, math.ceil(wait * 1000))))  # ceil: no spin at the end
             if self.control in events:
                 self._read_control()
             if self.data in events:
-                got = self._read_data()
+                got = self._decode(self.data.recv_multipart())
                 if got is not None:
-                    self._backoff = self.IDLE_HELLO_S
-                    self._hello_at = time.monotonic()
+                    self._progress()
                     return got
             now = time.monotonic()
+            if self.last > self._acked and now - self._ack_at >= self.ACK_INTERVAL_S:
+                self.ack()
             self._maybe_hello(now)
-            if now >= deadline:
+            if now >= deadline or any(sock in events for sock in self._wake):
                 return None
+
+    def wake_on(self, sock: zmq.Socket) -> None:
+        """Also return (None) from ``recv`` when ``sock`` has a message: a stage's output link's
+        control socket, so that ACKs and HELLOs are handled without busy polling."""
+        self._wake.append(sock)
+        self._poller.register(sock, zmq.POLLIN)
 
     def _read_control(self) -> None:
         while self.control.poll(0):
@@ -443,8 +470,11 @@ class ReliableReceiver:
                 self.last = next_seq - 1
             self.welcomed = True
 
-    def _read_data(self) -> Received | None:
-        parts = self.data.recv_multipart()
+    def _progress(self) -> None:
+        self._backoff = self.IDLE_HELLO_S
+        self._hello_at = time.monotonic()
+
+    def _decode(self, parts: list[bytes]) -> Received | None:
         if len(parts) != 2:
             self.rejects["bad_parts"] += 1
             return None
@@ -479,7 +509,7 @@ class ReliableReceiver:
     def snapshot(self) -> dict[str, int]:
         c = self.counters
         return {"accepted": c.accepted, "duplicates": c.duplicates, "out_of_order": c.out_of_order,
-                "before_welcome": c.before_welcome, "lost": c.lost, "hellos": c.hellos, "epoch_changes": c.epoch_changes,
+                "welcomed": self.welcomed, "before_welcome": c.before_welcome, "lost": c.lost, "hellos": c.hellos, "epoch_changes": c.epoch_changes,
                 "last": self.last}
 
 

@@ -225,3 +225,20 @@ def test_soak_rss_stays_flat(tmp_path, stacks) -> None:
     for n, rss in samples.items():
         settled = rss[len(rss) // 3]
         assert max(rss[len(rss) // 3:]) - settled < 40, (n, rss)
+
+
+def test_durable_takes_back_to_back_with_a_reset(tmp_path, stacks) -> None:
+    """reset between takes in durable mode: every service remembers its fresh counters (the viewer
+    before it has received anything), and the second take balances on its own."""
+    stack = make_stack(tmp_path, durable=True)
+    stacks.append(stack)
+    c = stack.config
+    stack.reset()
+    for first in (100, 9000):
+        emit_take(TakePlan(frames=240, first_index=first), [("127.0.0.1", c.main_port)], rate_hz=600.0)
+        v = stack.verdict(stack.drain(timeout=60))
+        assert v["source_unique_frames"] == v["viewer_applied"] == 240 and v["unique_frames_conserved"] == 1, v
+        assert v["first_posture_index"] == first
+        stack.reset()
+    applied = applied_indices(stack.config.state_dir / "viewer")
+    assert applied == list(range(100, 340)) + list(range(9000, 9240))

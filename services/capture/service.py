@@ -186,9 +186,7 @@ class CaptureService:
         self.sender.send_end()
         self._remember()
         if self.stage is not None:  # the take's frames are acknowledged before its ledger is final
-            deadline = time.monotonic() + quiet_s + 30
-            while self.stage.unacked and time.monotonic() < deadline:
-                self.stage.pump(10)
+            self.stage.wait_delivered(quiet_s + 30)
 
     def _remember(self) -> None:
         if self.stage is not None:
@@ -313,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     next_status = time.monotonic() + args.status_interval
     try:
         while not stop.is_set():
-            service.step(0.002 if stage is not None and stage.unacked else 0.05)
+            service.step(0.05)  # durable: ACKs and HELLOs are read at least every 50 ms
             if stage is not None:
                 stage.pump()
             service.report_gaps(bus)

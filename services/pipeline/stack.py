@@ -222,10 +222,12 @@ class Stack:
                     raise PreflightError(f"{name} exited with code {svc.proc.returncode} during start-up"
                                          + self._log_hint(name))
                 try:
-                    asyncio.run(request(self.config.nats_url, name, "status", timeout=1.0))
-                    pending.discard(name)
+                    status = asyncio.run(request(self.config.nats_url, name, "status", timeout=1.0))
                 except Exception:  # noqa: BLE001 - not up yet
-                    pass
+                    continue
+                link = (status.get("durable") or {}).get("input_link")
+                if link is None or link.get("welcomed"):  # durable: its sender has answered too
+                    pending.discard(name)
             if pending and time.monotonic() > deadline:
                 raise PreflightError(f"not ready after {timeout:.0f} s: {sorted(pending)}")
             time.sleep(0.1)

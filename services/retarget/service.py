@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     next_status = time.monotonic() + args.status_interval
     try:
         while not stop.is_set():
-            msg = rx.recv(timeout_ms=1 if stage is not None and stage.unacked else 20)
+            msg = rx.recv(timeout_ms=20)  # durable: also wakes for the output link's ACKs and HELLOs
             if msg is not None:
                 service.on_message(msg)
                 if stage is not None:

@@ -239,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     drain_deadline = 0.0
     try:
         while not stop.is_set():
-            busy = streamer.outbox or (stage is not None and stage.unacked)
-            msg = rx.recv(timeout_ms=0 if busy else 10)
+            # durable: the outbox is emptied into the log at once; recv wakes for ACKs and HELLOs too
+            msg = rx.recv(timeout_ms=0 if streamer.outbox else 10)
             if msg is not None:
                 t_in_ns = time.time_ns()
                 if msg.header.message_type is MessageType.END_OF_STREAM:
