@@ -87,3 +87,31 @@ def test_a_reset_starts_a_new_take_in_the_journal(tmp_path) -> None:
     again = RawJournal(tmp_path)
     assert again.next_seq == second + 1
     assert [d.seq for d in again.datagrams_from(0)] == [first + 1]
+
+
+def test_a_datagram_journaled_but_still_in_the_socket_is_not_journaled_twice(tmp_path) -> None:
+    """Killed between journaling a datagram and taking it off the socket: the restarted capture
+    finds it at the head of the (supervisor-held) socket and skips it; everything else is journaled
+    once and only leaves the socket after it is on disk."""
+    import queue
+    import socket
+
+    from services.capture.receiver import UdpReceiver, open_udp
+
+    sock, _ = open_udp("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    payloads = [d.data for d in datagrams(3)]
+    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for data in payloads:
+        out.sendto(data, ("127.0.0.1", port))
+    journal = RawJournal(tmp_path, LogConfig(fsync="never"))
+    fifo: queue.SimpleQueue = queue.SimpleQueue()
+    receiver = UdpReceiver(sock, fifo, journal.record, journaled_head=payloads[0])
+    receiver.start()
+    got = [fifo.get(timeout=5) for _ in range(2)]
+    receiver.stop()
+    out.close()
+    assert [d.data for d in got] == payloads[1:]
+    assert [d.seq for d in got] == [0, 1]
+    assert [d.data for d in journal.datagrams_from(0)] == payloads[1:]
+    assert RawJournal(tmp_path).last_by_port == {port: payloads[2]}

@@ -43,6 +43,20 @@ class RawJournal:
         self.log = SegmentLog(directory, "raw", config)
         self.next_seq = 0 if self.log.last_key is None else self.log.last_key + 1
         self._lock = threading.Lock()
+        self.last_by_port = self._last_by_port()
+
+    def _last_by_port(self) -> dict[int, bytes]:
+        """The newest journaled datagram of each port (in the newest segment that has any): what
+        a capture killed between journaling and consuming a datagram finds first in its socket."""
+        for path in reversed(self.log.segments()):
+            out: dict[int, bytes] = {}
+            for _, blob in read_segment(path)[0]:
+                kind, _, port, _, data = _decode(blob)
+                if kind == DATAGRAM:
+                    out[port] = data
+            if out:
+                return out
+        return {}
 
     def record(self, dgram: Datagram) -> Datagram:
         """Journal one datagram; returns it carrying its journal sequence number."""

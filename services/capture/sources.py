@@ -97,7 +97,8 @@ class UdpMotionInput:
             self.granted_rcvbuf[port] = granted
             level = logging.INFO if granted >= self.rcvbuf else logging.WARNING
             log.log(level, "udp %s:%d SO_RCVBUF asked %d, kernel granted %d", self.host, port, self.rcvbuf, granted)
-            self.receivers.append(UdpReceiver(sock, self.fifo, journal))
+            head = self.journal.last_by_port.get(port) if self.journal is not None else None
+            self.receivers.append(UdpReceiver(sock, self.fifo, journal, head))
         if self.record_path is not None:
             self._recorder = RecordingWriter(
                 self.record_path, {"source": self.name, "ports": self.ports, "session_id": self.core.session_id}
