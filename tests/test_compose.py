@@ -526,6 +526,21 @@ def _mounts(svc: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def test_durable_services_each_keep_their_state_on_their_own_volume(services, compose) -> None:
+    """Durable mode: the four pipeline stages keep logs in MOCAPLINE_STATE_DIR, which must be a
+    named volume of their own (a shared one would mix their logs; none would lose them with the
+    container)."""
+    volumes = {}
+    for name in ("capture", "retarget", "streamer", "viewer"):
+        state = service_env(services[name]).get("MOCAPLINE_STATE_DIR")
+        assert state, f"{name} does not run in durable mode"
+        mounted = dict((target, source) for source, target in _mounts(services[name]))
+        assert state in mounted and not mounted[state].startswith("."), name
+        volumes[name] = mounted[state]
+    assert len(set(volumes.values())) == 4
+    assert set(volumes.values()) <= set(compose["volumes"])
+
+
 def test_every_mounted_path_exists(services) -> None:
     """deploy/ files are part of the repository: they must all be there (Prometheus' scrape config
     and Grafana's provisioning included)."""
@@ -735,6 +750,9 @@ def test_the_pipeline_services_start_with_the_compose_environment(nats_server, t
             # The container's environment, minus tracing: no collector runs in the tests.
             penv = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
             penv.update(service_env(svc), OTEL_SDK_DISABLED="true")
+            if "MOCAPLINE_STATE_DIR" in penv:  # each container has its own volume there
+                assert penv["MOCAPLINE_STATE_DIR"] == "/var/lib/mocapline", name
+                penv["MOCAPLINE_STATE_DIR"] = str(tmp_path / "state" / name)
             logs[name] = open(tmp_path / f"{name}.log", "w")
             proc = Service(argv[1], argv[2:], {})
             proc.proc = subprocess.Popen([sys.executable, "-m", "mocapline.cli", *argv[1:]], env=penv,
