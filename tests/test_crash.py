@@ -224,6 +224,8 @@ def test_soak_rss_stays_flat(tmp_path, stacks) -> None:
     assert v["viewer_applied"] == frames and v["unique_frames_conserved"] == 1, v
     for n, rss in samples.items():
         settled = rss[len(rss) // 3]
+        print(f"{n}: RSS MB first {rss[0]:.1f}, after a third {settled:.1f}, max after {max(rss[len(rss) // 3:]):.1f}, "
+              f"last {rss[-1]:.1f} ({len(rss)} samples)")
         assert max(rss[len(rss) // 3:]) - settled < 40, (n, rss)
 
 
