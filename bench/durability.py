@@ -25,9 +25,15 @@ import zmq
 
 from bench.e2e import sample_payload
 from mocapline.header import G1_JOINT_COUNT, MessageType
-from mocapline.reliable import NO_EPOCH, Output, ReliableReceiver, ReliableSender, StageLog, StageRecord
-from mocapline.reliable import receiver_sockets, sender_sockets
+from mocapline.reliable import (
+    NO_EPOCH,
+    ReliableReceiver,
+    ReliableSender,
+    receiver_sockets,
+    sender_sockets,
+)
 from mocapline.segmentlog import LogConfig
+from mocapline.stagelog import Output, StageLog, StageRecord
 from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
 from services.emitter.emitter import TakePlan, emit_take
 from services.pipeline.procs import free_tcp_port, free_udp_port

@@ -29,15 +29,13 @@ from mocapline.header import MessageType
 from mocapline.reliable import (
     DEFAULT_WINDOW,
     NO_EPOCH,
-    Output,
     ReliableReceiver,
     ReliableSender,
-    StageLog,
-    StageRecord,
     receiver_sockets,
     sender_sockets,
 )
 from mocapline.segmentlog import FSYNC_POLICIES, LogConfig
+from mocapline.stagelog import Output, StageLog, StageRecord
 
 log = logging.getLogger("mocapline.durable")
 

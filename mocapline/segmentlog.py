@@ -136,7 +136,8 @@ class SegmentLog:
         if self.last is not None and key < self.last[0]:
             raise ValueError(f"{self.name}: key {key} after {self.last[0]}: keys never decrease")
         c = self.config
-        if self._fd is None or self._size >= c.max_segment_bytes or time.monotonic() - self._opened_at >= c.max_segment_age_s:
+        too_old = time.monotonic() - self._opened_at >= c.max_segment_age_s
+        if self._fd is None or self._size >= c.max_segment_bytes or too_old:
             self._rotate(key)
         assert self._fd is not None
         record = _HEAD.pack(key, len(data), zlib.crc32(data)) + data

@@ -14,11 +14,8 @@ from mocapline.reliable import (
     ACK,
     HELLO,
     NO_EPOCH,
-    Output,
     ReliableReceiver,
     ReliableSender,
-    StageLog,
-    StageRecord,
     ack_endpoint,
     decode_control,
     encode_control,
@@ -26,6 +23,7 @@ from mocapline.reliable import (
     sender_sockets,
 )
 from mocapline.segmentlog import LogConfig
+from mocapline.stagelog import Output, StageLog, StageRecord
 from services.pipeline.procs import free_tcp_port
 
 TYPE = MessageType.HUMAN_FRAME
