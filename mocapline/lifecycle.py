@@ -1,9 +1,34 @@
-"""Process lifecycle shared by every service."""
+"""Process lifecycle shared by every service: its common flags, logging, and stopping on signals."""
 
 from __future__ import annotations
 
+import argparse
+import logging
 import signal
 import threading
+from typing import Any
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def add_service_arguments(parser: Any, *, nats_help: str) -> None:
+    """--nats and --log-level, as every service has them (env MOCAPLINE_NATS, MOCAPLINE_LOG_LEVEL)."""
+    from mocapline.bus import DEFAULT_URL
+
+    parser.add_argument("--nats", default=DEFAULT_URL, help=nats_help)
+    parser.add_argument("--log-level", type=_log_level, default="INFO", help=f"logging level: {', '.join(LOG_LEVELS)}")
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level, format=LOG_FORMAT)
 
 
 def stop_on_signals() -> threading.Event:

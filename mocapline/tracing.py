@@ -124,6 +124,13 @@ class StageTracer:
             self.span_name, context=context, start_time=start_ns, attributes={ATTR_POSTURE_INDEX: posture_index}
         )
 
+    def carry(self, frame: Any, start_ns: int | None = None) -> Span:
+        """A span for ``frame`` (a HumanFrame or RobotFrame: ``posture_index``, ``traceparent``),
+        a child of the trace it carries (or a new trace); the frame then carries this span on."""
+        span = self.start(frame.posture_index, frame.traceparent, start_ns)
+        frame.traceparent = format_traceparent(span)
+        return span
+
     def shutdown(self) -> None:
         """Export what is queued and stop (at service exit)."""
         if self.provider is not None:

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mocapline.bus import DEFAULT_URL, GAPS_SUBJECT, PREFIX, VERDICT_SUBJECT, Bus
+from mocapline.bus import GAPS_SUBJECT, PREFIX, VERDICT_SUBJECT, Bus
 from mocapline.ledger import SequenceLedger
-from mocapline.lifecycle import stop_on_signals
+from mocapline.lifecycle import add_service_arguments, setup_logging, stop_on_signals
 from mocapline.metrics import add_arguments as add_metrics_arguments
 from mocapline.metrics import start as start_metrics
 from mocapline.options import EnvArgumentParser, port_number
@@ -35,11 +35,10 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--side-fd", type=int, default=None,
                    help="use this inherited, already bound UDP socket for the side path instead of binding "
                         "(a supervisor keeps it open across restarts)")
-    p.add_argument("--nats", default=DEFAULT_URL, help="NATS server")
+    add_service_arguments(p, nats_help="NATS server")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between verdicts")
     p.add_argument("--snapshot", type=Path, default=None, help="write the final snapshot (counters used) here on exit")
     p.add_argument("--replay", type=Path, default=None, help="recompute the verdict from a saved snapshot and exit")
-    p.add_argument("--log-level", default="INFO", help="logging level")
     add_metrics_arguments(p, "auditor")
     return p
 
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         snapshot = json.loads(args.replay.read_text())
         print(json.dumps(audit(snapshot)))
         return 0
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging(args.log_level)
     side = SidePath(args.side_host, args.side_port, args.side_fd) if args.side_port else None
     lock = threading.Lock()
     services: dict[str, dict[str, Any]] = {}

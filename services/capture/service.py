@@ -19,17 +19,17 @@ from typing import Any
 import zmq
 
 from mocapline import durable
-from mocapline.bus import DEFAULT_URL, GAPS_SUBJECT, Bus
+from mocapline.bus import GAPS_SUBJECT, Bus
 from mocapline.durable import DurableStage
 from mocapline.frames import HumanFrame
 from mocapline.header import MessageType
-from mocapline.lifecycle import stop_on_signals
+from mocapline.lifecycle import add_service_arguments, setup_logging, stop_on_signals
 from mocapline.metrics import ServiceMetrics
 from mocapline.metrics import add_arguments as add_metrics_arguments
 from mocapline.metrics import start as start_metrics
 from mocapline.options import EnvArgumentParser, port_number
 from mocapline.skeleton import GMR_BODIES, SkeletonKind
-from mocapline.tracing import StageTracer, format_traceparent
+from mocapline.tracing import StageTracer
 from mocapline.tracing import setup as setup_tracing
 from mocapline.transport import FrameSender, lossless_socket
 from services.capture.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
@@ -61,10 +61,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--status-interval", type=float, default=1.0, help="seconds between ledger lines on stderr; 0 = off")
     p.add_argument("--exit-on-idle", type=float, default=0.0,
                    help="stop after this many seconds without datagrams once a take has started; 0 = never")
-    p.add_argument("--nats", default=DEFAULT_URL, help="NATS server for heartbeats, gap reports and control")
+    add_service_arguments(p, nats_help="NATS server for heartbeats, gap reports and control")
     p.add_argument("--shutdown-wait", type=float, default=30.0,
                    help="on exit, seconds to wait for the consumer to take queued frames")
-    p.add_argument("--log-level", default="INFO", help="logging level")
     p.add_argument("--udp-fds", type=parse_fd_list, default=None,
                    help="use these inherited, already bound UDP sockets (comma-separated fds, in --ports "
                         "order) instead of binding: a supervisor that holds them keeps datagrams queued in "
@@ -164,10 +163,8 @@ class CaptureService:
         self.produced += 1
         if self.produced <= self.already_sent:
             return  # replayed from the journal and already in the stage log: sent before the restart
-        span = None
-        if self.tracer is not None:  # the trace of this posture_index starts at the datagram's arrival
-            span = self.tracer.start(frame.posture_index, start_ns=frame.capture_timestamp_us * 1000)
-            frame.traceparent = format_traceparent(span)
+        # the trace of this posture_index starts at the datagram's arrival
+        span = self.tracer.carry(frame, frame.capture_timestamp_us * 1000) if self.tracer is not None else None
         self.sender.send(frame.to_bytes(), capture_timestamp_us=frame.capture_timestamp_us)
         self.frames_sent += 1
         self._remember()
@@ -257,7 +254,7 @@ class CaptureService:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging(args.log_level)
     stop = stop_on_signals()
 
     if args.source == "axis" and args.header_format == "legacy":

@@ -25,17 +25,17 @@ from typing import Any
 import zmq
 
 from mocapline import durable
-from mocapline.bus import DEFAULT_URL, Bus
+from mocapline.bus import Bus
 from mocapline.frames import HumanFrame
 from mocapline.header import G1_JOINT_COUNT, MessageType
 from mocapline.ledger import SequenceLedger
-from mocapline.lifecycle import stop_on_signals
+from mocapline.lifecycle import add_service_arguments, setup_logging, stop_on_signals
 from mocapline.metrics import LINK_REJECT_REASONS, ServiceMetrics
 from mocapline.metrics import add_arguments as add_metrics_arguments
 from mocapline.metrics import start as start_metrics
 from mocapline.options import EnvArgumentParser
 from mocapline.skeleton import GMR_BODIES
-from mocapline.tracing import StageTracer, format_traceparent
+from mocapline.tracing import StageTracer
 from mocapline.tracing import setup as setup_tracing
 from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
 
@@ -76,10 +76,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--max-takes", type=int, default=0,
                    help="exit after forwarding this many END_OF_STREAM markers; 0 = run until stopped")
     p.add_argument("--status-interval", type=float, default=1.0, help="seconds between status lines on stderr; 0 = off")
-    p.add_argument("--nats", default=DEFAULT_URL, help="NATS server for heartbeats and control ('' = none)")
+    add_service_arguments(p, nats_help="NATS server for heartbeats and control ('' = none)")
     p.add_argument("--shutdown-wait", type=float, default=30.0,
                    help="on exit, seconds to wait for the consumer to take queued frames")
-    p.add_argument("--log-level", default="INFO", help="logging level")
     durable.add_arguments(p)
     add_metrics_arguments(p, "retarget")
     return p
@@ -167,10 +166,8 @@ class RetargetService:
         """IK for one HumanFrame; ``t_in_ns`` (time.time_ns) when it was taken off the link."""
         if t_in_ns is None:
             t_in_ns = time.time_ns()
-        span = None
-        if self.tracer is not None:  # a child of capture's span; the RobotFrame carries this one
-            span = self.tracer.start(frame.posture_index, frame.traceparent, t_in_ns)
-            frame.traceparent = format_traceparent(span)
+        # a child of capture's span; the RobotFrame carries this one
+        span = self.tracer.carry(frame, t_in_ns) if self.tracer is not None else None
         c = self.counters
         c.frames_in += 1
         self.ended = False
@@ -290,7 +287,7 @@ class _NoBus:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging(args.log_level)
     try:
         options = RetargetOptions(
             iterations=args.iterations,

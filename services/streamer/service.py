@@ -21,15 +21,15 @@ from typing import Any
 import zmq
 
 from mocapline import durable
-from mocapline.bus import DEFAULT_URL, Bus
+from mocapline.bus import Bus
 from mocapline.frames import RobotFrame
 from mocapline.header import G1_JOINT_COUNT, MessageType
-from mocapline.lifecycle import stop_on_signals
+from mocapline.lifecycle import add_service_arguments, setup_logging, stop_on_signals
 from mocapline.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS, ServiceMetrics
 from mocapline.metrics import add_arguments as add_metrics_arguments
 from mocapline.metrics import start as start_metrics
 from mocapline.options import EnvArgumentParser
-from mocapline.tracing import StageTracer, format_traceparent
+from mocapline.tracing import StageTracer
 from mocapline.tracing import setup as setup_tracing
 from mocapline.transport import FrameReceiver, FrameSender, add_curve_server_options, lossless_socket, server_link
 from services.retarget.interpolator import MotionStreamInterpolator
@@ -44,8 +44,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--output", default="tcp://*:5555", help="endpoint to bind the MocapFrame PUSH on")
     p.add_argument("--input-fps", type=float, default=60.0, help="rate of the incoming frames (Axis rate)")
     p.add_argument("--output-fps", type=float, default=60.0, help="rate of the outgoing stream")
-    p.add_argument("--nats", default=DEFAULT_URL, help="NATS server for heartbeats and control")
-    p.add_argument("--log-level", default="INFO", help="logging level")
+    add_service_arguments(p, nats_help="NATS server for heartbeats and control")
     p.add_argument("--record-frames", type=Path, default=None,
                    help="also write every MocapFrame sent to this .mlmf file (services/recorder/framefile.py)")
     durable.add_arguments(p)
@@ -95,10 +94,8 @@ class Streamer:
         """Interpolate one RobotFrame; ``t_in_ns`` (time.time_ns) when it was taken off the link."""
         if t_in_ns is None:
             t_in_ns = time.time_ns()
-        span = None
-        if self.tracer is not None:  # a child of retarget's span; the samples carry this one
-            span = self.tracer.start(frame.posture_index, frame.traceparent, t_in_ns)
-            frame.traceparent = format_traceparent(span)
+        # a child of retarget's span; the samples carry this one
+        span = self.tracer.carry(frame, t_in_ns) if self.tracer is not None else None
         self.counters.frames_in += 1
         self.counters.ik_failed_in += int(frame.ik_failed)
         self.ended = False
@@ -179,7 +176,7 @@ class Streamer:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging(args.log_level)
     reliable_output = args.state_dir is not None and not args.plain_output
     if reliable_output and args.curve_server_key:
         print("mocapline streamer: CURVE on an acknowledged output is not supported yet; "

@@ -27,9 +27,9 @@ import threading  # noqa: E402
 import zmq  # noqa: E402
 
 from mocapline import durable  # noqa: E402
-from mocapline.bus import DEFAULT_URL, Bus  # noqa: E402
+from mocapline.bus import Bus  # noqa: E402
 from mocapline.header import G1_JOINT_COUNT, MessageType  # noqa: E402
-from mocapline.lifecycle import stop_on_signals
+from mocapline.lifecycle import add_service_arguments, setup_logging, stop_on_signals
 from mocapline.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS  # noqa: E402
 from mocapline.metrics import add_arguments as add_metrics_arguments  # noqa: E402
 from mocapline.metrics import start as start_metrics  # noqa: E402
@@ -53,9 +53,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--fps", type=float, default=30.0, help="render rate (frames are applied at any rate)")
     p.add_argument("--width", type=int, default=640, help="offscreen image width")
     p.add_argument("--height", type=int, default=480, help="offscreen image height")
-    p.add_argument("--nats", default=DEFAULT_URL, help="NATS server for heartbeats and control")
+    add_service_arguments(p, nats_help="NATS server for heartbeats and control")
     p.add_argument("--exit-on-end", action="store_true", help="exit when the stream sends END_OF_STREAM")
-    p.add_argument("--log-level", default="INFO", help="logging level")
     durable.add_arguments(p, retain_mb=256)
     add_curve_client_options(p)
     add_metrics_arguments(p, "viewer")
@@ -115,7 +114,7 @@ class RenderLoop(threading.Thread):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging(args.log_level)
     display = choose_display(args.display)
     from services.retarget.robot_model import G1_JOINT_NAMES, load_full_model
 
