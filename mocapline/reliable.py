@@ -30,6 +30,7 @@ import math
 import struct
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -113,7 +114,8 @@ class ReliableSender:
         self.high_water = stage_log.next_seq  # every seq below was sent at least once
         self.peer: bytes | None = None
         self._cache: deque[tuple[int, Output]] = deque(maxlen=cache)
-        self._disk: deque[tuple[int, Output]] = deque()
+        self._disk: Iterator[tuple[int, Output]] | None = None  # a resend streaming from the log
+        self._disk_next = -1
         self._dropped_to = -1
         self._last_trim = 0.0
 
@@ -169,17 +171,15 @@ class ReliableSender:
             entry = self._cache[seq - self._cache[0][0]]
             if entry[0] == seq:
                 return entry
-        while self._disk and self._disk[0][0] < seq:
-            self._disk.popleft()
-        if not self._disk or self._disk[0][0] != seq:
-            self._disk.clear()
-            for item in self.stage_log.outputs_from(seq):
-                self._disk.append(item)
-                if len(self._disk) >= 512:
-                    break
-        if not self._disk:
+        # Older than the cache: stream the log from disk, one pass for a whole backlog.
+        if self._disk_next != seq or self._disk is None:
+            self._disk = self.stage_log.outputs_from(seq)
+        item = next(self._disk, None)
+        if item is None:
+            self._disk = None
             raise RuntimeError(f"frame {seq} is neither cached nor on disk")
-        return self._disk.popleft()
+        self._disk_next = item[0] + 1
+        return item
 
     def _read_control(self) -> None:
         while self.control.poll(0):

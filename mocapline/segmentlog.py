@@ -56,25 +56,33 @@ def _segment_key(path: Path) -> int:
     return int(path.stem.rpartition("-")[2])
 
 
+def iter_segment(path: Path) -> Iterator[tuple[int, bytes, int]]:
+    """(key, data, end offset) of each intact record, streamed; stops at the first torn or corrupt
+    one. Nothing for a file without the magic."""
+    with open(path, "rb", buffering=1 << 20) as fh:
+        if fh.read(len(MAGIC)) != MAGIC:
+            return
+        pos = len(MAGIC)
+        while len(head := fh.read(_HEAD.size)) == _HEAD.size:
+            key, length, crc = _HEAD.unpack(head)
+            data = fh.read(length)
+            if len(data) != length or zlib.crc32(data) != crc:
+                return
+            pos += _HEAD.size + length
+            yield key, data, pos
+
+
 def read_segment(path: Path) -> tuple[list[tuple[int, bytes]], int]:
-    """(records, bytes of intact data); stops at the first torn or corrupt record."""
-    with open(path, "rb") as fh:
-        blob = fh.read()
-    if blob[: len(MAGIC)] != MAGIC:
-        return [], 0
+    """(records, bytes of intact data: where a torn tail starts)."""
     records: list[tuple[int, bytes]] = []
-    pos = len(MAGIC)
-    while pos + _HEAD.size <= len(blob):
-        key, length, crc = _HEAD.unpack_from(blob, pos)
-        end = pos + _HEAD.size + length
-        if end > len(blob):
-            break
-        data = blob[pos + _HEAD.size : end]
-        if zlib.crc32(data) != crc:
-            break
+    good = 0
+    for key, data, end in iter_segment(path):
         records.append((key, data))
-        pos = end
-    return records, pos
+        good = end
+    if not records:
+        with open(path, "rb") as fh:
+            good = len(MAGIC) if fh.read(len(MAGIC)) == MAGIC else 0
+    return records, good
 
 
 class SegmentLog:
@@ -196,10 +204,12 @@ class SegmentLog:
             if _segment_key(path) < key:  # an equal first key may continue the segment before
                 start = i
         for path in segments[start:]:
-            records, _ = read_segment(path)
-            for rec in records:
-                if rec[0] >= key:
-                    yield rec
+            try:
+                for rec_key, data, _ in iter_segment(path):
+                    if rec_key >= key:
+                        yield rec_key, data
+            except FileNotFoundError:  # dropped meanwhile (acknowledged): the next one goes on
+                continue
 
     def drop_before(self, key: int) -> int:
         """Remove whole segments whose records all have keys < ``key`` (never the one written to).

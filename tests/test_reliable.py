@@ -198,3 +198,27 @@ def test_stage_records_round_trip(payloads, seq, state):
     rec = StageRecord(b"x" * 16, seq, state, [Output(TYPE, p, len(p)) for p in payloads])
     back = StageRecord.decode(rec.encode())
     assert back == rec
+
+
+def test_a_backlog_older_than_the_cache_is_resent_from_disk_across_segments(tmp_path):
+    ep = _endpoint()
+    a, b = End(), End()
+    data, control = sender_sockets(a.ctx, ep)
+    log = StageLog(tmp_path, "out", LogConfig(max_segment_bytes=3000, fsync="never"))
+    tx = ReliableSender(data, control, log, 3, window=4000, cache=50)
+    rx = make_receiver(b.ctx, ep)
+    commit(tx, range(1000))
+    got: list[int] = []
+    pump_until(tx, rx, 10, got)
+    for _ in range(20):  # everything else in flight, into a receiver about to die
+        tx.pump()
+        time.sleep(0.005)
+    b.kill()
+    assert len(log.log.segments()) > 10
+    c = End()
+    rx2 = make_receiver(c.ctx, ep, epoch=tx.epoch, last=got[-1])
+    pump_until(tx, rx2, 1000, got)
+    assert got == list(range(1000))
+    assert tx.counters.resent >= 900
+    a.kill()
+    c.kill()
