@@ -125,6 +125,17 @@ FAMILIES: tuple[Family, ...] = (
            "Frames whose IK solve failed (sent with the last good pose, flagged).", services=("retarget",)),
     Family("mocapline_link_frame_id_gaps_total", "counter",
            "frame_id numbers missing on the stage's input link.", ("stage",), ("retarget", "viewer")),
+    Family("mocapline_link_resent_total", "counter",
+           "Durable mode: frames the stage sent again on its output link (asked for by a restarted or "
+           "gap-seeing receiver).", ("stage",), ("capture", "retarget", "streamer")),
+    Family("mocapline_link_duplicates_total", "counter",
+           "Durable mode: frames the stage already had, dropped on arrival (resends).", ("stage",),
+           ("retarget", "streamer", "viewer")),
+    Family("mocapline_unacked", "gauge",
+           "Durable mode: frames in the stage's log the next stage has not acknowledged yet (a consumer "
+           "that is gone makes this grow, on disk).", ("stage",), ("capture", "retarget", "streamer")),
+    Family("mocapline_durable_log_bytes", "gauge",
+           "Durable mode: bytes of the stage's logs on disk (capture: its raw journal included).", ("stage",)),
     Family("mocapline_pending", "gauge",
            "Frames taken in by the stage and not yet passed on (queue depth).", ("stage",)),
     Family("mocapline_last_posture_index", "gauge",
@@ -166,6 +177,15 @@ _HEARTBEAT_FIELDS: dict[str, dict[str, str]] = {
         "in": "viewer_received", "out": "viewer_applied", "pending": "viewer_pending",
         "mocapline_link_frame_id_gaps_total": "frame_id_gaps",
     },
+}
+# Durable mode's counts, in the heartbeat's "durable" part (mocapline/durable.py snapshot()).
+_DURABLE_COUNTERS: dict[str, str] = {
+    "mocapline_link_resent_total": "durable.output_link.resent",
+    "mocapline_link_duplicates_total": "durable.input_link.duplicates",
+}
+_DURABLE_GAUGES: dict[str, str] = {
+    "mocapline_unacked": "durable.output_link.unacked",
+    "mocapline_durable_log_bytes": "durable.log_bytes",
 }
 # Ledger fields the auditor exports as mocapline_ledger{field} (the verdict has its own gauge).
 LEDGER_GAUGE_FIELDS: tuple[str, ...] = (
@@ -318,6 +338,13 @@ class ServiceMetrics:
                 fam = self._families[name]
                 child = fam.labels(stage=stage) if FAMILY_BY_NAME[name].labels else fam
                 self._mirrors[name] = _Mirror(child)
+        for name in (*_DURABLE_COUNTERS, *_DURABLE_GAUGES):
+            if name in self._families:
+                child = self._families[name].labels(stage=stage)
+                if name in _DURABLE_COUNTERS:
+                    self._mirrors[name] = _Mirror(child)
+                else:
+                    self._gauges[name] = child
         self._gauges["pending"] = self._families["mocapline_pending"].labels(stage=stage)
         self._gauges["last_posture_index"] = self._families["mocapline_last_posture_index"].labels(stage=stage)
         self._gauges["last_posture_index"].set(-1)
@@ -405,6 +432,13 @@ class ServiceMetrics:
             rejected["decode"] = hb["decode_errors"]
         for reason, n in rejected.items():
             self._reject(str(reason)).update(n)
+        for name, key in _DURABLE_COUNTERS.items():
+            if name in self._mirrors:
+                self._mirrors[name].update(_lookup(hb, key))
+        for name, key in _DURABLE_GAUGES.items():
+            value = _lookup(hb, key)
+            if name in self._gauges and value is not None:
+                self._gauges[name].set(value)
         pending = _lookup(hb, fields["pending"])
         if pending is not None:
             self._gauges["pending"].set(pending)

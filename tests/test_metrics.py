@@ -157,3 +157,21 @@ def test_every_service_has_a_metrics_port_flag_and_env_var(service, monkeypatch)
     monkeypatch.setenv("MOCAPLINE_METRICS_PORT", "0")
     assert module.build_parser().parse_args([]).metrics_port == 0
     assert module.build_parser().parse_args(["--metrics-port", "19999"]).metrics_port == 19999
+
+
+def test_durable_links_are_exported_when_the_stage_runs_durable() -> None:
+    m = ServiceMetrics("streamer")
+    m.sync({"frames_in": 5, "zmq_sent": 5, "pending": 0})  # plain: the durable series stay at 0
+    stage = (("stage", "streamer"),)
+    assert samples(m)[("mocapline_unacked", stage)] == 0
+    beat = {"frames_in": 9, "zmq_sent": 9, "pending": 0,
+            "durable": {"log_bytes": 4096, "input_link": {"duplicates": 3},
+                        "output_link": {"resent": 40, "unacked": 120}}}
+    m.sync(beat)
+    got = samples(m)
+    assert got[("mocapline_unacked", stage)] == 120
+    assert got[("mocapline_durable_log_bytes", stage)] == 4096
+    assert got[("mocapline_link_resent_total", stage)] == 40
+    assert got[("mocapline_link_duplicates_total", stage)] == 3
+    viewer = ServiceMetrics("viewer")
+    assert ("mocapline_unacked", (("stage", "viewer"),)) not in samples(viewer)  # it sends nothing on

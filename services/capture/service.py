@@ -236,8 +236,11 @@ class CaptureService:
         led["human_frames_sent"] = self.frames_sent
         led["session_id"] = self.source.core.session_id
         if self.stage is not None:
-            led["durable"] = {**self.stage.snapshot(), "journal_next": self.source.journal.next_seq,
-                              "take_start": self.take_start, "resumed": self.restarts}
+            journal = self.source.journal
+            snapshot = self.stage.snapshot()
+            snapshot["log_bytes"] += journal.log.disk_bytes()
+            led["durable"] = {**snapshot, "journal_next": journal.next_seq, "take_start": self.take_start,
+                              "resumed": self.restarts}
             led["input_pending"] += self.stage.unacked
         return led
 
