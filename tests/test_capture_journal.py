@@ -115,3 +115,35 @@ def test_a_datagram_journaled_but_still_in_the_socket_is_not_journaled_twice(tmp
     assert [d.seq for d in got] == [0, 1]
     assert [d.data for d in journal.datagrams_from(0)] == payloads[1:]
     assert RawJournal(tmp_path).last_by_port == {port: payloads[2]}
+
+
+def test_a_restart_from_a_checkpoint_replays_only_what_came_after_it(tmp_path) -> None:
+    endpoint = f"tcp://127.0.0.1:{free_tcp_port()}"
+    take = datagrams(300, duplicate=380)
+    ctx = zmq.Context()
+    first = open_capture(ctx, tmp_path, endpoint)
+    first.checkpoint_dir, first.checkpoint_interval_s = tmp_path, 0.0
+    first.resume()
+    journaled = [first.source.journal.record(d) for d in take[:150]]
+    for d in journaled:
+        first.source.fifo.put(d)
+    first.send_ready()
+    assert first.maybe_checkpoint(time.monotonic())  # quiet: everything journaled went through
+    position = first.source.journal.next_seq
+    more = [first.source.journal.record(d) for d in take[150:]]
+    assert not first.maybe_checkpoint(time.monotonic())  # 151 journaled datagrams not through the core
+    for d in more[:60]:
+        first.source.fifo.put(d)
+    first.send_ready()
+    ctx.destroy(linger=0)  # killed
+
+    ctx = zmq.Context()
+    second = open_capture(ctx, tmp_path, endpoint)
+    second.checkpoint_dir = tmp_path
+    assert second.resume() == len(take) - 150  # only the journal after the checkpoint
+    assert position == 151  # the take marker and 150 datagrams
+    ledger = second.ledger()
+    assert ledger["source_received"] == 301 and ledger["source_unique_frames"] == 300
+    assert ledger["source_duplicate_indices"] == 1 and ledger["source_missing_indices"] == 0
+    assert sent_indices(second) == list(range(FIRST, FIRST + 300))
+    ctx.destroy(linger=0)

@@ -96,7 +96,8 @@ def test_plain_links_lose_a_hung_then_killed_viewers_backlog(tmp_path, stacks) -
 
 @pytest.mark.parametrize("victim", ["capture", "retarget", "streamer", "viewer", "auditor"])
 def test_kill9_and_restart_loses_and_doubles_nothing(tmp_path, stacks, victim) -> None:
-    stack = make_stack(tmp_path, durable=True)
+    # capture checkpoints twice a second here, so its restart resumes from a checkpoint mid-take
+    stack = make_stack(tmp_path, durable=True, env={"MOCAPLINE_CHECKPOINT_S": "0.5"})
     stacks.append(stack)
     v = take_with_a_crash(stack, victim, hang_s=1.0, down_s=0.3)
     assert v["source_unique_frames"] == FRAMES, v

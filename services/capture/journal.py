@@ -42,7 +42,8 @@ class RawJournal:
     def __init__(self, directory: Path, config: LogConfig | None = None) -> None:
         self.log = SegmentLog(directory, "raw", config)
         self.next_seq = 0 if self.log.last_key is None else self.log.last_key + 1
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()  # also taken by capture to read next_seq and recorded together
+        self.recorded = 0  # datagrams journaled by this process
         self.last_by_port = self._last_by_port()
 
     def _last_by_port(self) -> dict[int, bytes]:
@@ -60,15 +61,16 @@ class RawJournal:
 
     def record(self, dgram: Datagram) -> Datagram:
         """Journal one datagram; returns it carrying its journal sequence number."""
-        with self._lock:
+        with self.lock:
             seq = self.next_seq
             self.log.append(seq, _encode(DATAGRAM, dgram.recv_ns, dgram.port, dgram.source, dgram.data))
             self.next_seq = seq + 1
+            self.recorded += 1
         return replace(dgram, seq=seq)
 
     def mark_take(self, session_id: str) -> int:
         """A take starts here (capture started fresh, or was reset); returns the marker's number."""
-        with self._lock:
+        with self.lock:
             seq = self.next_seq
             self.log.append(seq, _encode(TAKE_START, time.time_ns(), 0, "", session_id.encode()))
             self.next_seq = seq + 1

@@ -33,6 +33,7 @@ from mocapline.tracing import StageTracer
 from mocapline.tracing import setup as setup_tracing
 from mocapline.transport import FrameSender, lossless_socket
 from services.capture.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
+from services.capture import checkpoint
 from services.capture.journal import RawJournal
 from services.capture.sources import UdpMotionInput, axis_udp_source, xsens_udp_source
 
@@ -69,6 +70,9 @@ def build_parser() -> EnvArgumentParser:
                         "order) instead of binding: a supervisor that holds them keeps datagrams queued in "
                         "the kernel while capture restarts (mocapline up does this in durable mode)")
     durable.add_arguments(p, retain_mb=2048)
+    p.add_argument("--checkpoint-s", type=float, default=30.0,
+                   help="durable mode: seconds between checkpoints of capture's state, so a restart replays "
+                        "at most this much of the journal instead of the whole take")
     add_metrics_arguments(p, "capture")
     return p
 
@@ -147,6 +151,10 @@ class CaptureService:
         self.produced = 0
         self.already_sent = 0
         self.restarts = 0
+        self.checkpoint_dir: Path | None = None
+        self.checkpoint_interval_s = 30.0
+        self.checkpoints = 0
+        self._next_checkpoint = 0.0  # the first at the first quiet moment
 
     def step(self, timeout_s: float) -> None:
         frame = self.source.poll_frame(timeout_s)
@@ -217,11 +225,36 @@ class CaptureService:
             self.already_sent = int(state.get("take_outputs", 0))
         self.frames_sent = self.already_sent
         self.restarts += 1
-        replayed = self.source.replay(journal.datagrams_from(self.take_start + 1))
+        start = self.take_start + 1
+        ckpt = checkpoint.load(self.checkpoint_dir, self.source.core.decoder) if self.checkpoint_dir else None
+        if ckpt is not None and ckpt.take_start == self.take_start and ckpt.produced <= self.already_sent:
+            self.source.core = ckpt.core
+            self.produced = ckpt.produced
+            start = ckpt.position
+        replayed = self.source.replay(journal.datagrams_from(start))
         self.send_ready()
-        log.info("resumed take %s from the journal: %d datagrams replayed, %d frames had been sent, %d sent now",
-                 session_id[:8], replayed, self.already_sent, self.frames_sent - self.already_sent)
+        log.info("resumed take %s from the journal%s: %d datagrams replayed, %d frames had been sent, %d sent now",
+                 session_id[:8], f" (checkpoint at record {start})" if start > self.take_start + 1 else "",
+                 replayed, self.already_sent, self.frames_sent - self.already_sent)
         return replayed
+
+    def maybe_checkpoint(self, now: float) -> bool:
+        """Durable mode: every ``checkpoint_interval_s``, save the core's state at a quiet moment
+        (everything journaled went through the core, everything released was sent)."""
+        journal = self.source.journal
+        if self.checkpoint_dir is None or journal is None or now < self._next_checkpoint:
+            return False
+        if not self.source.settled:
+            return False
+        with journal.lock:
+            if self.source.fed_live != journal.recorded:
+                return False  # a datagram is between the journal and the core
+            position = journal.next_seq
+        checkpoint.save(self.checkpoint_dir, checkpoint.Checkpoint(
+            self.take_start, position, self.produced, self.source.core, {}))
+        self.checkpoints += 1
+        self._next_checkpoint = now + self.checkpoint_interval_s
+        return True
 
     def reset(self) -> None:
         self.source.reset()
@@ -240,7 +273,7 @@ class CaptureService:
             snapshot = self.stage.snapshot()
             snapshot["log_bytes"] += journal.log.disk_bytes()
             led["durable"] = {**snapshot, "journal_next": journal.next_seq, "take_start": self.take_start,
-                              "resumed": self.restarts}
+                              "resumed": self.restarts, "checkpoints": self.checkpoints}
             led["input_pending"] += self.stage.unacked
         return led
 
@@ -299,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     service = CaptureService(source, sender, metrics=metrics, tracer=tracer)
     if stage is not None:
         service.stage = stage
+        service.checkpoint_dir = args.state_dir
+        service.checkpoint_interval_s = args.checkpoint_s
         service.resume()  # before the sockets are read: the journal's take first, in order
     try:
         source.open()
@@ -314,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             service.step(0.05)  # durable: ACKs and HELLOs are read at least every 50 ms
             if stage is not None:
                 stage.pump()
+                service.maybe_checkpoint(time.monotonic())
             service.report_gaps(bus)
             metrics.maybe_sync(service.ledger)
             now = time.monotonic()

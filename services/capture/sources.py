@@ -82,6 +82,7 @@ class UdpMotionInput:
         self._ready: deque[HumanFrame] = deque()
         self._recorder: RecordingWriter | None = None
         self._idle_flushed = True
+        self.fed_live = 0  # datagrams from the sockets through the core (a checkpoint compares)
 
     def open(self) -> None:
         priority = raise_priority()
@@ -191,7 +192,13 @@ class UdpMotionInput:
         now = time.monotonic()
         self.last_datagram = now
         self._idle_flushed = False
+        self.fed_live += len(batch)
         self._ready.extend(self.core.feed_batch(batch, now))
+
+    @property
+    def settled(self) -> bool:
+        """No datagram waits in the FIFO and no released frame waits to be sent."""
+        return self.fifo.empty() and not self._ready
 
     @property
     def pending(self) -> int:
