@@ -36,15 +36,9 @@ from urllib.parse import urlsplit
 
 import zmq
 
-from mocapline.header import (
-    TOPICS,
-    HeaderError,
-    MessageType,
-    decode_frame,
-    encode_frame,
-)
+from mocapline.header import TOPICS, MessageType, encode_frame
 from mocapline.stagelog import Output, StageLog, StageRecord
-from mocapline.transport import Received, lossless_socket, now_us
+from mocapline.transport import Received, lossless_socket, now_us, validate_message
 
 log = logging.getLogger("mocapline.reliable")
 
@@ -370,25 +364,13 @@ class ReliableReceiver:
         self._hello_at = time.monotonic()
 
     def _decode(self, parts: list[bytes]) -> Received | None:
-        if len(parts) != 2:
-            self.rejects["bad_parts"] += 1
-            return None
-        topic, body = parts
-        expected = None if topic == TOPICS[MessageType.END_OF_STREAM] else self.message_type
-        try:
-            header, payload = decode_frame(
-                body, expected_type=expected, expected_joint_count=None if expected is None else self.joint_count
-            )
-        except HeaderError as exc:
-            self.rejects[exc.reason] += 1
-            return None
-        if topic != TOPICS[header.message_type]:
-            self.rejects["wrong_topic"] += 1
+        received = validate_message(parts, self.message_type, self.joint_count, self.rejects)
+        if received is None:
             return None
         if not self.welcomed:
             self.counters.before_welcome += 1
             return None
-        seq = header.frame_id
+        seq = received.header.frame_id
         if seq <= self.last:
             self.counters.duplicates += 1
             return None
@@ -399,7 +381,7 @@ class ReliableReceiver:
             return None
         self.last = seq
         self.counters.accepted += 1
-        return Received(header, payload)
+        return received
 
     def snapshot(self) -> dict[str, int]:
         c = self.counters

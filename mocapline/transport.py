@@ -114,25 +114,32 @@ class FrameReceiver:
         if timeout_ms is not None and not self.socket.poll(timeout_ms):
             return None
         # Copying receive: for messages this small it is cheaper than zero-copy frames.
-        parts = self.socket.recv_multipart()
-        if len(parts) != 2:
-            self.rejects["bad_parts"] += 1
-            return None
-        topic, body = parts
-        expected = None if topic == TOPICS[MessageType.END_OF_STREAM] else self.message_type
-        try:
-            header, payload = decode_frame(
-                body,
-                expected_type=expected,
-                expected_joint_count=None if expected is None else self.joint_count,
-            )
-        except HeaderError as exc:
-            self.rejects[exc.reason] += 1
-            return None
-        if topic != TOPICS[header.message_type]:
-            self.rejects["wrong_topic"] += 1
-            return None
-        return Received(header, payload)
+        return validate_message(self.socket.recv_multipart(), self.message_type, self.joint_count, self.rejects)
+
+
+def validate_message(
+    parts: list[bytes], message_type: MessageType, joint_count: int | None, rejects: Counter[str]
+) -> Received | None:
+    """A received (topic, frame) message checked against the link's type and joint count; a
+    reject is counted in ``rejects`` by reason and gives None. END_OF_STREAM passes too."""
+    if len(parts) != 2:
+        rejects["bad_parts"] += 1
+        return None
+    topic, body = parts
+    expected = None if topic == TOPICS[MessageType.END_OF_STREAM] else message_type
+    try:
+        header, payload = decode_frame(
+            body,
+            expected_type=expected,
+            expected_joint_count=None if expected is None else joint_count,
+        )
+    except HeaderError as exc:
+        rejects[exc.reason] += 1
+        return None
+    if topic != TOPICS[header.message_type]:
+        rejects["wrong_topic"] += 1
+        return None
+    return Received(header, payload)
 
 
 # --- CURVE: encryption and authentication for a link that crosses hosts ---------------------------
