@@ -102,40 +102,20 @@ class UdpReceiver:
         self.sock.close()
 
     def _run(self) -> None:
-        if self.journal is not None:
-            self._run_journaled(self.journal)
-            return
-        recvfrom = self.sock.recvfrom
-        put = self.fifo.put
-        port = self.port
-        while not self._stop.is_set():
-            try:
-                data, addr = recvfrom(MAX_DATAGRAM)
-            except TimeoutError:
-                continue
-            except OSError as exc:
-                if self._stop.is_set():
-                    return
-                log.warning("udp %d: %s", port, exc)
-                time.sleep(0.01)
-                continue
-            self.received += 1
-            put(Datagram(time.time_ns(), port, addr[0], data))
-
-    def _run_journaled(self, journal: Callable[[Datagram], Datagram]) -> None:
-        """Peek, journal, then take the datagram off the socket: it leaves the kernel's buffer only
-        once it is on disk, so a capture killed in between finds it again in the socket its
-        supervisor holds. That one is then the journal's last datagram of this port
+        """With a journal: peek, journal, then take the datagram off the socket. It leaves the
+        kernel's buffer only once it is on disk, so a capture killed in between finds it again in
+        the socket its supervisor holds. That one is then the journal's last datagram of this port
         (``journaled_head``) and is taken off without being journaled twice.
 
         (A datagram Axis really sent twice in a row, with the kill falling between the two, would
         be taken for that and counted once: a window of microseconds, once per crash.)
         """
-        sock, put, port = self.sock, self.fifo.put, self.port
+        sock, put, port, journal = self.sock, self.fifo.put, self.port, self.journal
+        flags = socket.MSG_PEEK if journal is not None else 0
         head = self.journaled_head
         while not self._stop.is_set():
             try:
-                data, addr = sock.recvfrom(MAX_DATAGRAM, socket.MSG_PEEK)
+                data, addr = sock.recvfrom(MAX_DATAGRAM, flags)
             except TimeoutError:
                 continue
             except OSError as exc:
@@ -144,13 +124,15 @@ class UdpReceiver:
                 log.warning("udp %d: %s", port, exc)
                 time.sleep(0.01)
                 continue
-            if head is not None:
-                known, head = head == data, None
-                if known:
-                    sock.recv(MAX_DATAGRAM)
-                    log.info("udp %d: the first datagram was journaled before the restart; not again", port)
-                    continue
-            dgram = journal(Datagram(time.time_ns(), port, addr[0], data))
-            sock.recv(MAX_DATAGRAM)
+            dgram = Datagram(time.time_ns(), port, addr[0], data)
+            if journal is not None:
+                if head is not None:
+                    known, head = head == data, None
+                    if known:
+                        sock.recv(MAX_DATAGRAM)
+                        log.info("udp %d: the first datagram was journaled before the restart; not again", port)
+                        continue
+                dgram = journal(dgram)
+                sock.recv(MAX_DATAGRAM)
             self.received += 1
             put(dgram)
