@@ -94,7 +94,6 @@ class LinkSpec:
     endpoint: str
     message_type: MessageType
     joint_count: int | None
-    control_endpoint: str | None = None
 
 
 class DurableStage:
@@ -119,11 +118,11 @@ class DurableStage:
         self.out: DurableOutput | None = None
         self.rx: ReliableReceiver | None = None
         if output is not None:
-            data, control = sender_sockets(ctx, output.endpoint, output.control_endpoint)
+            data, control = sender_sockets(ctx, output.endpoint)
             self.sender = ReliableSender(data, control, self.stage_log, output.joint_count or 0, window=window)
             self.out = DurableOutput(output.message_type)
         if input is not None:
-            data, control = receiver_sockets(ctx, input.endpoint, input.control_endpoint)
+            data, control = receiver_sockets(ctx, input.endpoint)
             self.rx = ReliableReceiver(
                 data, control, input.message_type, input.joint_count,
                 epoch=last.in_epoch if last is not None else NO_EPOCH,

@@ -190,6 +190,7 @@ class ReliableSender:
             if kind != HELLO:
                 continue
             self.counters.hellos += 1
+            oldest = self.stage_log.first_seq()
             if same:
                 if seq >= self.stage_log.next_seq:
                     log.warning("receiver holds up to %d but this log ends at %d: the log lost its tail "
@@ -198,8 +199,7 @@ class ReliableSender:
                 self.counters.acked = max(self.counters.acked, min(seq, self.stage_log.next_seq - 1))
                 start = seq + 1
             else:  # a receiver that knows another sender (or none): everything we still have
-                start = max(self.counters.acked + 1, self.stage_log.first_seq())
-            oldest = self.stage_log.first_seq()
+                start = max(self.counters.acked + 1, oldest)
             if start < oldest:
                 log.error("receiver asks from %d, oldest on disk is %d", start, oldest)
                 self.counters.unrecoverable += oldest - start
@@ -220,8 +220,7 @@ class ReliableSender:
         return {"sent": self.counters.sent, "resent": self.counters.resent, "hellos": self.counters.hellos,
                 "acked": self.counters.acked, "unacked": self.unacked,
                 "in_flight": max(0, self.cursor - self.counters.acked - 1) if self.peer is not None else 0,
-                "unrecoverable": self.counters.unrecoverable,
-                "log_bytes": self.stage_log.log.disk_bytes()}
+                "unrecoverable": self.counters.unrecoverable}
 
 
 # --- the receiving end ------------------------------------------------------------------------
@@ -390,29 +389,25 @@ class ReliableReceiver:
                 "hellos": c.hellos, "epoch_changes": c.epoch_changes, "last": self.last}
 
 
-def sender_sockets(
-    ctx: zmq.Context, endpoint: str, control_endpoint: str | None = None
-) -> tuple[zmq.Socket, zmq.Socket]:
+def sender_sockets(ctx: zmq.Context, endpoint: str) -> tuple[zmq.Socket, zmq.Socket]:
     """(PUSH bound on ``endpoint``, ROUTER bound on its ack endpoint)."""
     data = lossless_socket(ctx, zmq.PUSH, endpoint, bind=True)
     try:
         control = ctx.socket(zmq.ROUTER)
         control.setsockopt(zmq.LINGER, 0)
-        control.bind(control_endpoint or ack_endpoint(endpoint))
+        control.bind(ack_endpoint(endpoint))
     except BaseException:
         data.close(linger=0)
         raise
     return data, control
 
 
-def receiver_sockets(
-    ctx: zmq.Context, endpoint: str, control_endpoint: str | None = None
-) -> tuple[zmq.Socket, zmq.Socket]:
+def receiver_sockets(ctx: zmq.Context, endpoint: str) -> tuple[zmq.Socket, zmq.Socket]:
     """(PULL connected to ``endpoint``, DEALER connected to its ack endpoint)."""
     data = lossless_socket(ctx, zmq.PULL, endpoint, bind=False)
     control = ctx.socket(zmq.DEALER)
     control.setsockopt(zmq.LINGER, 0)
     control.setsockopt(zmq.IMMEDIATE, 1)  # no control message queued for a sender that is not there
     control.setsockopt(zmq.SNDHWM, 100)
-    control.connect(control_endpoint or ack_endpoint(endpoint))
+    control.connect(ack_endpoint(endpoint))
     return data, control

@@ -236,12 +236,13 @@ class SegmentLog:
             path.unlink(missing_ok=True)
             total -= size
 
+    def first_key(self) -> int | None:
+        """The first key of the oldest segment on disk (None when there is none)."""
+        segments = self.segments()
+        return _segment_key(segments[0]) if segments else None
+
     def disk_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.segments())
-
-    def sync(self) -> None:
-        if self._fd is not None:
-            os.fdatasync(self._fd)
 
     def close(self) -> None:
         self._closing.set()

@@ -117,8 +117,8 @@ class StageLog:
 
     def first_seq(self) -> int:
         """The oldest output still on disk."""
-        segments = self.log.segments()
-        return int(segments[0].stem.rpartition("-")[2]) if segments else self.next_seq
+        first = self.log.first_key()
+        return self.next_seq if first is None else first
 
     def close(self) -> None:
         self.log.close()
