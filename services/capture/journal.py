@@ -44,20 +44,29 @@ class RawJournal:
         self.next_seq = 0 if self.log.last_key is None else self.log.last_key + 1
         self.lock = threading.Lock()  # also taken by capture to read next_seq and recorded together
         self.recorded = 0  # datagrams journaled by this process
-        self.last_by_port = self._last_by_port()
+        self.last_by_port: dict[int, bytes] = {}
+        self._take: tuple[int, str] | None = None
+        self._scan_tail()
 
-    def _last_by_port(self) -> dict[int, bytes]:
-        """The newest journaled datagram of each port (in the newest segment that has any): what
-        a capture killed between journaling and consuming a datagram finds first in its socket."""
+    def _scan_tail(self) -> None:
+        """One pass over the newest segments at open, for the newest take marker and the newest
+        datagram of each port (in the newest segment that has any): what a capture killed between
+        journaling and consuming a datagram finds first in its socket."""
         for path in reversed(self.log.segments()):
-            out: dict[int, bytes] = {}
-            for _, blob in read_segment(path)[0]:
+            by_port: dict[int, bytes] = {}
+            take = None
+            for key, blob in read_segment(path)[0]:
                 kind, _, port, _, data = _decode(blob)
                 if kind == DATAGRAM:
-                    out[port] = data
-            if out:
-                return out
-        return {}
+                    by_port[port] = data
+                elif kind == TAKE_START:
+                    take = (key, data.decode())
+            if not self.last_by_port:
+                self.last_by_port = by_port
+            if self._take is None:
+                self._take = take
+            if self.last_by_port and self._take is not None:
+                return
 
     def record(self, dgram: Datagram) -> Datagram:
         """Journal one datagram; returns it carrying its journal sequence number."""
@@ -74,17 +83,12 @@ class RawJournal:
             seq = self.next_seq
             self.log.append(seq, _encode(TAKE_START, time.time_ns(), 0, "", session_id.encode()))
             self.next_seq = seq + 1
+            self._take = (seq, session_id)
         return seq
 
     def last_take(self) -> tuple[int, str] | None:
-        """(journal number, session id) of the newest take marker, searching newest segments first."""
-        for path in reversed(self.log.segments()):
-            records, _ = read_segment(path)
-            for key, blob in reversed(records):
-                kind, _, _, _, data = _decode(blob)
-                if kind == TAKE_START:
-                    return key, data.decode()
-        return None
+        """(journal number, session id) of the newest take marker, None when there is none."""
+        return self._take
 
     def datagrams_from(self, seq: int) -> Iterator[Datagram]:
         """The datagrams journaled at or after ``seq`` (markers skipped)."""
