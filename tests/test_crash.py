@@ -50,26 +50,27 @@ def applied_indices(viewer_state: Path) -> list[int]:
     return out
 
 
-def take_with_a_crash(stack: Stack, victim: str, *, hang_s: float, down_s: float, restart: bool = True,
-                      plan: TakePlan | None = None, loss: float = 0.0) -> dict:
+def emit_in_background(stack: Stack, plan: TakePlan, *, side: bool = False) -> threading.Thread:
+    """Send ``plan`` at 120 Hz to the main path (and the side path) from a thread, started."""
+    c = stack.config
+    dests = [("127.0.0.1", c.main_port)] + ([("127.0.0.1", c.side_port)] if side else [])
+    emitter = threading.Thread(target=emit_take, args=(plan, dests), kwargs={"rate_hz": RATE}, daemon=True)
+    emitter.start()
+    return emitter
+
+
+def take_with_a_crash(stack: Stack, victim: str, *, hang_s: float, down_s: float) -> dict:
     """Emit a take at 120 Hz; 2 s in, hang ``victim`` (SIGSTOP) for ``hang_s``, SIGKILL it, restart
     it ``down_s`` later; drain and return the verdict."""
-    c = stack.config
-    plan = plan or TakePlan(frames=FRAMES, first_index=FIRST)
-    emitter = threading.Thread(
-        target=emit_take, args=(plan, [("127.0.0.1", c.main_port), ("127.0.0.1", c.side_port)]),
-        kwargs={"rate_hz": RATE}, daemon=True)
-    emitter.start()
+    emitter = emit_in_background(stack, TakePlan(frames=FRAMES, first_index=FIRST), side=True)
     time.sleep(2.0)
     proc = stack.services[victim].proc
     assert proc is not None and proc.poll() is None
-    if hang_s:
-        os.kill(proc.pid, signal.SIGSTOP)
-        time.sleep(hang_s)
+    os.kill(proc.pid, signal.SIGSTOP)
+    time.sleep(hang_s)
     stack.services[victim].kill()
     time.sleep(down_s)
-    if restart:
-        stack.restart(victim)
+    stack.restart(victim)
     emitter.join(timeout=60)
     time.sleep(0.5)
     return stack.verdict(stack.drain(timeout=60))
@@ -144,11 +145,7 @@ def test_five_percent_loss_on_the_main_path_is_recovered_by_merge(tmp_path, stac
 def test_nats_killed_and_restarted_mid_take_in_durable_mode(tmp_path, stacks) -> None:
     stack = make_stack(tmp_path, durable=True)
     stacks.append(stack)
-    c = stack.config
-    emitter = threading.Thread(
-        target=emit_take, args=(TakePlan(frames=FRAMES, first_index=FIRST), [("127.0.0.1", c.main_port)]),
-        kwargs={"rate_hz": RATE}, daemon=True)
-    emitter.start()
+    emitter = emit_in_background(stack, TakePlan(frames=FRAMES, first_index=FIRST))
     time.sleep(2.0)
     stack.kill_nats()
     time.sleep(1.0)
@@ -165,11 +162,7 @@ def test_a_consumer_gone_for_long_makes_frames_wait_on_disk_not_in_flight(tmp_pa
     the rest of the backlog in its log; when the viewer is back, everything arrives once."""
     stack = make_stack(tmp_path, durable=True, env={"MOCAPLINE_WINDOW": "64"})
     stacks.append(stack)
-    c = stack.config
-    emitter = threading.Thread(
-        target=emit_take, args=(TakePlan(frames=FRAMES, first_index=FIRST), [("127.0.0.1", c.main_port)]),
-        kwargs={"rate_hz": RATE}, daemon=True)
-    emitter.start()
+    emitter = emit_in_background(stack, TakePlan(frames=FRAMES, first_index=FIRST))
     time.sleep(1.5)
     viewer = stack.services["viewer"].proc
     os.kill(viewer.pid, signal.SIGSTOP)
@@ -200,12 +193,8 @@ def test_soak_rss_stays_flat(tmp_path, stacks) -> None:
     duration = float(os.environ.get("MOCAPLINE_SOAK_S", "180"))
     stack = make_stack(tmp_path, durable=True)
     stacks.append(stack)
-    c = stack.config
     frames = int(duration * RATE)
-    emitter = threading.Thread(
-        target=emit_take, args=(TakePlan(frames=frames, first_index=0), [("127.0.0.1", c.main_port)]),
-        kwargs={"rate_hz": RATE}, daemon=True)
-    emitter.start()
+    emitter = emit_in_background(stack, TakePlan(frames=frames, first_index=0))
     names = ["capture", "retarget", "streamer", "viewer"]
     samples: dict[str, list[float]] = {n: [] for n in names}
     start = time.monotonic()
