@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import zmq
 
@@ -49,6 +49,17 @@ def lossless_socket(
         sock.close(linger=0)
         raise
     return sock
+
+
+class FrameSink(Protocol):
+    """What a stage sends its frames through: a FrameSender on a plain link, or a
+    ``mocapline.durable.DurableOutput`` that writes them to the stage's log first."""
+
+    def send(self, payload: bytes, *, capture_timestamp_us: int) -> Any: ...
+
+    def send_end(self, payload: bytes = b"") -> None: ...
+
+    def writable(self, timeout_ms: int = 0) -> bool: ...
 
 
 @dataclass

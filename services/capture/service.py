@@ -31,9 +31,9 @@ from mocapline.options import EnvArgumentParser, port_number
 from mocapline.skeleton import GMR_BODIES, SkeletonKind
 from mocapline.tracing import StageTracer
 from mocapline.tracing import setup as setup_tracing
-from mocapline.transport import FrameSender, lossless_socket
-from services.capture.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
+from mocapline.transport import FrameSender, FrameSink, lossless_socket
 from services.capture import checkpoint
+from services.capture.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
 from services.capture.journal import RawJournal
 from services.capture.sources import UdpMotionInput, axis_udp_source, xsens_udp_source
 
@@ -132,7 +132,7 @@ class CaptureService:
     def __init__(
         self,
         source: UdpMotionInput,
-        sender: FrameSender,
+        sender: FrameSink,
         *,
         metrics: ServiceMetrics | None = None,
         tracer: StageTracer | None = None,

@@ -37,7 +37,7 @@ from mocapline.options import EnvArgumentParser
 from mocapline.skeleton import GMR_BODIES
 from mocapline.tracing import StageTracer
 from mocapline.tracing import setup as setup_tracing
-from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
+from mocapline.transport import FrameReceiver, FrameSender, FrameSink, lossless_socket
 
 from .config import DEFAULT_CONFIG, SHIPPED_CONFIGS, load_ik_config
 from .retargeter import (
@@ -123,7 +123,7 @@ class RetargetService:
     def __init__(
         self,
         retargeter: G1Retargeter,
-        sender: FrameSender,
+        sender: FrameSink,
         *,
         filter: str = "none",
         metrics: ServiceMetrics | None = None,

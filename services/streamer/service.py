@@ -31,7 +31,8 @@ from mocapline.metrics import start as start_metrics
 from mocapline.options import EnvArgumentParser
 from mocapline.tracing import StageTracer
 from mocapline.tracing import setup as setup_tracing
-from mocapline.transport import FrameReceiver, FrameSender, add_curve_server_options, lossless_socket, server_link
+from mocapline.transport import FrameReceiver, FrameSender, FrameSink, add_curve_server_options, lossless_socket
+from mocapline.transport import server_link
 from services.retarget.interpolator import MotionStreamInterpolator
 from services.streamer.frames import MocapFrameBuilder
 
@@ -69,7 +70,7 @@ class StreamerCounters:
 class Streamer:
     def __init__(
         self,
-        sender: FrameSender,
+        sender: FrameSink,
         input_fps: float,
         output_fps: float,
         *,
