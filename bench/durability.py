@@ -36,8 +36,8 @@ from mocapline.segmentlog import LogConfig
 from mocapline.stagelog import Output, StageLog, StageRecord
 from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
 from services.emitter.emitter import TakePlan, emit_take
-from services.pipeline.procs import free_tcp_port, free_udp_port
-from services.pipeline.stack import Stack, StackConfig
+from services.pipeline.procs import free_tcp_port
+from services.pipeline.stack import Stack, local_config
 
 MT = MessageType.MOTION_FRAME
 
@@ -134,12 +134,8 @@ def pipeline(frames: int, flat_frames: int, modes: list[tuple[str, str | None]])
     out: dict[str, Any] = {}
     for name, fsync in modes:
         with tempfile.TemporaryDirectory(prefix="mocapline-bench-") as state:
-            config = StackConfig(
-                main_port=free_udp_port(), side_port=free_udp_port(), nats_url=f"nats://127.0.0.1:{free_tcp_port()}",
-                human_port=free_tcp_port(), robot_port=free_tcp_port(), output_port=free_tcp_port(),
-                viewer=True, display="none", web_port=free_tcp_port(), input_fps=120.0, output_fps=120.0,
-                state_dir=Path(state) if fsync else None, fsync=fsync or "interval",
-            )
+            config = local_config(viewer=True, input_fps=120.0, output_fps=120.0,
+                                  state_dir=Path(state) if fsync else None, fsync=fsync or "interval")
             stack = Stack(config)
             try:
                 stack.start()

@@ -25,8 +25,8 @@ from mocapline import pb
 from mocapline.header import G1_JOINT_COUNT, MessageType
 from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
 from services.emitter.emitter import TakePlan, emit_take
-from services.pipeline.procs import free_tcp_port, free_udp_port
-from services.pipeline.stack import Stack, StackConfig
+from services.pipeline.procs import free_tcp_port
+from services.pipeline.stack import Stack, local_config
 
 
 def sample_payload() -> bytes:
@@ -83,11 +83,7 @@ def transport(n: int, rounds: int) -> dict[str, float]:
 
 
 def latency(frames: int, rates: list[float]) -> dict[str, Any]:
-    config = StackConfig(
-        main_port=free_udp_port(), side_port=free_udp_port(), nats_url=f"nats://127.0.0.1:{free_tcp_port()}",
-        human_port=free_tcp_port(), robot_port=free_tcp_port(), output_port=free_tcp_port(),
-        viewer=True, display="none", web_port=free_tcp_port(), input_fps=120.0, output_fps=120.0,
-    )
+    config = local_config(viewer=True, input_fps=120.0, output_fps=120.0)
     stack = Stack(config)
     out: dict[str, Any] = {}
     try:

@@ -16,8 +16,7 @@ import pytest
 from mocapline.segmentlog import SegmentLog
 from mocapline.stagelog import StageRecord
 from services.emitter.emitter import TakePlan, emit_take
-from services.pipeline.procs import free_tcp_port, free_udp_port
-from services.pipeline.stack import Stack, StackConfig
+from services.pipeline.stack import Stack, local_config
 
 pytestmark = pytest.mark.integration
 
@@ -27,11 +26,8 @@ FIRST = 5000
 
 
 def make_stack(tmp_path: Path, *, durable: bool, merge: bool = False, env: dict[str, str] | None = None) -> Stack:
-    config = StackConfig(
-        main_port=free_udp_port(), side_port=free_udp_port(), merge=merge,
-        nats_url=f"nats://127.0.0.1:{free_tcp_port()}", human_port=free_tcp_port(), robot_port=free_tcp_port(),
-        output_port=free_tcp_port(), viewer=True, display="none", web_port=free_tcp_port(),
-        input_fps=RATE, output_fps=RATE, log_dir=tmp_path / "logs",
+    config = local_config(
+        merge=merge, viewer=True, input_fps=RATE, output_fps=RATE, log_dir=tmp_path / "logs",
         state_dir=tmp_path / "state" if durable else None, fsync="never", extra_env=env or {},
     )
     stack = Stack(config)

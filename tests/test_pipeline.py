@@ -16,18 +16,14 @@ from mocapline.header import G1_JOINT_COUNT, MessageType
 from mocapline.transport import FrameReceiver, lossless_socket
 from mocapline.verdict import BOTH, MAIN_ONLY, SIDE_ONLY
 from services.emitter.emitter import TakePlan, emit_take
-from services.pipeline.procs import free_tcp_port, free_udp_port
-from services.pipeline.stack import Stack, StackConfig
+from services.pipeline.stack import Stack, local_config
 
 pytestmark = pytest.mark.integration
 
 
 def make_stack(tmp_path, *, merge: bool = False, viewer: bool = True) -> Stack:
-    config = StackConfig(
-        main_port=free_udp_port(), side_port=free_udp_port(), merge=merge,
-        nats_url=f"nats://127.0.0.1:{free_tcp_port()}", human_port=free_tcp_port(), robot_port=free_tcp_port(),
-        output_port=free_tcp_port(), viewer=viewer, display="none", web_port=free_tcp_port(),
-        input_fps=120.0, output_fps=120.0, log_dir=tmp_path / "logs",
+    config = local_config(
+        merge=merge, viewer=viewer, input_fps=120.0, output_fps=120.0, log_dir=tmp_path / "logs",
     )
     stack = Stack(config)
     stack.start()

@@ -23,8 +23,8 @@ import yaml
 from mocapline.metrics import SERVICES
 from mocapline.verdict import BOTH, MAIN_ONLY
 from services.emitter.emitter import TakePlan, emit_take
-from services.pipeline.procs import free_tcp_port, free_udp_port
-from services.pipeline.stack import STAGES, Stack, StackConfig
+from services.pipeline.procs import free_tcp_port
+from services.pipeline.stack import STAGES, Stack, local_config
 
 pytestmark = pytest.mark.integration
 
@@ -113,11 +113,8 @@ def observed(tmp_path) -> Iterator[tuple[Stack, Prometheus]]:
     if not Path(PROMETHEUS).exists():
         pytest.skip("prometheus is not installed (Debian: apt-get install prometheus; .ci/run does it)")
     metrics_ports = {name: free_tcp_port() for name in SERVICES}
-    config = StackConfig(
-        main_port=free_udp_port(), side_port=free_udp_port(), merge=False,
-        nats_url=f"nats://127.0.0.1:{free_tcp_port()}", human_port=free_tcp_port(), robot_port=free_tcp_port(),
-        output_port=free_tcp_port(), viewer=True, display="none", web_port=free_tcp_port(),
-        input_fps=120.0, output_fps=120.0, log_dir=tmp_path / "logs",
+    config = local_config(
+        merge=False, viewer=True, input_fps=120.0, output_fps=120.0, log_dir=tmp_path / "logs",
         metrics_ports=metrics_ports, extra_env={"MOCAPLINE_METRICS_HOST": "127.0.0.1"},
     )
     stack = Stack(config)

@@ -39,8 +39,8 @@ from mocapline.tracing import (
 )
 from services.emitter.emitter import TakePlan, emit_take
 from services.pipeline.inprocess import InProcessPipeline, StageTracers, emitted_take
-from services.pipeline.procs import free_tcp_port, free_udp_port
-from services.pipeline.stack import STAGES, Stack, StackConfig
+from services.pipeline.procs import free_tcp_port
+from services.pipeline.stack import STAGES, Stack, local_config
 
 CHAIN = [SPAN_NAMES[s] for s in STAGES]  # capture.parse_fk -> retarget.ik -> streamer... -> viewer...
 
@@ -209,10 +209,8 @@ def otlp() -> Iterator[OtlpReceiver]:
 
 @pytest.mark.integration
 def test_the_processes_export_one_trace_per_posture_index(tmp_path, otlp) -> None:
-    config = StackConfig(
-        main_port=free_udp_port(), side_port=free_udp_port(), nats_url=f"nats://127.0.0.1:{free_tcp_port()}",
-        human_port=free_tcp_port(), robot_port=free_tcp_port(), output_port=free_tcp_port(), display="none",
-        web_port=free_tcp_port(), input_fps=120.0, output_fps=120.0, log_dir=tmp_path / "logs",
+    config = local_config(
+        input_fps=120.0, output_fps=120.0, log_dir=tmp_path / "logs",
         metrics_ports={name: 0 for name in (*STAGES, "auditor")},
         extra_env={"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
                    "OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_TRACES_SAMPLER": "parentbased_always_on"},

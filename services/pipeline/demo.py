@@ -14,8 +14,7 @@ from typing import Any
 
 from mocapline.options import EnvArgumentParser, parse_index_list
 from services.emitter.emitter import TakePlan, emit_take
-from services.pipeline.procs import free_tcp_port, free_udp_port
-from services.pipeline.stack import PreflightError, Stack, StackConfig, print_ledger
+from services.pipeline.stack import PreflightError, Stack, local_config, print_ledger
 
 
 def build_parser() -> EnvArgumentParser:
@@ -43,17 +42,9 @@ def run_demo(args: Any) -> dict[str, Any]:
     from pathlib import Path
 
     fps = args.input_fps or (args.rate if args.rate > 0 else 60.0)
-    config = StackConfig(
-        main_port=free_udp_port(),
-        side_port=free_udp_port(),
+    config = local_config(
         merge=args.merge,
-        nats_url=f"nats://127.0.0.1:{free_tcp_port()}",
-        human_port=free_tcp_port(),
-        robot_port=free_tcp_port(),
-        output_port=free_tcp_port(),
         viewer=not args.no_viewer,
-        display="none",
-        web_port=free_tcp_port(),
         input_fps=fps,
         output_fps=args.output_fps or fps,
         log_dir=Path(args.log_dir) if args.log_dir else None,

@@ -16,7 +16,7 @@ from typing import Any
 
 from mocapline.bus import nats_server_binary, request
 from services.auditor.audit import audit
-from services.pipeline.procs import Service, port_free
+from services.pipeline.procs import Service, free_tcp_port, free_udp_port, port_free
 
 STAGES = ("capture", "retarget", "streamer", "viewer")
 
@@ -49,6 +49,17 @@ class StackConfig:
     # meanwhile) and restarts a service that dies. None = plain links, nothing on disk.
     state_dir: Path | None = None
     fsync: str = "interval"
+
+
+def local_config(**settings: Any) -> StackConfig:
+    """A StackConfig on free loopback ports, with its own NATS and no display: a stack that runs
+    beside any other (how `mocapline demo`, the benchmarks and the tests start one)."""
+    ports: dict[str, Any] = {
+        "main_port": free_udp_port(), "side_port": free_udp_port(),
+        "nats_url": f"nats://127.0.0.1:{free_tcp_port()}", "human_port": free_tcp_port(),
+        "robot_port": free_tcp_port(), "output_port": free_tcp_port(), "web_port": free_tcp_port(),
+    }
+    return StackConfig(**{"display": "none", **ports, **settings})
 
 
 class PreflightError(RuntimeError):
