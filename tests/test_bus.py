@@ -7,7 +7,7 @@ import time
 
 import nats
 
-from mocapline.bus import Bus, request
+from mocapline.core.bus import Bus, request
 
 
 def collect(url: str, subject: str, seconds: float) -> list[dict]:

@@ -7,18 +7,19 @@ import time
 
 import zmq
 
-from mocapline.durable import DurableStage, LinkSpec
-from mocapline.frames import HumanFrame
-from mocapline.header import MessageType
-from mocapline.segmentlog import LogConfig
-from mocapline.skeleton import GMR_BODIES, get_skeleton
-from services.capture.axis_bvh import AxisBvhConfig, encode_datagram
-from services.capture.journal import RawJournal
-from services.capture.receiver import Datagram
-from services.capture.service import CaptureService
-from services.capture.sources import axis_udp_source
-from services.emitter.motion import pose_channels
-from services.pipeline.procs import free_tcp_port
+from mocapline.core.bodies import GMR_BODIES
+from mocapline.core.durable import DurableStage, LinkSpec
+from mocapline.core.frames import HumanFrame
+from mocapline.core.header import MessageType
+from mocapline.core.segmentlog import LogConfig
+from mocapline.core.udp import Datagram
+from mocapline.formats.axis_bvh import AxisBvhConfig, encode_datagram
+from mocapline.formats.skeleton import get_skeleton
+from mocapline.services.capture.journal import RawJournal
+from mocapline.services.capture.service import CaptureService
+from mocapline.services.capture.sources import axis_udp_source
+from mocapline.tools.emitter.motion import pose_channels
+from mocapline.tools.pipeline.procs import free_tcp_port
 
 PORT = 7014
 FIRST = 300
@@ -96,7 +97,7 @@ def test_a_datagram_journaled_but_still_in_the_socket_is_not_journaled_twice(tmp
     import queue
     import socket
 
-    from services.capture.receiver import UdpReceiver, open_udp
+    from mocapline.core.udp import UdpReceiver, open_udp
 
     sock, _ = open_udp("127.0.0.1", 0)
     port = sock.getsockname()[1]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from services.emitter.emitter import TakePlan, emit_take
+from mocapline.tools.emitter.emitter import TakePlan, emit_take
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def test_recording_replays_to_the_same_frames(capture_factory, tmp_path) -> None
     cap = capture_factory(1, ["--record", str(rec)])
     emit_take(TakePlan(frames=120, first_index=7, duplicate={50}), cap.dests(), rate_hz=500)
     frames, ledger = cap.collect()
-    from services.emitter.emitter import replay
+    from mocapline.tools.emitter.emitter import replay
 
     cap2 = capture_factory(1)
     stats = replay(rec, cap2.dests(), speed=0)
@@ -81,7 +81,7 @@ def test_recording_replays_to_the_same_frames(capture_factory, tmp_path) -> None
 def test_xsens_source_over_udp(capture_factory) -> None:
     import socket
 
-    from services.capture.xsens import encode_mxtp02
+    from mocapline.formats.mxtp02 import encode_mxtp02
 
     cap = capture_factory(1, ["--source", "xsens"])
     rng = np.random.default_rng(1)

@@ -26,8 +26,8 @@ import pytest
 yaml = pytest.importorskip("yaml")
 
 from mocapline.cli import COMMANDS  # noqa: E402
-from mocapline.options import ENV_PREFIX  # noqa: E402
-from services.pipeline.procs import free_tcp_port  # noqa: E402
+from mocapline.core.options import ENV_PREFIX  # noqa: E402
+from mocapline.tools.pipeline.procs import free_tcp_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -338,7 +338,7 @@ def test_the_emitter_replays_the_bundled_take_in_a_loop(services) -> None:
     svc = services["emitter"]
     args = parse_with_env("emit", service_env(svc), command_of(svc)[2:])
     assert args.demo and args.loop
-    from services.emitter.emitter import DEMO_TAKE
+    from mocapline.tools.emitter.emitter import DEMO_TAKE
 
     assert DEMO_TAKE.exists() and DEMO_TAKE.is_relative_to(ROOT / "assets")
 
@@ -501,7 +501,7 @@ def test_every_dockerfile_copy_source_exists_and_is_not_ignored(services) -> Non
                 assert not ignored(src, patterns), f"{dockerfile.name}: COPY {src} is excluded by .dockerignore"
                 copied.append(src)
     # what the services need at run time: the package, its protobuf source, IK configs, the demo take
-    for needed in ("pyproject.toml", "mocapline", "services", "bench", "proto", "assets"):
+    for needed in ("pyproject.toml", "setup.py", "mocapline", "proto", "assets"):
         assert needed in copied, needed
     assert not ignored("assets/demo/walk_60hz.mlrec", dockerignore_patterns(ROOT))
     assert ignored("keys/server.key_secret", dockerignore_patterns(ROOT)), "secrets must stay out of images"
@@ -599,7 +599,7 @@ def test_traces_go_collector_to_jaeger(services) -> None:
         assert endpoint.hostname == "127.0.0.1"
         assert endpoint.port == (grpc_port if protocol == "grpc" else http_port), name
         assert env["OTEL_SERVICE_NAME"] == f"mocapline-{name}"
-        from mocapline import tracing
+        from mocapline.core import tracing
 
         assert tracing.enabled(env), name
     pipeline = col["service"]["pipelines"]["traces"]
@@ -613,7 +613,7 @@ def test_traces_go_collector_to_jaeger(services) -> None:
 
 
 def test_nats_config_and_url_agree(services, env) -> None:
-    from mocapline.bus import nats_server_binary, url_host_port
+    from mocapline.core.bus import nats_server_binary, url_host_port
 
     cmd = services["nats"]["command"]
     port = int(cmd[cmd.index("--port") + 1])
@@ -683,7 +683,7 @@ def test_remote_auditor_needs_only_the_nats_url_and_the_side_port() -> None:
 
 
 def test_curve_override_points_at_the_files_mocapline_keys_writes(tmp_path, env) -> None:
-    from mocapline.keys import generate
+    from mocapline.core.keys import generate
 
     model, unset = load_compose(COMPOSE, env, overrides=[ROOT / "deploy/compose.curve.yml"])
     assert not unset
@@ -727,10 +727,10 @@ def local_env(nats_url: str) -> dict[str, str]:
 
 @pytest.mark.integration
 def test_the_pipeline_services_start_with_the_compose_environment(nats_server, tmp_path) -> None:
-    from mocapline.bus import request
-    from services.auditor.audit import audit
-    from services.emitter.emitter import TakePlan, emit_take
-    from services.pipeline.procs import Service
+    from mocapline.core.bus import request
+    from mocapline.services.auditor.audit import audit
+    from mocapline.tools.emitter.emitter import TakePlan, emit_take
+    from mocapline.tools.pipeline.procs import Service
 
     env = local_env(nats_server.url)
     model, unset = load_compose(COMPOSE, env)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from mocapline.segmentlog import SegmentLog
-from mocapline.stagelog import StageRecord
-from services.emitter.emitter import TakePlan, emit_take
-from services.pipeline.stack import Stack, local_config
+from mocapline.core.segmentlog import SegmentLog
+from mocapline.core.stagelog import StageRecord
+from mocapline.tools.emitter.emitter import TakePlan, emit_take
+from mocapline.tools.pipeline.stack import Stack, local_config
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +109,7 @@ def test_five_percent_loss_on_the_main_path_is_recovered_by_merge(tmp_path, stac
     """5% random loss on the main path only. This kernel has no sch_netem (tc netem fails with
     'Specified qdisc kind is unknown'), so the loss comes from the lossy relay (services/emitter/
     relay.py) between the emitter and capture's main port; the side path goes straight to capture."""
-    from services.emitter.relay import LossyRelay
+    from mocapline.tools.emitter.relay import LossyRelay
 
     stack = make_stack(tmp_path, durable=True, merge=True)
     stacks.append(stack)

@@ -1,7 +1,7 @@
 """The Grafana provisioning and dashboard against what the services really export.
 
 Every PromQL expression of deploy/grafana/dashboards/mocapline.json may name only series that the
-services' live metric registries expose (mocapline.metrics builds them exactly as the services do),
+services' live metric registries expose (mocapline.core.metrics builds them exactly as the services do),
 so a renamed metric cannot leave a panel silently blank. Where promtool is installed, every
 expression must also parse as PromQL.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mocapline.metrics import FAMILIES, exported_names
+from mocapline.core.metrics import FAMILIES, exported_names
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "deploy/grafana/dashboards/mocapline.json"
@@ -136,7 +136,7 @@ def test_datasource_time_interval_equals_the_scrape_interval() -> None:
 
 
 def test_the_scrape_config_covers_every_service_on_its_default_port() -> None:
-    from mocapline.metrics import DEFAULT_PORTS
+    from mocapline.core.metrics import DEFAULT_PORTS
 
     config = yaml.safe_load(PROMETHEUS.read_text())
     targets = {sc["labels"]["service"]: sc["targets"]

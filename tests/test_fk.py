@@ -12,21 +12,20 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from mocapline.skeleton import (
-    GMR_BODIES,
-    GMR_BODY_INDEX,
-    BoneDef,
-    Skeleton,
-    SkeletonKind,
-    get_skeleton,
-)
-from services.capture.axis_bvh import (
+from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX
+from mocapline.formats.axis_bvh import (
     ROTATION_ORDERS,
     AxisBvhConfig,
     encode_datagram,
     parse_datagram,
 )
-from services.capture.fk import AxisForwardKinematics, matrices_to_quaternions
+from mocapline.formats.skeleton import (
+    BoneDef,
+    Skeleton,
+    SkeletonKind,
+    get_skeleton,
+)
+from mocapline.services.capture.fk import AxisForwardKinematics, matrices_to_quaternions
 
 C = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])  # (x, y, z) -> (x, -z, y)
 SKELETON_CASES = [(kind, order) for kind in SkeletonKind for order in ROTATION_ORDERS]
@@ -250,7 +249,7 @@ def test_missing_body_warns_once_and_gets_identity(caplog):
         for b in base.bones
     )
     skeleton = Skeleton(SkeletonKind.AXIS_STUDIO, bones)
-    with caplog.at_level(logging.WARNING, logger="services.capture.fk"):
+    with caplog.at_level(logging.WARNING, logger="mocapline.services.capture.fk"):
         fk = AxisForwardKinematics(skeleton)
         frames = random_frames(SkeletonKind.AXIS_STUDIO, 3, seed=4)
         p, q = fk.bodies(frames[1])

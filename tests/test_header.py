@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mocapline.header import (
+from mocapline.core.header import (
     HEADER_SIZE,
     HEADER_STRUCT,
     MAGIC,

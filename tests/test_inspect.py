@@ -9,12 +9,13 @@ import dpkt
 import numpy as np
 import pytest
 
-from mocapline.skeleton import GMR_BODIES, get_skeleton
-from services.capture.axis_bvh import AxisBvhConfig, encode_datagram
-from services.capture.inspect import main as inspect_main
-from services.capture.receiver import Datagram
-from services.capture.recording import RecordingWriter, read_recording
-from services.emitter.motion import pose_channels
+from mocapline.core.bodies import GMR_BODIES
+from mocapline.core.udp import Datagram
+from mocapline.formats.axis_bvh import AxisBvhConfig, encode_datagram
+from mocapline.formats.mlrec import RecordingWriter, read_recording
+from mocapline.formats.skeleton import get_skeleton
+from mocapline.tools.emitter.motion import pose_channels
+from mocapline.tools.inspect import main as inspect_main
 
 CONFIG = AxisBvhConfig()
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from mocapline.frames import RobotFrame
-from services.retarget import quat as Q
-from services.retarget.interpolator import MotionStreamInterpolator
+from mocapline.core import quat as Q
+from mocapline.core.frames import RobotFrame
+from mocapline.services.streamer.interpolator import MotionStreamInterpolator
 
 AXIS = np.array([0.3, -0.5, 0.8]) / np.linalg.norm([0.3, -0.5, 0.8])
 OMEGA = 1.7  # rad/s about AXIS

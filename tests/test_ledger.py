@@ -1,4 +1,4 @@
-from mocapline.ledger import Seen, SequenceLedger
+from mocapline.core.ledger import Seen, SequenceLedger
 
 
 def feed(indices: list[int]) -> tuple[SequenceLedger, list[Seen]]:

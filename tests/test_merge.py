@@ -1,4 +1,4 @@
-from services.capture.merge import PathMerger
+from mocapline.services.capture.merge import PathMerger
 
 MAIN, SIDE = 7014, 7015
 

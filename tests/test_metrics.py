@@ -1,4 +1,4 @@
-"""mocapline.metrics: the catalogue, counters that mirror the services' counts, FastHistogram, the exporter."""
+"""mocapline.core.metrics: the catalogue, counters that mirror the services' counts, FastHistogram, the exporter."""
 
 import importlib
 import logging
@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mocapline.metrics import (
+from mocapline.core.metrics import (
     DEFAULT_PORTS,
     LINK_REJECT_REASONS,
     MISSING_CLASSES,
@@ -18,15 +18,15 @@ from mocapline.metrics import (
     FastHistogram,
     ServiceMetrics,
 )
-from mocapline.verdict import BOTH, MAIN_ONLY, SIDE_ONLY, UNKNOWN
-from services.pipeline.procs import free_tcp_port
+from mocapline.core.verdict import BOTH, MAIN_ONLY, SIDE_ONLY, UNKNOWN
+from mocapline.tools.pipeline.procs import free_tcp_port
 
 SERVICE_MODULES = {
-    "capture": "services.capture.service",
-    "retarget": "services.retarget.service",
-    "streamer": "services.streamer.service",
-    "viewer": "services.viewer.service",
-    "auditor": "services.auditor.service",
+    "capture": "mocapline.services.capture.service",
+    "retarget": "mocapline.services.retarget.service",
+    "streamer": "mocapline.services.streamer.service",
+    "viewer": "mocapline.services.viewer.service",
+    "auditor": "mocapline.services.auditor.service",
 }
 
 
@@ -138,7 +138,7 @@ def test_serve_and_a_taken_port(caplog) -> None:
         assert 'mocapline_frames_total{direction="out",stage="streamer"} 2.0' in text
         assert "process_cpu_seconds_total" in text and "_created" not in text
         other = ServiceMetrics("streamer")
-        with caplog.at_level(logging.WARNING, logger="mocapline.metrics"):
+        with caplog.at_level(logging.WARNING, logger="mocapline.core.metrics"):
             assert not other.serve(port, "127.0.0.1")  # taken: logged, metrics off, no exception
         assert "cannot serve" in caplog.text and not other.serving
     finally:

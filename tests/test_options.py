@@ -1,6 +1,6 @@
 import pytest
 
-from mocapline.options import EnvArgumentParser, env_name, parse_index_list
+from mocapline.core.options import EnvArgumentParser, env_name, parse_index_list
 
 
 def parser() -> EnvArgumentParser:

@@ -11,12 +11,12 @@ import nats
 import pytest
 import zmq
 
-from mocapline import pb
-from mocapline.header import G1_JOINT_COUNT, MessageType
-from mocapline.transport import FrameReceiver, lossless_socket
-from mocapline.verdict import BOTH, MAIN_ONLY, SIDE_ONLY
-from services.emitter.emitter import TakePlan, emit_take
-from services.pipeline.stack import Stack, local_config
+from mocapline.core import pb
+from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.transport import FrameReceiver, lossless_socket
+from mocapline.core.verdict import BOTH, MAIN_ONLY, SIDE_ONLY
+from mocapline.tools.emitter.emitter import TakePlan, emit_take
+from mocapline.tools.pipeline.stack import Stack, local_config
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """A real Prometheus server scraping a real pipeline: the per-stage counts it stores equal the ledger.
 
 The pipeline (NATS, capture, retarget, streamer, viewer, auditor) runs as processes on free loopback
-ports (services.pipeline.stack, as `mocapline up` starts it). Prometheus (Debian package
+ports (mocapline.tools.pipeline.stack, as `mocapline up` starts it). Prometheus (Debian package
 `prometheus`, installed by .ci/run) runs with the project's scrape config,
 deploy/prometheus/prometheus.yml, its targets pointed at the services' /metrics ports and its
 interval at 1 s. After each take is drained, the test waits for a scrape that started after the
@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mocapline.metrics import SERVICES
-from mocapline.verdict import BOTH, MAIN_ONLY
-from services.emitter.emitter import TakePlan, emit_take
-from services.pipeline.procs import free_tcp_port
-from services.pipeline.stack import STAGES, Stack, local_config
+from mocapline.core.metrics import SERVICES
+from mocapline.core.verdict import BOTH, MAIN_ONLY
+from mocapline.tools.emitter.emitter import TakePlan, emit_take
+from mocapline.tools.pipeline.procs import free_tcp_port
+from mocapline.tools.pipeline.stack import STAGES, Stack, local_config
 
 pytestmark = pytest.mark.integration
 

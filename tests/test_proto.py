@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
-from mocapline import pb
-from mocapline.frames import FrameFieldError, HumanFrame, RobotFrame
-from mocapline.protogen import is_stale
+from mocapline.core import pb
+from mocapline.core.frames import FrameFieldError, HumanFrame, RobotFrame
+from mocapline.tools.protogen import is_stale
 
 
 def test_generated_code_is_up_to_date() -> None:
-    assert not is_stale(), "proto/mocap.proto changed: run `python -m mocapline.protogen`"
+    assert not is_stale(), "proto/mocap.proto changed: run `python -m mocapline.tools.protogen`"
 
 
 def test_mocap_frame_field_numbers_never_change() -> None:

@@ -7,15 +7,20 @@ import json
 import numpy as np
 import pytest
 
-from mocapline import pb
-from services.capture.recording import RecordingWriter, read_recording
-from services.emitter.emitter import TakePlan, write_take
-from services.recorder import export as E
-from services.recorder.framefile import FrameFileWriter, read_frame_file
-from services.recorder.replay import compare
-from services.recorder.replay import main as replay_main
-from services.recorder.take import TakeConfig, digest, motion_bytes, run_recording
-from services.retarget.robot_model import G1_JOINT_NAMES, joint_ranges, load_ik_model
+from mocapline.core import pb
+from mocapline.formats.mlmf import FrameFileWriter, read_frame_file
+from mocapline.formats.mlrec import RecordingWriter, read_recording
+from mocapline.robot.g1 import G1_JOINT_NAMES, joint_ranges, load_ik_model
+from mocapline.tools.emitter.emitter import TakePlan, write_take
+from mocapline.tools.recorder import export as E
+from mocapline.tools.recorder.replay import compare
+from mocapline.tools.recorder.replay import main as replay_main
+from mocapline.tools.recorder.take import (
+    TakeConfig,
+    digest,
+    motion_bytes,
+    run_recording,
+)
 
 
 @pytest.fixture(scope="module")
@@ -217,8 +222,8 @@ def test_replay_cli_writes_and_compares(take, tmp_path, capsys) -> None:
 
 @pytest.mark.integration
 def test_record_then_replay_gives_identical_frames(take, tmp_path, capsys) -> None:
-    from services.pipeline.procs import free_tcp_port, free_udp_port
-    from services.recorder.record import main as record_main
+    from mocapline.tools.pipeline.procs import free_tcp_port, free_udp_port
+    from mocapline.tools.recorder.record import main as record_main
 
     folder = tmp_path / "take"
     rc = record_main([
@@ -243,7 +248,7 @@ def test_record_then_replay_gives_identical_frames(take, tmp_path, capsys) -> No
     assert out["compare"]["identical_motion"] and out["mocap_frames"] == 75
     assert E.main([str(folder), "-o", str(tmp_path / "clip.npz")]) == 0
     capsys.readouterr()
-    from services.recorder.plot import main as plot_main
+    from mocapline.tools.recorder.plot import main as plot_main
 
     assert plot_main([str(folder), "--dpi", "50"]) == 0
     assert json.loads(capsys.readouterr().out)["latency_frames"] == 75
@@ -254,7 +259,7 @@ def test_record_then_replay_gives_identical_frames(take, tmp_path, capsys) -> No
 
 
 def test_plots_render(gappy_take, tmp_path, capsys) -> None:
-    from services.recorder.plot import main as plot_main
+    from mocapline.tools.recorder.plot import main as plot_main
 
     out = tmp_path / "plots"
     assert plot_main([str(gappy_take), "--out", str(out), "--dpi", "60"]) == 0
@@ -273,7 +278,7 @@ def test_web_view_links_the_plots(tmp_path) -> None:
     import urllib.error
     import urllib.request
 
-    from services.viewer.web import WebView
+    from mocapline.services.viewer.web import WebView
 
     plots = tmp_path / "take" / "plots"
     plots.mkdir(parents=True)
@@ -299,10 +304,10 @@ def test_replay_push_serves_the_frames_like_the_streamer(take) -> None:
 
     import zmq
 
-    from mocapline.header import G1_JOINT_COUNT, MessageType
-    from mocapline.transport import FrameReceiver, lossless_socket
-    from services.pipeline.procs import free_tcp_port
-    from services.recorder.replay import push
+    from mocapline.core.header import G1_JOINT_COUNT, MessageType
+    from mocapline.core.transport import FrameReceiver, lossless_socket
+    from mocapline.tools.pipeline.procs import free_tcp_port
+    from mocapline.tools.recorder.replay import push
 
     _, frames = run_recording(take, TakeConfig(), stream=True)
     port = free_tcp_port()

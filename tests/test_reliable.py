@@ -9,8 +9,8 @@ import zmq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mocapline.header import MessageType
-from mocapline.reliable import (
+from mocapline.core.header import MessageType
+from mocapline.core.reliable import (
     ACK,
     HELLO,
     NO_EPOCH,
@@ -22,9 +22,9 @@ from mocapline.reliable import (
     receiver_sockets,
     sender_sockets,
 )
-from mocapline.segmentlog import LogConfig
-from mocapline.stagelog import Output, StageLog, StageRecord
-from services.pipeline.procs import free_tcp_port
+from mocapline.core.segmentlog import LogConfig
+from mocapline.core.stagelog import Output, StageLog, StageRecord
+from mocapline.tools.pipeline.procs import free_tcp_port
 
 TYPE = MessageType.HUMAN_FRAME
 

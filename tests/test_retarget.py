@@ -7,13 +7,23 @@ import mujoco
 import numpy as np
 import pytest
 
-from mocapline.frames import HumanFrame
-from mocapline.skeleton import AXIS_STUDIO_BONES, GMR_BODIES, GMR_BODY_INDEX
-from services.retarget import quat as Q
-from services.retarget import robot_model as rm
-from services.retarget import synthetic
-from services.retarget.config import IK_CONFIG_DIR, IKConfigError, load_ik_config, parse_ik_config
-from services.retarget.retargeter import G1Retargeter, OneFrameSmoother, RetargetOptions
+from mocapline.core import quat as Q
+from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX
+from mocapline.core.frames import HumanFrame
+from mocapline.formats.skeleton import AXIS_STUDIO_BONES
+from mocapline.robot import g1 as rm
+from mocapline.services.retarget import synthetic
+from mocapline.services.retarget.config import (
+    IK_CONFIG_DIR,
+    IKConfigError,
+    load_ik_config,
+    parse_ik_config,
+)
+from mocapline.services.retarget.retargeter import (
+    G1Retargeter,
+    OneFrameSmoother,
+    RetargetOptions,
+)
 
 C = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
 J = {name: i for i, name in enumerate(rm.G1_JOINT_NAMES)}
@@ -332,7 +342,7 @@ def test_nan_input_is_a_counted_failure(model, axis) -> None:
 
 
 def test_nan_or_infeasible_solver_output_is_a_counted_failure(model, axis, monkeypatch) -> None:
-    import services.retarget.retargeter as module
+    import mocapline.services.retarget.retargeter as module
 
     truth = synthetic.g1_motion(4, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)

@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 import zmq
 
-from mocapline.frames import HumanFrame, RobotFrame
-from mocapline.header import G1_JOINT_COUNT, MessageType
-from mocapline.skeleton import GMR_BODIES, GMR_BODY_INDEX
-from mocapline.transport import FrameReceiver, FrameSender, lossless_socket
-from services.pipeline.procs import free_tcp_port
-from services.retarget import robot_model as rm
-from services.retarget import synthetic
-from services.retarget.config import load_ik_config
-from services.retarget.retargeter import G1Retargeter
-from services.retarget.service import RetargetService, status_line
+from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX
+from mocapline.core.frames import HumanFrame, RobotFrame
+from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.transport import FrameReceiver, FrameSender, lossless_socket
+from mocapline.robot import g1 as rm
+from mocapline.services.retarget import synthetic
+from mocapline.services.retarget.config import load_ik_config
+from mocapline.services.retarget.retargeter import G1Retargeter
+from mocapline.services.retarget.service import RetargetService, status_line
+from mocapline.tools.pipeline.procs import free_tcp_port
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_main_runs_as_a_process(take) -> None:
 
 
 def test_bad_config_is_a_clear_start_up_error(tmp_path) -> None:
-    from services.retarget.service import main
+    from mocapline.services.retarget.service import main
 
     bad = tmp_path / "cfg.json"
     bad.write_text("{}")

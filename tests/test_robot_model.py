@@ -4,8 +4,8 @@ import mujoco
 import numpy as np
 import pytest
 
-from services.retarget import robot_model as rm
-from services.retarget import synthetic
+from mocapline.robot import g1 as rm
+from mocapline.services.retarget import synthetic
 
 
 @pytest.fixture(scope="module")

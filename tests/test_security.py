@@ -18,13 +18,18 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from mocapline.bus import Bus, nats_server_binary, redact_url, request
-from mocapline.frames import RobotFrame
-from mocapline.header import G1_JOINT_COUNT, MessageType
-from mocapline.keys import generate
-from mocapline.keys import main as keys_main
-from mocapline.transport import FrameReceiver, FrameSender, client_link, server_link
-from services.pipeline.procs import free_tcp_port
+from mocapline.core.bus import Bus, nats_server_binary, redact_url, request
+from mocapline.core.frames import RobotFrame
+from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.keys import generate
+from mocapline.core.keys import main as keys_main
+from mocapline.core.transport import (
+    FrameReceiver,
+    FrameSender,
+    client_link,
+    server_link,
+)
+from mocapline.tools.pipeline.procs import free_tcp_port
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDSHAKE_FAILED = {zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
@@ -415,9 +420,9 @@ def test_nats_tls_with_a_private_ca(tmp_path: Path, monkeypatch) -> None:
 # --- capture UDP allow-list ---------------------------------------------------------------------------
 
 def _datagrams(first: int, n: int) -> list[bytes]:
-    from mocapline.skeleton import get_skeleton
-    from services.capture.axis_bvh import AxisBvhConfig, encode_datagram
-    from services.emitter.motion import pose_channels
+    from mocapline.formats.axis_bvh import AxisBvhConfig, encode_datagram
+    from mocapline.formats.skeleton import get_skeleton
+    from mocapline.tools.emitter.motion import pose_channels
 
     config = AxisBvhConfig()
     skeleton = get_skeleton(config.skeleton)

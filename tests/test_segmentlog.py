@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from mocapline.segmentlog import LogConfig, SegmentLog
+from mocapline.core.segmentlog import LogConfig, SegmentLog
 
 
 def test_records_come_back_in_order_after_reopen(tmp_path):
@@ -75,7 +75,7 @@ def test_keys_never_decrease_and_bad_policies_are_refused(tmp_path):
 
 
 def test_rotation_by_age(tmp_path, monkeypatch):
-    import mocapline.segmentlog as sl
+    import mocapline.core.segmentlog as sl
 
     clock = [1000.0]
     monkeypatch.setattr(sl.time, "monotonic", lambda: clock[0])

@@ -1,7 +1,7 @@
 """One trace per posture_index: capture starts it, the traceparent travels in HumanFrame ->
 RobotFrame -> MocapFrame, every stage adds a child span.
 
-In process: the services' own classes on inproc ZeroMQ links (services.pipeline.inprocess), each
+In process: the services' own classes on inproc ZeroMQ links (mocapline.tools.pipeline.inprocess), each
 stage with its own TracerProvider (as separate processes have) exporting to one in-memory
 exporter. As processes: the real pipeline configured by OTEL_* environment variables, exporting
 OTLP/HTTP to a small receiver in the test.
@@ -29,18 +29,22 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from mocapline import tracing
-from mocapline.tracing import (
+from mocapline.core import tracing
+from mocapline.core.tracing import (
     ATTR_POSTURE_INDEX,
     SPAN_NAMES,
     for_provider,
     format_traceparent,
     parse_traceparent,
 )
-from services.emitter.emitter import TakePlan, emit_take
-from services.pipeline.inprocess import InProcessPipeline, StageTracers, emitted_take
-from services.pipeline.procs import free_tcp_port
-from services.pipeline.stack import STAGES, Stack, local_config
+from mocapline.tools.emitter.emitter import TakePlan, emit_take
+from mocapline.tools.pipeline.inprocess import (
+    InProcessPipeline,
+    StageTracers,
+    emitted_take,
+)
+from mocapline.tools.pipeline.procs import free_tcp_port
+from mocapline.tools.pipeline.stack import STAGES, Stack, local_config
 
 CHAIN = [SPAN_NAMES[s] for s in STAGES]  # capture.parse_fk -> retarget.ik -> streamer... -> viewer...
 

@@ -1,5 +1,14 @@
-from mocapline.verdict import BOTH, LEDGER_FIELDS, MAIN_ONLY, SIDE_ONLY, UNKNOWN, classify_missing, conserved, with_verdict
-from services.auditor.audit import audit
+from mocapline.core.verdict import (
+    BOTH,
+    LEDGER_FIELDS,
+    MAIN_ONLY,
+    SIDE_ONLY,
+    UNKNOWN,
+    classify_missing,
+    conserved,
+    with_verdict,
+)
+from mocapline.services.auditor.audit import audit
 
 
 def counts(**over: object) -> dict:

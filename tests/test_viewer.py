@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import zmq
 
-from mocapline import pb
-from mocapline.header import HEADER_SIZE, MessageType, encode_frame
-from mocapline.transport import FrameSender, lossless_socket
-from services.pipeline.procs import free_tcp_port
+from mocapline.core import pb
+from mocapline.core.header import HEADER_SIZE, MessageType, encode_frame
+from mocapline.core.transport import FrameSender, lossless_socket
+from mocapline.tools.pipeline.procs import free_tcp_port
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.spatial.transform import Rotation
 
-from mocapline.skeleton import GMR_BODIES, GMR_BODY_INDEX
-from services.capture.xsens import (
+from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX
+from mocapline.formats.mxtp02 import (
     HEADER,
     HEADER_SIZE,
     ITEM,

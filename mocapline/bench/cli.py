@@ -1,0 +1,28 @@
+"""``mocapline bench <name>``: capture (parse + FK), retarget, e2e, tracing, metrics.
+
+Each benchmark is a module with ``main(argv) -> int``, imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from mocapline.core.subcommands import dispatch
+
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "capture": ("mocapline.bench.capture", "parse + forward kinematics frames/s vs a bare struct.unpack"),
+    "retarget": ("mocapline.bench.retarget", "IK onto the G1 frames/s"),
+    "e2e": ("mocapline.bench.e2e", "end-to-end through every service"),
+    "tracing": ("mocapline.bench.tracing", "per-frame cost of a trace per posture_index, traced vs untraced"),
+    "durability": ("mocapline.bench.durability", "cost of crash safety: reliable links and logs vs plain, per fsync policy"),
+    "metrics": ("mocapline.bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return dispatch("mocapline bench", BENCHMARKS, None if argv is None else list(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

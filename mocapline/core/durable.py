@@ -1,0 +1,187 @@
+"""A service's durable mode (``--state-dir``): its reliable input and output links and the one
+record per input that makes "processed" and "remembered" a single step.
+
+Loop of a stage in durable mode::
+
+    msg = stage.rx.recv(timeout_ms)          # each input frame once, in order
+    ... process; outputs go to stage.out.send(...) / stage.out.send_end() ...
+    stage.done(msg.header.frame_id, counters)  # one append: input position + outputs + counters
+    stage.pump()                              # send what the window allows, read ACKs/HELLOs
+
+After a kill -9 the stage reopens its log: ``restored`` holds the counters of the last record,
+the input link resumes after its input position, and the outputs nobody acknowledged are resent.
+Both ends of a link must run in durable mode (the receiver asks the sender with HELLO; a sender
+without ``--state-dir`` never answers, and the receiver says so in its log).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from mocapline.core.header import MessageType
+from mocapline.core.reliable import (
+    DEFAULT_WINDOW,
+    NO_EPOCH,
+    ReliableReceiver,
+    ReliableSender,
+    receiver_sockets,
+    sender_sockets,
+)
+from mocapline.core.segmentlog import FSYNC_POLICIES, LogConfig
+from mocapline.core.stagelog import Output, StageLog, StageRecord
+
+log = logging.getLogger("mocapline.core.durable")
+
+
+def add_arguments(parser: Any, *, retain_mb: int = 0) -> None:
+    """--state-dir and the log settings (env MOCAPLINE_STATE_DIR, MOCAPLINE_FSYNC, ...)."""
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="durable mode: keep this service's logs here and run its links with ACKs and "
+                             "resends, so a kill -9 and restart loses and doubles nothing (both ends of a "
+                             "link need it); unset = plain PUSH/PULL")
+    parser.add_argument("--fsync", choices=FSYNC_POLICIES, default="interval",
+                        help="when logs are flushed to the disk: never (a killed process still loses "
+                             "nothing; a power cut loses what the kernel held), interval (every 0.2 s), "
+                             "always (every record; slowest); see mocapline/core/segmentlog.py")
+    parser.add_argument("--segment-mb", type=float, default=64.0, help="start a new log segment past this size")
+    parser.add_argument("--segment-age-s", type=float, default=600.0, help="start a new log segment past this age")
+    parser.add_argument("--retain-mb", type=float, default=float(retain_mb),
+                        help="remove the oldest log segments beyond this total; 0 = only when acknowledged")
+    parser.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                        help="frames sent and not yet acknowledged at most (the rest wait on disk)")
+
+
+def log_config(args: Any) -> LogConfig:
+    return LogConfig(
+        max_segment_bytes=int(args.segment_mb * 1024 * 1024),
+        max_segment_age_s=args.segment_age_s,
+        fsync=args.fsync,
+        retain_bytes=int(args.retain_mb * 1024 * 1024),
+    )
+
+
+class DurableOutput:
+    """FrameSender's ``send``/``send_end``, gathering the outputs of the input being processed;
+    they are written with it by ``DurableStage.done`` and sent by the ReliableSender."""
+
+    def __init__(self, message_type: MessageType) -> None:
+        self.message_type = message_type
+        self.pending: list[Output] = []
+
+    def send(self, payload: bytes, *, capture_timestamp_us: int) -> None:
+        self.pending.append(Output(self.message_type, payload, capture_timestamp_us))
+
+    def send_end(self, payload: bytes = b"") -> None:
+        self.pending.append(Output(MessageType.END_OF_STREAM, payload, 0))
+
+    def writable(self, timeout_ms: int = 0) -> bool:
+        return True
+
+    def take(self) -> list[Output]:
+        out, self.pending = self.pending, []
+        return out
+
+
+@dataclass
+class LinkSpec:
+    endpoint: str
+    message_type: MessageType
+    joint_count: int | None
+
+
+class DurableStage:
+    """One service's state directory, its reliable links and its record per input."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        state_dir: Path,
+        config: LogConfig,
+        *,
+        input: LinkSpec | None = None,
+        output: LinkSpec | None = None,
+        window: int = DEFAULT_WINDOW,
+    ) -> None:
+        self.stage_log = StageLog(state_dir, "stage", config, key_by_input=output is None)
+        last = self.stage_log.last
+        self.restored: dict[str, Any] | None = self.stage_log.state
+        if self.stage_log.log.torn_bytes:
+            log.warning("%s: cut %d bytes of a record torn by a crash", state_dir, self.stage_log.log.torn_bytes)
+        self.sender: ReliableSender | None = None
+        self.out: DurableOutput | None = None
+        self.rx: ReliableReceiver | None = None
+        if output is not None:
+            data, control = sender_sockets(ctx, output.endpoint)
+            self.sender = ReliableSender(data, control, self.stage_log, output.joint_count or 0, window=window)
+            self.out = DurableOutput(output.message_type)
+        if input is not None:
+            data, control = receiver_sockets(ctx, input.endpoint)
+            self.rx = ReliableReceiver(
+                data, control, input.message_type, input.joint_count,
+                epoch=last.in_epoch if last is not None else NO_EPOCH,
+                last=last.in_seq if last is not None else -1,
+            )
+            if self.sender is not None:
+                self.rx.wake_on(self.sender.control)
+        if last is not None:
+            log.info("resuming from %s: input through %d, %d outputs written", state_dir, last.in_seq,
+                     self.stage_log.next_seq)
+
+    @property
+    def in_epoch(self) -> bytes:
+        return self.rx.epoch if self.rx is not None else NO_EPOCH
+
+    def done(self, in_seq: int, state: dict[str, Any]) -> None:
+        """The durable step for one input: its position, its outputs and the counters after it."""
+        outputs = self.out.take() if self.out is not None else []
+        record = StageRecord(self.in_epoch, in_seq, json.dumps(state, separators=(",", ":")).encode(), outputs)
+        if self.sender is not None:
+            self.sender.commit(record)
+        else:
+            self.stage_log.append(record)
+
+    def pump(self, timeout_ms: int = 0) -> int:
+        return self.sender.pump(timeout_ms) if self.sender is not None else 0
+
+    def wait_delivered(self, timeout_s: float) -> bool:
+        """Pump until every output is acknowledged (sleeping on the control socket, not spinning)
+        or ``timeout_s`` passes; True when all were."""
+        if self.sender is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while self.sender.unacked and time.monotonic() < deadline:
+            self.sender.control.poll(10)
+            self.sender.pump()
+        return self.sender.unacked == 0
+
+    @property
+    def unacked(self) -> int:
+        return self.sender.unacked if self.sender is not None else 0
+
+    def snapshot(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"log_bytes": self.stage_log.log.disk_bytes()}
+        if self.rx is not None:
+            out["input_link"] = self.rx.snapshot()
+        if self.sender is not None:
+            out["output_link"] = self.sender.snapshot()
+        return out
+
+    def close(self) -> None:
+        for sock in self._sockets():
+            sock.close(linger=0)
+        self.stage_log.close()
+
+    def _sockets(self) -> list[zmq.Socket]:
+        socks = []
+        if self.sender is not None:
+            socks += [self.sender.data, self.sender.control]
+        if self.rx is not None:
+            socks += [self.rx.data, self.rx.control]
+        return socks

@@ -1,0 +1,177 @@
+"""In-process frames (dataclasses over numpy arrays) and their protobuf wire form.
+
+``from_proto`` checks every repeated field's length: a receiver never indexes past what arrived.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mocapline.core import pb
+from mocapline.core.bodies import GMR_BODIES
+
+N_BODIES = len(GMR_BODIES)
+N_JOINTS = 29
+
+
+class FrameFieldError(ValueError):
+    """A decoded message has a repeated field of the wrong length."""
+
+    reason = "field_length"
+
+
+class ProtobufDecodeError(ValueError):
+    """Bytes that are not a valid protobuf message of the expected type."""
+
+    reason = "protobuf"
+
+
+def _parse(msg: Any, data: bytes | memoryview) -> Any:
+    try:
+        msg.ParseFromString(bytes(data))
+    except Exception as exc:  # protobuf raises its own DecodeError subclasses
+        raise ProtobufDecodeError(str(exc)) from None
+    return msg
+
+
+def _check(name: str, values: object, expected: int) -> None:
+    n = len(values)  # type: ignore[arg-type]
+    if n != expected:
+        raise FrameFieldError(f"{name} has {n} values, expected {expected}")
+
+
+@dataclass(slots=True)
+class HumanFrame:
+    """The 23 GMR bodies of one posture_index: metres, Z-up world, quaternions w x y z."""
+
+    posture_index: int
+    capture_timestamp_us: int
+    positions: np.ndarray  # (23, 3)
+    quaternions: np.ndarray  # (23, 4)
+    traceparent: str = ""
+    source: str = "axis"
+    segment: int = 0
+    session_id: str = ""
+    source_port: int = 0
+
+    def body(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        i = GMR_BODIES.index(name)
+        return self.positions[i], self.quaternions[i]
+
+    def to_proto(self) -> pb.HumanFrame:
+        return pb.HumanFrame(
+            posture_index=self.posture_index,
+            capture_timestamp_us=self.capture_timestamp_us,
+            positions=self.positions.ravel().tolist(),
+            quaternions=self.quaternions.ravel().tolist(),
+            traceparent=self.traceparent,
+            source=self.source,
+            segment=self.segment,
+            session_id=self.session_id,
+            source_port=self.source_port,
+        )
+
+    def to_bytes(self) -> bytes:
+        return self.to_proto().SerializeToString()
+
+    @classmethod
+    def from_proto(cls, msg: pb.HumanFrame) -> HumanFrame:
+        _check("positions", msg.positions, N_BODIES * 3)
+        _check("quaternions", msg.quaternions, N_BODIES * 4)
+        return cls(
+            posture_index=msg.posture_index,
+            capture_timestamp_us=msg.capture_timestamp_us,
+            positions=np.array(msg.positions, dtype=np.float64).reshape(N_BODIES, 3),
+            quaternions=np.array(msg.quaternions, dtype=np.float64).reshape(N_BODIES, 4),
+            traceparent=msg.traceparent,
+            source=msg.source,
+            segment=msg.segment,
+            session_id=msg.session_id,
+            source_port=msg.source_port,
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview) -> HumanFrame:
+        return cls.from_proto(_parse(pb.HumanFrame(), data))
+
+
+@dataclass(slots=True)
+class RobotFrame:
+    """One retargeted G1 pose: root position (m), root quaternion (w x y z), 29 joints (rad)."""
+
+    posture_index: int
+    capture_timestamp_us: int
+    root_pos: np.ndarray  # (3,)
+    root_quat: np.ndarray  # (4,)
+    joint_pos: np.ndarray  # (29,)
+    ik_failed: bool = False
+    traceparent: str = ""
+    segment: int = 0
+    session_id: str = ""
+
+    def to_proto(self) -> pb.RobotFrame:
+        return pb.RobotFrame(
+            posture_index=self.posture_index,
+            capture_timestamp_us=self.capture_timestamp_us,
+            root_pos=self.root_pos.tolist(),
+            root_quat=self.root_quat.tolist(),
+            joint_pos=self.joint_pos.tolist(),
+            ik_failed=self.ik_failed,
+            traceparent=self.traceparent,
+            segment=self.segment,
+            session_id=self.session_id,
+        )
+
+    def to_bytes(self) -> bytes:
+        return self.to_proto().SerializeToString()
+
+    @classmethod
+    def from_proto(cls, msg: pb.RobotFrame) -> RobotFrame:
+        _check("root_pos", msg.root_pos, 3)
+        _check("root_quat", msg.root_quat, 4)
+        _check("joint_pos", msg.joint_pos, N_JOINTS)
+        return cls(
+            posture_index=msg.posture_index,
+            capture_timestamp_us=msg.capture_timestamp_us,
+            root_pos=np.array(msg.root_pos, dtype=np.float64),
+            root_quat=np.array(msg.root_quat, dtype=np.float64),
+            joint_pos=np.array(msg.joint_pos, dtype=np.float64),
+            ik_failed=msg.ik_failed,
+            traceparent=msg.traceparent,
+            segment=msg.segment,
+            session_id=msg.session_id,
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview) -> RobotFrame:
+        return cls.from_proto(_parse(pb.RobotFrame(), data))
+
+
+# Every repeated field of the seeds' MocapFrame and its fixed length (DESIGN.md).
+MOCAP_FIELD_LENGTHS: dict[str, int] = {
+    "body_pos_w": 3,
+    "body_lin_vel_w": 3,
+    "body_quat_w": 4,
+    "body_ang_vel_w": 3,
+    "joint_pos": N_JOINTS,
+    "joint_vel": N_JOINTS,
+    "left_hand": 7,
+    "right_hand": 7,
+}
+
+
+def check_mocap_frame(msg: pb.MocapFrame) -> None:
+    """Raise FrameFieldError unless every repeated field has its fixed length."""
+    for name, expected in MOCAP_FIELD_LENGTHS.items():
+        _check(name, getattr(msg, name), expected)
+
+
+def parse_mocap_frame(data: bytes | memoryview) -> pb.MocapFrame:
+    """Decode and length-check a MocapFrame; FrameFieldError (reason field_length) or
+    ProtobufDecodeError (reason protobuf) on bad bytes."""
+    msg = _parse(pb.MocapFrame(), data)
+    check_mocap_frame(msg)
+    return msg

@@ -1,0 +1,40 @@
+"""Process lifecycle shared by every service: its common flags, logging, and stopping on signals."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from typing import Any
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def add_service_arguments(parser: Any, *, nats_help: str) -> None:
+    """--nats and --log-level, as every service has them (env MOCAPLINE_NATS, MOCAPLINE_LOG_LEVEL)."""
+    from mocapline.core.bus import DEFAULT_URL
+
+    parser.add_argument("--nats", default=DEFAULT_URL, help=nats_help)
+    parser.add_argument("--log-level", type=_log_level, default="INFO", help=f"logging level: {', '.join(LOG_LEVELS)}")
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+
+
+def stop_on_signals() -> threading.Event:
+    """An Event that SIGTERM or SIGINT sets: a service loops ``while not stop.is_set()`` and then
+    shuts down cleanly (final flush, END_OF_STREAM, final counts) instead of dying mid-frame."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    return stop

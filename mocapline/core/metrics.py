@@ -1,0 +1,481 @@
+"""Prometheus metrics of every mocapline service: one catalogue, one exporter (prometheus-client).
+
+Every service serves ``/metrics`` on its own port (``--metrics-port``, env ``MOCAPLINE_METRICS_PORT``;
+defaults in ``DEFAULT_PORTS``; 0 = off). Names follow DESIGN.md: prefix ``mocapline_``, counters end
+in ``_total`` and carry a ``stage`` label, latencies are histograms in seconds. ``FAMILIES`` is the
+whole catalogue (name, type, labels, which services export it); the Grafana dashboard is checked
+against it by tests/test_dashboard.py.
+
+How the values get there, at no cost to the frame path:
+
+- **Counters mirror the counts the services already keep** (capture's ledger, the stage counters:
+  the same heartbeat dicts the auditor judges). ``ServiceMetrics.sync(heartbeat)`` adds to each
+  counter what its source grew by since the previous sync. Services call ``maybe_sync`` from their
+  loop (at most every ``SYNC_INTERVAL_S``) and ``sync`` before they answer a drain, status or reset
+  request and at exit, so after a drain every scraped count equals the ledger exactly.
+  The ledger is per take (``reset`` zeroes it) while a Prometheus counter is per process and never
+  goes down: a source that went down was reset, and counting restarts from its new value (sync runs
+  right before every reset, so nothing is lost). Per take counts are ``increase(...[$__range])``;
+  the current take's ledger as judged is the auditor's ``mocapline_ledger{field}``.
+- **Histograms are observed per frame** with ``FastHistogram``: a bisect and two additions, about
+  0.3 us here, where prometheus-client's ``Histogram.observe`` (lock, per-bucket loop) costs about
+  2 us; the buckets are published to the exporter at sync time.
+- **Gauges** (pending depths, last posture_index, the auditor's verdict) are set at sync time.
+
+Every label value a service knows at start-up (its stage, directions, reject reasons, missing-index
+classes, ledger fields) is created then, so its series exist at 0 before the first frame.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    start_http_server,
+)
+from prometheus_client.core import HistogramMetricFamily
+
+from mocapline.core.header import REJECT_REASONS as HEADER_REJECT_REASONS
+from mocapline.core.options import port_number
+
+log = logging.getLogger(__name__)
+# No *_created series: creation timestamps add a series per counter and nothing reads them.
+disable_created_metrics()
+
+PREFIX = "mocapline_"
+STAGES: tuple[str, ...] = ("capture", "retarget", "streamer", "viewer")
+SERVICES: tuple[str, ...] = (*STAGES, "auditor")
+DEFAULT_PORTS: dict[str, int] = {"capture": 9101, "retarget": 9102, "streamer": 9103, "viewer": 9104, "auditor": 9105}
+DEFAULT_HOST = "0.0.0.0"  # scraped from another container / host, as exporters usually are
+DIRECTIONS = ("in", "out")
+SYNC_INTERVAL_S = 0.25
+
+# Processing latency of one stage (a frame's residence: taken in -> passed on), seconds.
+STAGE_BUCKETS: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)
+# Capture receive -> viewer apply, seconds.
+E2E_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+
+# What a FrameReceiver counts on every ZeroMQ link (mocapline.core.transport): the header checks and two more.
+LINK_REJECT_REASONS: tuple[str, ...] = (*HEADER_REJECT_REASONS, "bad_parts", "wrong_topic")
+# A valid envelope whose protobuf payload is bad (mocapline.core.frames).
+PAYLOAD_REJECT_REASONS: tuple[str, ...] = ("protobuf", "field_length")
+
+# Where the auditor places a missing index (mocapline.core.verdict).
+MISSING_CLASSES: tuple[str, ...] = ("main_only", "both", "side_only", "main_no_side_data")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # as exported (counters with their _total)
+    kind: str  # counter | gauge | histogram
+    doc: str
+    labels: tuple[str, ...] = ()
+    services: tuple[str, ...] = STAGES
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def sample_names(self) -> tuple[str, ...]:
+        """The series names this family puts in the exposition (what PromQL can select)."""
+        if self.kind == "histogram":
+            return (f"{self.name}_bucket", f"{self.name}_count", f"{self.name}_sum")
+        return (self.name,)
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("mocapline_frames_total", "counter",
+           "Frames per stage and direction. capture: in = valid source datagrams (all paths), out = "
+           "HumanFrames sent; retarget: HumanFrames in, RobotFrames out; streamer: RobotFrames in, "
+           "MocapFrames sent; viewer: MocapFrames that passed validation in, applied out.",
+           ("stage", "direction")),
+    Family("mocapline_rejected_total", "counter",
+           "Datagrams / messages rejected by the stage, by reason (counted, dropped, never fatal).",
+           ("stage", "reason")),
+    Family("mocapline_source_unique_frames_total", "counter",
+           "Unique posture indices released by capture's merge (ledger source_unique_frames).",
+           services=("capture",)),
+    Family("mocapline_source_missing_indices_total", "counter",
+           "Posture indices missing on every path (ledger source_missing_indices).", services=("capture",)),
+    Family("mocapline_source_duplicate_indices_total", "counter",
+           "Posture indices Axis sent twice (ledger source_duplicate_indices).", services=("capture",)),
+    Family("mocapline_source_backward_indices_total", "counter",
+           "Backward jumps of the posture index: Axis restarted (ledger source_backward_indices).",
+           services=("capture",)),
+    Family("mocapline_source_cross_path_copies_total", "counter",
+           "Copies of an index already taken from another path (merge).", services=("capture",)),
+    Family("mocapline_source_late_frames_total", "counter",
+           "Copies that arrived after their gap was declared final (merge).", services=("capture",)),
+    Family("mocapline_ik_failed_total", "counter",
+           "Frames whose IK solve failed (sent with the last good pose, flagged).", services=("retarget",)),
+    Family("mocapline_link_frame_id_gaps_total", "counter",
+           "frame_id numbers missing on the stage's input link.", ("stage",), ("retarget", "viewer")),
+    Family("mocapline_link_resent_total", "counter",
+           "Durable mode: frames the stage sent again on its output link (asked for by a restarted or "
+           "gap-seeing receiver).", ("stage",), ("capture", "retarget", "streamer")),
+    Family("mocapline_link_duplicates_total", "counter",
+           "Durable mode: frames the stage already had, dropped on arrival (resends).", ("stage",),
+           ("retarget", "streamer", "viewer")),
+    Family("mocapline_unacked", "gauge",
+           "Durable mode: frames in the stage's log the next stage has not acknowledged yet (a consumer "
+           "that is gone makes this grow, on disk).", ("stage",), ("capture", "retarget", "streamer")),
+    Family("mocapline_durable_log_bytes", "gauge",
+           "Durable mode: bytes of the stage's logs on disk (capture: its raw journal included).", ("stage",)),
+    Family("mocapline_pending", "gauge",
+           "Frames taken in by the stage and not yet passed on (queue depth).", ("stage",)),
+    Family("mocapline_last_posture_index", "gauge",
+           "Last posture_index the stage passed on (-1 before the first).", ("stage",)),
+    Family("mocapline_stage_seconds", "histogram",
+           "Time a frame spends in the stage, from taken in (capture: datagram received) to passed on "
+           "(sent; viewer: applied).", ("stage",), STAGES, STAGE_BUCKETS),
+    Family("mocapline_end_to_end_seconds", "histogram",
+           "Capture receive of the source datagram -> viewer apply (wall clocks).", (), ("viewer",), E2E_BUCKETS),
+    Family("mocapline_unique_frames_conserved", "gauge",
+           "The auditor's conservation verdict for the current take: 1 conserved, 0 not.", services=("auditor",)),
+    Family("mocapline_missing_indices", "gauge",
+           "Missing posture indices of the current take by where they were lost (auditor's dual-path "
+           "classification).", ("classification",), ("auditor",)),
+    Family("mocapline_ledger", "gauge",
+           "The current take's ledger as the auditor judges it (numeric fields, seeds' names).",
+           ("field",), ("auditor",)),
+)
+FAMILY_BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
+
+# From each stage's heartbeat dict (the counts the auditor judges) to the metric keys.
+_HEARTBEAT_FIELDS: dict[str, dict[str, str]] = {
+    "capture": {
+        "in": "source_received", "out": "human_frames_sent", "pending": "input_pending",
+        "mocapline_source_unique_frames_total": "source_unique_frames",
+        "mocapline_source_missing_indices_total": "source_missing_indices",
+        "mocapline_source_duplicate_indices_total": "source_duplicate_indices",
+        "mocapline_source_backward_indices_total": "source_backward_indices",
+        "mocapline_source_cross_path_copies_total": "cross_path_copies",
+        "mocapline_source_late_frames_total": "late_frames",
+    },
+    "retarget": {
+        "in": "frames_in", "out": "robot_frames_sent", "pending": "pending", "last": "last_sent_posture_index",
+        "mocapline_ik_failed_total": "ik_failed",
+        "mocapline_link_frame_id_gaps_total": "input_link.frame_id_missing_indices",
+    },
+    "streamer": {"in": "frames_in", "out": "zmq_sent", "pending": "pending"},
+    "viewer": {
+        "in": "viewer_received", "out": "viewer_applied", "pending": "viewer_pending",
+        "mocapline_link_frame_id_gaps_total": "frame_id_gaps",
+    },
+}
+# Durable mode's counts, in the heartbeat's "durable" part (mocapline/core/durable.py snapshot()).
+_DURABLE_COUNTERS: dict[str, str] = {
+    "mocapline_link_resent_total": "durable.output_link.resent",
+    "mocapline_link_duplicates_total": "durable.input_link.duplicates",
+}
+_DURABLE_GAUGES: dict[str, str] = {
+    "mocapline_unacked": "durable.output_link.unacked",
+    "mocapline_durable_log_bytes": "durable.log_bytes",
+}
+# Ledger fields the auditor exports as mocapline_ledger{field} (the verdict has its own gauge).
+LEDGER_GAUGE_FIELDS: tuple[str, ...] = (
+    "source_received", "source_unique_frames", "source_missing_indices", "source_duplicate_indices",
+    "source_backward_indices", "rejected_datagrams", "first_posture_index", "last_posture_index",
+    "gmr_processed", "motion_generated", "zmq_sent", "viewer_applied", "input_pending", "robot_pending",
+)
+
+
+def _lookup(snapshot: dict[str, Any], key: str) -> Any:
+    value: Any = snapshot
+    for part in key.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+class FastHistogram:
+    """One histogram series: observe() in the frame path (~0.3 us), publish() at sync time."""
+
+    __slots__ = ("_bounds", "_counts", "_published", "_sum")
+
+    def __init__(self, buckets: Iterable[float]) -> None:
+        self._bounds = tuple(sorted(float(b) for b in buckets))
+        self._counts = [0] * (len(self._bounds) + 1)  # last: above the largest bound (+Inf only)
+        self._sum = 0.0
+        self._published: tuple[tuple[int, ...], float] = (tuple(self._counts), 0.0)
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect_left(self._bounds, value)] += 1  # bucket i: bounds[i-1] < value <= bounds[i]
+        self._sum += value
+
+    def publish(self) -> None:
+        self._published = (tuple(self._counts), self._sum)
+
+    @property
+    def count(self) -> int:
+        return sum(self._counts)
+
+    def exposition(self) -> tuple[list[tuple[str, float]], float]:
+        counts, total = self._published
+        buckets: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip(self._bounds, counts):
+            running += n
+            buckets.append((repr(bound), running))
+        buckets.append(("+Inf", running + counts[-1]))
+        return buckets, total
+
+
+class _HistogramCollector:
+    """A histogram family whose series are FastHistograms (read from their last publish())."""
+
+    def __init__(self, family: Family) -> None:
+        self.family = family
+        self.children: dict[tuple[str, ...], FastHistogram] = {}
+
+    def child(self, *labels: str) -> FastHistogram:
+        key = tuple(labels)
+        if key not in self.children:
+            self.children[key] = FastHistogram(self.family.buckets)
+        return self.children[key]
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        fam = HistogramMetricFamily(self.family.name, self.family.doc, labels=list(self.family.labels))
+        for labels, hist in list(self.children.items()):
+            buckets, total = hist.exposition()
+            fam.add_metric(list(labels), buckets, total)
+        yield fam
+
+    def describe(self) -> Iterator[HistogramMetricFamily]:
+        yield HistogramMetricFamily(self.family.name, self.family.doc, labels=list(self.family.labels))
+
+
+class _Mirror:
+    """A counter series that follows a count kept elsewhere (which a reset may set back to 0)."""
+
+    __slots__ = ("child", "last")
+
+    def __init__(self, child: Any) -> None:
+        self.child = child
+        self.last = 0
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            return
+        value = int(value)
+        if value < self.last:  # the source was reset (a new take): its count restarted from 0
+            self.last = 0
+        if value > self.last:
+            self.child.inc(value - self.last)
+            self.last = value
+
+
+class ServiceMetrics:
+    """The metrics of one service, bound once: counters and gauges mirror its heartbeat dict
+    (``sync``), ``stage_seconds`` / ``end_to_end_seconds`` are observed per frame."""
+
+    def __init__(
+        self,
+        service: str,
+        *,
+        reasons: Iterable[str] = (),
+        registry: CollectorRegistry | None = None,
+        process_metrics: bool = False,
+    ) -> None:
+        if service not in SERVICES:
+            raise ValueError(f"unknown service {service!r}: one of {SERVICES}")
+        self.service = service
+        self.registry = registry if registry is not None else CollectorRegistry()
+        if process_metrics:
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+        self._families: dict[str, Any] = {}
+        for fam in FAMILIES:
+            if service not in fam.services:
+                continue
+            if fam.kind == "histogram":
+                collector = _HistogramCollector(fam)
+                self.registry.register(collector)
+                self._families[fam.name] = collector
+            else:
+                cls = Counter if fam.kind == "counter" else Gauge
+                self._families[fam.name] = cls(fam.name, fam.doc, list(fam.labels), registry=self.registry)
+        self._mirrors: dict[str, _Mirror] = {}
+        self._rejects: dict[str, _Mirror] = {}
+        self._gauges: dict[str, Any] = {}
+        self.stage_seconds: FastHistogram | None = None
+        self.end_to_end_seconds: FastHistogram | None = None
+        self._histograms: list[FastHistogram] = []
+        self._server: Any = None
+        self._next_sync = 0.0
+        self._lock = threading.Lock()
+        if service in STAGES:
+            self._bind_stage(service, reasons)
+        else:
+            self._bind_auditor()
+
+    # -- binding (start-up) -------------------------------------------------------------------
+
+    def _bind_stage(self, stage: str, reasons: Iterable[str]) -> None:
+        frames = self._families["mocapline_frames_total"]
+        for direction in DIRECTIONS:
+            self._mirrors[direction] = _Mirror(frames.labels(stage=stage, direction=direction))
+        for reason in reasons:
+            self._reject(reason)
+        for name in _HEARTBEAT_FIELDS[stage]:
+            if name.startswith(PREFIX):
+                fam = self._families[name]
+                child = fam.labels(stage=stage) if FAMILY_BY_NAME[name].labels else fam
+                self._mirrors[name] = _Mirror(child)
+        for name in (*_DURABLE_COUNTERS, *_DURABLE_GAUGES):
+            if name in self._families:
+                child = self._families[name].labels(stage=stage)
+                if name in _DURABLE_COUNTERS:
+                    self._mirrors[name] = _Mirror(child)
+                else:
+                    self._gauges[name] = child
+        self._gauges["pending"] = self._families["mocapline_pending"].labels(stage=stage)
+        self._gauges["last_posture_index"] = self._families["mocapline_last_posture_index"].labels(stage=stage)
+        self._gauges["last_posture_index"].set(-1)
+        self.stage_seconds = self._families["mocapline_stage_seconds"].child(stage)
+        self._histograms.append(self.stage_seconds)
+        if "mocapline_end_to_end_seconds" in self._families:
+            self.end_to_end_seconds = self._families["mocapline_end_to_end_seconds"].child()
+            self._histograms.append(self.end_to_end_seconds)
+
+    def _reject(self, reason: str) -> _Mirror:
+        mirror = self._rejects.get(reason)
+        if mirror is None:
+            child = self._families["mocapline_rejected_total"].labels(stage=self.service, reason=reason)
+            mirror = self._rejects[reason] = _Mirror(child)
+        return mirror
+
+    def _bind_auditor(self) -> None:
+        self._gauges["conserved"] = self._families["mocapline_unique_frames_conserved"]
+        missing = self._families["mocapline_missing_indices"]
+        for cls in MISSING_CLASSES:
+            self._gauges[f"missing:{cls}"] = missing.labels(classification=cls)
+        ledger = self._families["mocapline_ledger"]
+        for name in LEDGER_GAUGE_FIELDS:
+            self._gauges[f"ledger:{name}"] = ledger.labels(field=name)
+
+    # -- exporter -----------------------------------------------------------------------------
+
+    def serve(self, port: int, host: str = DEFAULT_HOST) -> bool:
+        """Start the /metrics HTTP server (a daemon thread); port 0 = off. A port that cannot be
+        bound is logged and metrics stay off: the frame path never depends on them."""
+        if not port:
+            return False
+        try:
+            self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            log.warning("metrics: cannot serve on %s:%d (%s); /metrics is off", host, port, exc)
+            return False
+        log.info("metrics on http://%s:%d/metrics", host, port)
+        return True
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # -- updates ------------------------------------------------------------------------------
+
+    def maybe_sync(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        """sync(snapshot()) if SYNC_INTERVAL_S passed since the last sync (cheap to call per loop)."""
+        now = time.monotonic()
+        if now >= self._next_sync:
+            self.sync(snapshot())
+
+    def sync(self, snapshot: dict[str, Any]) -> None:
+        """Bring every counter and gauge up to the service's counts (its heartbeat dict; the
+        auditor's verdict dict for the auditor) and publish the histograms."""
+        with self._lock:
+            self._next_sync = time.monotonic() + SYNC_INTERVAL_S
+            if self.service == "auditor":
+                self._sync_verdict(snapshot)
+            else:
+                self._sync_stage(snapshot)
+            for hist in self._histograms:
+                hist.publish()
+
+    def synced(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        """``sync(snapshot)`` and return it: an answer sent with it and a scrape after it agree."""
+        self.sync(snapshot)
+        return snapshot
+
+    def _sync_stage(self, hb: dict[str, Any]) -> None:
+        fields = _HEARTBEAT_FIELDS[self.service]
+        self._mirrors["in"].update(_lookup(hb, fields["in"]))
+        self._mirrors["out"].update(_lookup(hb, fields["out"]))
+        for name, key in fields.items():
+            if name.startswith(PREFIX):
+                self._mirrors[name].update(_lookup(hb, key))
+        rejected = dict(hb.get("rejected_by_reason") or {})
+        if "decode_errors" in hb:  # retarget: a valid envelope with a payload that does not decode
+            rejected["decode"] = hb["decode_errors"]
+        for reason, n in rejected.items():
+            self._reject(str(reason)).update(n)
+        for name, key in _DURABLE_COUNTERS.items():
+            if name in self._mirrors:
+                self._mirrors[name].update(_lookup(hb, key))
+        for name, key in _DURABLE_GAUGES.items():
+            value = _lookup(hb, key)
+            if name in self._gauges and value is not None:
+                self._gauges[name].set(value)
+        pending = _lookup(hb, fields["pending"])
+        if pending is not None:
+            self._gauges["pending"].set(pending)
+        last = _lookup(hb, fields.get("last", "last_posture_index"))
+        if last is not None:  # kept after an end of stream (which some stages mark with None)
+            self._gauges["last_posture_index"].set(last)
+
+    def _sync_verdict(self, verdict: dict[str, Any]) -> None:
+        self._gauges["conserved"].set(int(verdict.get("unique_frames_conserved") or 0))
+        by_class = verdict.get("missing_by_path") or {}
+        for cls in MISSING_CLASSES:
+            self._gauges[f"missing:{cls}"].set(sum(hi - lo + 1 for lo, hi in by_class.get(cls, [])))
+        for name in LEDGER_GAUGE_FIELDS:
+            value = verdict.get(name)
+            self._gauges[f"ledger:{name}"].set(float("nan") if value is None else value)
+
+
+def add_arguments(parser: argparse.ArgumentParser, service: str) -> None:
+    """--metrics-port / --metrics-host for a service (env MOCAPLINE_METRICS_PORT / _HOST)."""
+    parser.add_argument("--metrics-port", type=port_number, default=DEFAULT_PORTS[service],
+                        help="port of the Prometheus /metrics endpoint; 0 = off")
+    parser.add_argument("--metrics-host", default=DEFAULT_HOST, help="address of the /metrics endpoint")
+
+
+def start(service: str, args: argparse.Namespace, *, reasons: Iterable[str] = ()) -> ServiceMetrics:
+    """A service's metrics on the process registry view it serves (with process_* metrics)."""
+    metrics = ServiceMetrics(service, reasons=reasons, process_metrics=True)
+    metrics.serve(int(args.metrics_port), str(args.metrics_host))
+    return metrics
+
+
+def exported_names(services: Iterable[str] = SERVICES) -> set[str]:
+    """Every series name the given services expose, from live registries built as they build
+    theirs (with every label value a service pre-creates)."""
+    names: set[str] = set()
+    for service in services:
+        metrics = ServiceMetrics(service, reasons=LINK_REJECT_REASONS, process_metrics=True)
+        for fam in metrics.registry.collect():
+            names.update(sample.name for sample in fam.samples)
+    return names

@@ -1,0 +1,413 @@
+"""Reliable links: at-least-once delivery with durable logs on both ends, duplicates removed on
+arrival, so every frame reaches the next stage exactly once and in order across a kill -9.
+
+Each link keeps its data path (the 44-byte header on PUSH/PULL, ``frame_id`` = the link's sequence
+number, +1 per message, END_OF_STREAM included) and adds a control path beside it: the sender binds
+a ROUTER on the *ack endpoint* (by default the data port + 1000), the receiver connects a DEALER.
+
+    receiver -> sender  HELLO(epoch, seq)   "I hold everything through seq: send me seq+1 on"
+    receiver -> sender  ACK(epoch, seq)     "done through seq (processed, passed on, on disk)"
+    sender -> receiver  WELCOME(epoch, seq) "I am link epoch E; the next frame you get is seq"
+
+The sender's frames live in its stage log (``StageLog``) before they are sent, so what has not
+been acknowledged is still on disk after any crash; the sender sends only to a receiver that said
+HELLO, keeps at most ``window`` unacknowledged frames in flight (ZeroMQ's queues stay small; a
+consumer that is gone makes frames wait on disk, not in memory) and rewinds to ``seq + 1`` on every
+HELLO. The receiver says HELLO when it starts, when it sees a gap (frames lost in a dead peer's
+queue), and when nothing has arrived for a while, with doubling back-off: a hung peer is not sent
+the window again and again, and a restarted sender is found within a second.
+
+The epoch is the sender's log identity (a random id made with its state directory). A receiver
+whose stored epoch differs is talking to a new sender: it takes the sender's numbering from the
+WELCOME. "Processed" and "remembered" are one step: a stage appends one record holding the input's
+(epoch, seq), its outputs and its counters, then the input is acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+import time
+from collections import Counter, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import zmq
+
+from mocapline.core.header import TOPICS, MessageType, encode_frame
+from mocapline.core.stagelog import Output, StageLog, StageRecord
+from mocapline.core.transport import Received, lossless_socket, now_us, validate_message
+
+log = logging.getLogger("mocapline.core.reliable")
+
+CONTROL = struct.Struct("<4sB16sq")
+CONTROL_MAGIC = b"MLAK"
+HELLO, ACK, WELCOME = 1, 2, 3
+NO_EPOCH = bytes(16)
+ACK_PORT_OFFSET = 1000
+DEFAULT_WINDOW = 2048
+
+
+def ack_endpoint(endpoint: str) -> str:
+    """The control endpoint beside a data endpoint: same host, port + 1000."""
+    parts = urlsplit(endpoint)
+    if parts.scheme != "tcp" or parts.port is None:
+        raise ValueError(f"{endpoint!r}: reliable links need a tcp://host:port endpoint")
+    host = endpoint[len("tcp://"):].rpartition(":")[0]
+    return f"tcp://{host}:{parts.port + ACK_PORT_OFFSET}"
+
+
+def encode_control(kind: int, epoch: bytes, seq: int) -> bytes:
+    return CONTROL.pack(CONTROL_MAGIC, kind, epoch, seq)
+
+
+def decode_control(body: bytes) -> tuple[int, bytes, int] | None:
+    """(kind, epoch, seq), or None for anything that is not a well-formed control message."""
+    if len(body) != CONTROL.size:
+        return None
+    magic, kind, epoch, seq = CONTROL.unpack(body)
+    if magic != CONTROL_MAGIC or kind not in (HELLO, ACK, WELCOME) or seq < -1:
+        return None
+    return kind, epoch, seq
+
+
+# --- the sending end --------------------------------------------------------------------------
+
+
+@dataclass
+class SenderCounters:
+    sent: int = 0  # messages handed to ZeroMQ, resends included
+    resent: int = 0
+    hellos: int = 0
+    acked: int = -1  # the highest sequence number acknowledged
+    unrecoverable: int = 0  # asked-for frames no longer on disk (dropped by retention)
+
+
+class ReliableSender:
+    """Sends a StageLog's outputs in order to the receiver that said HELLO, resending on request."""
+
+    def __init__(
+        self,
+        data: zmq.Socket,
+        control: zmq.Socket,
+        stage_log: StageLog,
+        joint_count: int,
+        *,
+        window: int = DEFAULT_WINDOW,
+        cache: int = 4096,
+    ) -> None:
+        self.data = data
+        self.control = control
+        self.stage_log = stage_log
+        self.joint_count = joint_count
+        self.window = window
+        self.counters = SenderCounters()
+        self.cursor = stage_log.next_seq  # the next sequence number to send
+        self.high_water = stage_log.next_seq  # every seq below was sent at least once
+        self.peer: bytes | None = None
+        self._cache: deque[tuple[int, Output]] = deque(maxlen=cache)
+        self._disk: Iterator[tuple[int, Output]] | None = None  # a resend streaming from the log
+        self._disk_next = -1
+        self._dropped_to = -1
+        self._last_trim = 0.0
+
+    @property
+    def epoch(self) -> bytes:
+        return self.stage_log.epoch
+
+    @property
+    def unacked(self) -> int:
+        return self.stage_log.next_seq - self.counters.acked - 1
+
+    def commit(self, record: StageRecord) -> None:
+        """The durable step: append the record; its outputs are sent by ``pump``."""
+        first = self.stage_log.append(record)
+        for k, out in enumerate(record.outputs):
+            self._cache.append((first + k, out))
+
+    def pump(self, timeout_ms: int = 0) -> int:
+        """Handle control messages, then send what the window allows; returns frames sent."""
+        self._read_control()
+        self._trim()
+        sent = 0
+        while self.peer is not None and self.cursor < self.stage_log.next_seq:
+            if self.cursor - self.counters.acked - 1 >= self.window:
+                break
+            if timeout_ms and not self.data.poll(timeout_ms, zmq.POLLOUT):
+                break
+            timeout_ms = 0
+            seq, out = self._fetch(self.cursor)
+            if seq != self.cursor:  # no longer on disk: skip ahead, loudly
+                log.error("frames %d..%d are gone (log retention); sending from %d", self.cursor, seq - 1, seq)
+                self.counters.unrecoverable += seq - self.cursor
+                self.cursor = seq
+            frame = encode_frame(
+                out.message_type, seq, out.payload,
+                capture_timestamp_us=out.capture_timestamp_us, send_timestamp_us=now_us(),
+                joint_count=0 if out.message_type is MessageType.END_OF_STREAM else self.joint_count,
+            )
+            try:
+                self.data.send_multipart((TOPICS[out.message_type], frame), zmq.NOBLOCK)
+            except zmq.Again:  # no consumer connected, or its queue is full: later
+                break
+            self.counters.sent += 1
+            if seq < self.high_water:
+                self.counters.resent += 1
+            self.cursor = seq + 1
+            self.high_water = max(self.high_water, self.cursor)
+            sent += 1
+        return sent
+
+    def _fetch(self, seq: int) -> tuple[int, Output]:
+        if self._cache and self._cache[0][0] <= seq < self._cache[0][0] + len(self._cache):
+            entry = self._cache[seq - self._cache[0][0]]
+            if entry[0] == seq:
+                return entry
+        # Older than the cache: stream the log from disk, one pass for a whole backlog.
+        if self._disk_next != seq or self._disk is None:
+            self._disk = self.stage_log.outputs_from(seq)
+        item = next(self._disk, None)
+        if item is None:
+            self._disk = None
+            raise RuntimeError(f"frame {seq} is neither cached nor on disk")
+        self._disk_next = item[0] + 1
+        return item
+
+    def _read_control(self) -> None:
+        while self.control.poll(0):
+            parts = self.control.recv_multipart()
+            msg = decode_control(parts[-1]) if len(parts) == 2 else None
+            if msg is None:
+                continue
+            kind, epoch, seq = msg
+            same = epoch == self.epoch
+            if kind == ACK:
+                if same and seq > self.counters.acked:
+                    self.counters.acked = min(seq, self.stage_log.next_seq - 1)
+                continue
+            if kind != HELLO:
+                continue
+            self.counters.hellos += 1
+            oldest = self.stage_log.first_seq()
+            if same:
+                if seq >= self.stage_log.next_seq:
+                    log.warning("receiver holds up to %d but this log ends at %d: the log lost its tail "
+                                "(power cut with --fsync never?); frames numbered up to %d will be dropped "
+                                "as duplicates", seq, self.stage_log.next_seq - 1, seq)
+                self.counters.acked = max(self.counters.acked, min(seq, self.stage_log.next_seq - 1))
+                start = seq + 1
+            else:  # a receiver that knows another sender (or none): everything we still have
+                start = max(self.counters.acked + 1, oldest)
+            if start < oldest:
+                log.error("receiver asks from %d, oldest on disk is %d", start, oldest)
+                self.counters.unrecoverable += oldest - start
+                start = oldest
+            self.peer = parts[0]
+            self.cursor = min(start, self.stage_log.next_seq)
+            self.control.send_multipart((parts[0], encode_control(WELCOME, self.epoch, self.cursor)))
+
+    def _trim(self) -> None:
+        """Drop acknowledged segments, at most once a second."""
+        now = time.monotonic()
+        if self._dropped_to < self.counters.acked and now - self._last_trim >= 1.0:
+            self._last_trim = now
+            self._dropped_to = self.counters.acked
+            self.stage_log.log.drop_before(self.counters.acked + 1)
+
+    def snapshot(self) -> dict[str, int]:
+        return {"sent": self.counters.sent, "resent": self.counters.resent, "hellos": self.counters.hellos,
+                "acked": self.counters.acked, "unacked": self.unacked,
+                "in_flight": max(0, self.cursor - self.counters.acked - 1) if self.peer is not None else 0,
+                "unrecoverable": self.counters.unrecoverable}
+
+
+# --- the receiving end ------------------------------------------------------------------------
+
+
+@dataclass
+class ReceiverCounters:
+    accepted: int = 0
+    duplicates: int = 0  # already had it (a resend or a replay): dropped
+    out_of_order: int = 0  # ahead of the next expected one (its predecessors were lost): dropped
+    before_welcome: int = 0
+    lost: int = 0  # the sender no longer had them (its log retention): reported, never silent
+    hellos: int = 0
+    epoch_changes: int = 0
+
+
+class ReliableReceiver:
+    """Yields each frame of the link once, in order; ``last`` is what the caller has committed."""
+
+    IDLE_HELLO_S = 0.25
+    MAX_BACKOFF_S = 2.0
+    ACK_INTERVAL_S = 0.05
+
+    def __init__(
+        self,
+        data: zmq.Socket,
+        control: zmq.Socket,
+        message_type: MessageType,
+        joint_count: int | None,
+        *,
+        epoch: bytes = NO_EPOCH,
+        last: int = -1,
+    ) -> None:
+        self.data = data
+        self.control = control
+        self.message_type = message_type
+        self.joint_count = joint_count
+        self.epoch = epoch
+        self.last = last  # the newest seq handed out (the caller commits it before asking for more)
+        self.welcomed = False
+        self.counters = ReceiverCounters()
+        self.rejects: Counter[str] = Counter()
+        self._acked = last
+        self._ack_at = 0.0
+        self._backoff = self.IDLE_HELLO_S
+        self._hello_at = 0.0
+        self._poller = zmq.Poller()
+        self._poller.register(data, zmq.POLLIN)
+        self._poller.register(control, zmq.POLLIN)
+        self._wake: list[zmq.Socket] = []
+        self._hello()
+
+    def _send_control(self, kind: int) -> bool:
+        try:  # IMMEDIATE: with no sender connected this fails and the timer asks again later
+            self.control.send(encode_control(kind, self.epoch, self.last), zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
+
+    def _hello(self) -> None:
+        self._send_control(HELLO)
+        self.counters.hellos += 1
+        self._hello_at = time.monotonic()
+
+    def _maybe_hello(self, now: float) -> None:
+        if now - self._hello_at >= self._backoff:
+            self._hello()
+            self._backoff = min(self._backoff * 2, self.MAX_BACKOFF_S)
+
+    def ack(self) -> None:
+        """Acknowledge everything handed out so far (call after it is committed)."""
+        if self.welcomed and self.last > self._acked and self._send_control(ACK):
+            self._acked = self.last
+        self._ack_at = time.monotonic()
+
+    def recv(self, timeout_ms: int) -> Received | None:
+        """The next frame of the link (each exactly once, in order), or None on timeout.
+
+        Everything handed out before this call counts as committed and is acknowledged.
+        """
+        now = time.monotonic()
+        if self.last > self._acked and now - self._ack_at >= self.ACK_INTERVAL_S:
+            self.ack()
+        if self.welcomed:  # the common case, a frame already waiting: no poll
+            try:
+                got = self._decode(self.data.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                got = None
+            if got is not None:
+                self._progress()
+                return got
+        deadline = now + timeout_ms / 1000
+        while True:
+            wait = deadline - time.monotonic()
+            if self.last > self._acked:  # wake up in time to acknowledge
+                wait = min(wait, self._ack_at + self.ACK_INTERVAL_S - time.monotonic())
+            events = dict(self._poller.poll(max(0, math.ceil(wait * 1000))))  # ceil: no spin at the end
+            if self.control in events:
+                self._read_control()
+            if self.data in events:
+                got = self._decode(self.data.recv_multipart())
+                if got is not None:
+                    self._progress()
+                    return got
+            now = time.monotonic()
+            if self.last > self._acked and now - self._ack_at >= self.ACK_INTERVAL_S:
+                self.ack()
+            self._maybe_hello(now)
+            if now >= deadline or any(sock in events for sock in self._wake):
+                return None
+
+    def wake_on(self, sock: zmq.Socket) -> None:
+        """Also return (None) from ``recv`` when ``sock`` has a message: a stage's output link's
+        control socket, so that ACKs and HELLOs are handled without busy polling."""
+        self._wake.append(sock)
+        self._poller.register(sock, zmq.POLLIN)
+
+    def _read_control(self) -> None:
+        while self.control.poll(0):
+            msg = decode_control(self.control.recv())
+            if msg is None or msg[0] != WELCOME:
+                continue
+            _, epoch, next_seq = msg
+            if epoch != self.epoch:
+                if self.epoch != NO_EPOCH:
+                    log.warning("new sender on the link (epoch %s, was %s): taking its numbering from %d",
+                                epoch.hex()[:8], self.epoch.hex()[:8], next_seq)
+                    self.counters.epoch_changes += 1
+                self.epoch = epoch
+                self.last = next_seq - 1
+                self._acked = self.last
+            elif next_seq > self.last + 1:
+                log.error("frames %d..%d are no longer held by the sender: lost", self.last + 1, next_seq - 1)
+                self.counters.lost += next_seq - 1 - self.last
+                self.last = next_seq - 1
+            self.welcomed = True
+
+    def _progress(self) -> None:
+        self._backoff = self.IDLE_HELLO_S
+        self._hello_at = time.monotonic()
+
+    def _decode(self, parts: list[bytes]) -> Received | None:
+        received = validate_message(parts, self.message_type, self.joint_count, self.rejects)
+        if received is None:
+            return None
+        if not self.welcomed:
+            self.counters.before_welcome += 1
+            return None
+        seq = received.header.frame_id
+        if seq <= self.last:
+            self.counters.duplicates += 1
+            return None
+        if seq > self.last + 1:
+            self.counters.out_of_order += 1
+            if time.monotonic() - self._hello_at >= min(self._backoff, 0.1):
+                self._hello()  # ask for what is missing (at most every 100 ms while it streams)
+            return None
+        self.last = seq
+        self.counters.accepted += 1
+        return received
+
+    def snapshot(self) -> dict[str, int]:
+        c = self.counters
+        return {"accepted": c.accepted, "duplicates": c.duplicates, "out_of_order": c.out_of_order,
+                "welcomed": self.welcomed, "before_welcome": c.before_welcome, "lost": c.lost,
+                "hellos": c.hellos, "epoch_changes": c.epoch_changes, "last": self.last}
+
+
+def sender_sockets(ctx: zmq.Context, endpoint: str) -> tuple[zmq.Socket, zmq.Socket]:
+    """(PUSH bound on ``endpoint``, ROUTER bound on its ack endpoint)."""
+    data = lossless_socket(ctx, zmq.PUSH, endpoint, bind=True)
+    try:
+        control = ctx.socket(zmq.ROUTER)
+        control.setsockopt(zmq.LINGER, 0)
+        control.bind(ack_endpoint(endpoint))
+    except BaseException:
+        data.close(linger=0)
+        raise
+    return data, control
+
+
+def receiver_sockets(ctx: zmq.Context, endpoint: str) -> tuple[zmq.Socket, zmq.Socket]:
+    """(PULL connected to ``endpoint``, DEALER connected to its ack endpoint)."""
+    data = lossless_socket(ctx, zmq.PULL, endpoint, bind=False)
+    control = ctx.socket(zmq.DEALER)
+    control.setsockopt(zmq.LINGER, 0)
+    control.setsockopt(zmq.IMMEDIATE, 1)  # no control message queued for a sender that is not there
+    control.setsockopt(zmq.SNDHWM, 100)
+    control.connect(ack_endpoint(endpoint))
+    return data, control

@@ -1,0 +1,205 @@
+"""Xsens MVN network streamer, message MXTP02 (segment positions and quaternions): decode, encode.
+
+Layout (DESIGN.md): a 24-byte big-endian header ``'>6sIBBIBBBB2sH'`` (ID "MXTP02", sample counter,
+datagram counter (0x80: the only datagram of the sample), item count, time code in ms, character
+id, body segment count, prop count, finger segment count, 2 reserved, payload size), then one
+32-byte ``'>i7f'`` item per segment: 1-based segment id, position x y z, quaternion w x y z. With
+23 body segments and no props or fingers a datagram is 760 bytes. The frame is Z-up already.
+
+The position unit is disputed (the spec text says cm, public code treats the values as metres):
+it is configuration, and ``guess_position_unit`` / ``pelvis_height_plausible`` give a sanity
+check on the pelvis height. Orientations are passed through as sent (w >= 0 is enforced); any
+offset between Xsens segment frames and the bodies GMR expects belongs to the retarget config.
+
+``parse_mxtp02`` raises nothing but ``XsensReject`` on any bytes-like input.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX
+
+HEADER = struct.Struct(">6sIBBIBBBB2sH")
+ITEM = struct.Struct(">i7f")
+HEADER_SIZE = HEADER.size  # 24
+ITEM_SIZE = ITEM.size  # 32
+MESSAGE_ID = b"MXTP02"
+SINGLE_DATAGRAM = 0x80
+N_SEGMENTS = 23
+
+PositionUnit = Literal["m", "cm"]
+POSITION_UNITS: dict[str, float] = {"m": 1.0, "cm": 0.01}
+
+# Segment id i + 1 is XSENS_SEGMENTS[i] (MVN body segment order).
+XSENS_SEGMENTS: tuple[str, ...] = (
+    "Pelvis", "L5", "L3", "T12", "T8", "Neck", "Head",
+    "RightShoulder", "RightUpperArm", "RightForearm", "RightHand",
+    "LeftShoulder", "LeftUpperArm", "LeftForearm", "LeftHand",
+    "RightUpperLeg", "RightLowerLeg", "RightFoot", "RightToe",
+    "LeftUpperLeg", "LeftLowerLeg", "LeftFoot", "LeftToe",
+)  # fmt: skip
+XSENS_TO_GMR: dict[str, str] = {
+    "Pelvis": "Hips",
+    "L5": "Spine",
+    "L3": "Spine1",
+    "T12": "Spine2",
+    "T8": "Spine3",
+    "Neck": "Neck",
+    "Head": "Head",
+    "RightShoulder": "RightShoulder",
+    "RightUpperArm": "RightArm",
+    "RightForearm": "RightForeArm",
+    "RightHand": "RightHand",
+    "LeftShoulder": "LeftShoulder",
+    "LeftUpperArm": "LeftArm",
+    "LeftForearm": "LeftForeArm",
+    "LeftHand": "LeftHand",
+    "RightUpperLeg": "RightUpLeg",
+    "RightLowerLeg": "RightLeg",
+    "RightFoot": "RightFoot",
+    "RightToe": "RightToe",
+    "LeftUpperLeg": "LeftUpLeg",
+    "LeftLowerLeg": "LeftLeg",
+    "LeftFoot": "LeftFoot",
+    "LeftToe": "LeftToe",
+}
+# GMR body row -> 0-based Xsens segment index.
+_GMR_TO_XSENS = {body: segment for segment, body in XSENS_TO_GMR.items()}
+_SEGMENT_FOR_BODY = np.array([XSENS_SEGMENTS.index(_GMR_TO_XSENS[body]) for body in GMR_BODIES])
+_ITEM_DTYPE = np.dtype([("id", ">i4"), ("values", ">f4", (7,))])
+
+REJECT_REASONS: tuple[str, ...] = (
+    "truncated",  # shorter than the header or than the items it declares
+    "not_mxtp",  # does not start with "MXTP"
+    "unsupported_type",  # another MXTP message type (MXTP01, MXTP13, ...)
+    "fragmented",  # datagram counter != 0x80: the sample is split over datagrams
+    "bad_count",  # not 23 body segments, or item count != body + props + fingers
+    "length_mismatch",  # payload size or datagram length disagrees with the item count
+    "bad_segment_id",  # body segment ids are not exactly 1..23
+    "non_finite",  # NaN or inf among the values
+    "bad_quaternion",  # a quaternion far from unit length
+)
+
+
+class XsensReject(ValueError):
+    """A datagram that is not a usable MXTP02 frame; ``reason`` is one of REJECT_REASONS."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        assert reason in REJECT_REASONS, reason
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class XsensFrame:
+    sample_counter: int  # plays the role of posture_index
+    time_code_ms: int
+    character_id: int
+    positions: np.ndarray  # (23, 3) metres, Z-up, GMR_BODIES order
+    quaternions: np.ndarray  # (23, 4) w x y z, w >= 0, GMR_BODIES order
+
+
+def parse_mxtp02(
+    data: bytes | bytearray | memoryview, position_unit: PositionUnit = "m"
+) -> XsensFrame:
+    if position_unit not in POSITION_UNITS:
+        raise ValueError(f"position_unit {position_unit!r} is not one of {tuple(POSITION_UNITS)}")
+    n = len(data)
+    if data[:4] != MESSAGE_ID[:4]:
+        if n < 4 and MESSAGE_ID.startswith(bytes(data)) and n:
+            raise XsensReject("truncated", f"{n} bytes")
+        raise XsensReject("not_mxtp", f"{n} bytes, first bytes {bytes(data[:6]).hex()}")
+    if n < 6:
+        raise XsensReject("truncated", f"{n} bytes")
+    if data[:6] != MESSAGE_ID:
+        raise XsensReject("unsupported_type", bytes(data[:6]).decode("ascii", "replace"))
+    if n < HEADER_SIZE:
+        raise XsensReject("truncated", f"{n} bytes, header needs {HEADER_SIZE}")
+    (_, sample, datagram_counter, items, time_code, character, body, props, fingers, _, payload) = (
+        HEADER.unpack_from(data)
+    )
+    if datagram_counter != SINGLE_DATAGRAM:
+        raise XsensReject("fragmented", f"datagram counter {datagram_counter:#04x}")
+    if body != N_SEGMENTS or items != body + props + fingers:
+        raise XsensReject(
+            "bad_count", f"items {items}, body {body}, props {props}, fingers {fingers}"
+        )
+    expected = HEADER_SIZE + ITEM_SIZE * items
+    if n < expected:
+        raise XsensReject("truncated", f"{n} bytes, {items} items need {expected}")
+    if n > expected or payload != ITEM_SIZE * items:
+        raise XsensReject(
+            "length_mismatch", f"{n} bytes, payload size {payload}, {items} items need {expected}"
+        )
+    records = np.frombuffer(data, dtype=_ITEM_DTYPE, count=N_SEGMENTS, offset=HEADER_SIZE)
+    ids = records["id"]
+    if not np.array_equal(np.sort(ids), np.arange(1, N_SEGMENTS + 1)):
+        raise XsensReject("bad_segment_id", f"ids {ids.tolist()}")
+    values = np.empty((N_SEGMENTS, 7))
+    values[ids - 1] = records["values"]
+    if not np.isfinite(values).all():
+        raise XsensReject("non_finite", f"sample {sample}")
+    values = values[_SEGMENT_FOR_BODY]
+    quaternions = values[:, 3:]
+    norms = np.linalg.norm(quaternions, axis=1)
+    if np.any(np.abs(norms - 1.0) > 1e-2):
+        raise XsensReject("bad_quaternion", f"norms {norms.min():.3f}..{norms.max():.3f}")
+    quaternions = quaternions * np.where(quaternions[:, :1] < 0.0, -1.0, 1.0)
+    return XsensFrame(
+        sample_counter=sample,
+        time_code_ms=time_code,
+        character_id=character,
+        positions=values[:, :3] * POSITION_UNITS[position_unit],
+        quaternions=quaternions,
+    )
+
+
+def encode_mxtp02(
+    sample_counter: int,
+    positions: np.ndarray,
+    quaternions: np.ndarray,
+    *,
+    time_code_ms: int = 0,
+    character_id: int = 0,
+    position_unit: PositionUnit = "m",
+) -> bytes:
+    """Inverse of ``parse_mxtp02``: positions (23, 3) m and quaternions (23, 4) in GMR_BODIES
+    order, written as segments 1..23 in the given unit."""
+    positions = np.asarray(positions, dtype=np.float64)
+    quaternions = np.asarray(quaternions, dtype=np.float64)
+    if positions.shape != (N_SEGMENTS, 3) or quaternions.shape != (N_SEGMENTS, 4):
+        raise ValueError(
+            f"shapes {positions.shape}, {quaternions.shape}; expected (23, 3), (23, 4)"
+        )
+    if position_unit not in POSITION_UNITS:
+        raise ValueError(f"position_unit {position_unit!r} is not one of {tuple(POSITION_UNITS)}")
+    values = np.empty((N_SEGMENTS, 7))
+    values[_SEGMENT_FOR_BODY, :3] = positions / POSITION_UNITS[position_unit]
+    values[_SEGMENT_FOR_BODY, 3:] = quaternions
+    records = np.empty(N_SEGMENTS, dtype=_ITEM_DTYPE)
+    records["id"] = np.arange(1, N_SEGMENTS + 1)
+    records["values"] = values
+    header = HEADER.pack(
+        MESSAGE_ID, sample_counter, SINGLE_DATAGRAM, N_SEGMENTS, time_code_ms, character_id,
+        N_SEGMENTS, 0, 0, b"\0\0", ITEM_SIZE * N_SEGMENTS,
+    )  # fmt: skip
+    return header + records.tobytes()
+
+
+def guess_position_unit(raw_pelvis_height: float) -> PositionUnit | None:
+    """The unit in which a raw pelvis z reads as a standing or crouching person (0.3-2 m)."""
+    if 0.3 <= raw_pelvis_height <= 2.0:
+        return "m"
+    if 30.0 <= raw_pelvis_height <= 200.0:
+        return "cm"
+    return None
+
+
+def pelvis_height_plausible(frame: XsensFrame, low: float = 0.3, high: float = 2.0) -> bool:
+    """Whether the decoded pelvis height (m) is that of a person; False hints at a wrong unit."""
+    return low <= float(frame.positions[GMR_BODY_INDEX["Hips"], 2]) <= high

@@ -1,0 +1,154 @@
+"""`mocapline auditor`: the independent witness. Listens to the side path (UDP, posture indices
+only) and to every service's heartbeats over NATS, classifies every missing index, and publishes
+the conservation verdict on ``mocapline.core.verdict``. It needs only the NATS URL and its UDP port, so
+it can run on another host.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from mocapline.core.bus import GAPS_SUBJECT, PREFIX, VERDICT_SUBJECT, Bus
+from mocapline.core.ledger import SequenceLedger
+from mocapline.core.lifecycle import (
+    add_service_arguments,
+    setup_logging,
+    stop_on_signals,
+)
+from mocapline.core.metrics import add_arguments as add_metrics_arguments
+from mocapline.core.metrics import start as start_metrics
+from mocapline.core.options import EnvArgumentParser, port_number
+from mocapline.core.udp import Datagram, UdpReceiver, adopt_udp, open_udp
+from mocapline.formats.axis_bvh import BvhReject, parse_header
+from mocapline.services.auditor.audit import audit
+
+log = logging.getLogger("mocapline.auditor")
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="mocapline auditor", description=__doc__)
+    p.add_argument("--side-port", type=port_number, default=7015, help="UDP port of the side path; 0 = no side listener")
+    p.add_argument("--side-host", default="0.0.0.0", help="address to bind the side port on")
+    p.add_argument("--side-fd", type=int, default=None,
+                   help="use this inherited, already bound UDP socket for the side path instead of binding "
+                        "(a supervisor keeps it open across restarts)")
+    add_service_arguments(p, nats_help="NATS server")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between verdicts")
+    p.add_argument("--snapshot", type=Path, default=None, help="write the final snapshot (counters used) here on exit")
+    p.add_argument("--replay", type=Path, default=None, help="recompute the verdict from a saved snapshot and exit")
+    add_metrics_arguments(p, "auditor")
+    return p
+
+
+class SidePath:
+    """Counts posture indices on the side path; decodes headers only."""
+
+    def __init__(self, host: str, port: int, fd: int | None = None) -> None:
+        sock, self.granted = open_udp(host, port) if fd is None else adopt_udp(fd)
+        self.fifo: queue.SimpleQueue[Datagram] = queue.SimpleQueue()
+        self.receiver = UdpReceiver(sock, self.fifo)
+        self.ledger = SequenceLedger()
+        self.rejected = 0
+
+    def start(self) -> None:
+        self.receiver.start()
+
+    def drain(self) -> None:
+        while True:
+            try:
+                dgram = self.fifo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                header = parse_header(dgram.data)
+            except BvhReject:
+                self.rejected += 1
+                continue
+            if header.posture_index is not None:
+                self.ledger.observe(header.posture_index)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.ledger.as_dict("source_"), "rejected_datagrams": self.rejected}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.replay is not None:
+        snapshot = json.loads(args.replay.read_text())
+        print(json.dumps(audit(snapshot)))
+        return 0
+    setup_logging(args.log_level)
+    side = SidePath(args.side_host, args.side_port, args.side_fd) if args.side_port else None
+    lock = threading.Lock()
+    services: dict[str, dict[str, Any]] = {}
+    gap_reports: list[dict[str, Any]] = []
+
+    def snapshot() -> dict[str, Any]:
+        with lock:
+            return {"services": json.loads(json.dumps(services)), "side": side.as_dict() if side else None}
+
+    def on_heartbeat(subject: str, body: dict[str, Any]) -> None:
+        name = subject.rsplit(".", 1)[-1]
+        if name != "auditor":
+            with lock:
+                services[name] = body
+
+    def on_gap(subject: str, body: dict[str, Any]) -> None:
+        with lock:
+            gap_reports.append(body)
+            del gap_reports[:-1000]
+
+    verdict: dict[str, Any] = {}
+    metrics = start_metrics("auditor", args)  # the verdict, the current take's ledger, missing by class
+    bus = Bus(args.nats, "auditor", lambda: {"verdict": verdict.get("unique_frames_conserved")})
+    bus.subscribe(f"{PREFIX}.heartbeat.*", on_heartbeat)
+    bus.subscribe(GAPS_SUBJECT, on_gap)
+    if side is not None:
+        side.start()
+    bus.start()
+    stop = stop_on_signals()
+    next_verdict = time.monotonic()
+    try:
+        while not stop.is_set():
+            if side is not None:
+                side.drain()
+            for req in bus.poll_requests():
+                if side is not None:
+                    side.drain()
+                verdict = metrics.synced(audit(snapshot()))
+                if req.cmd == "reset" and side is not None:
+                    side.ledger = SequenceLedger()
+                    side.rejected = 0
+                    with lock:
+                        services.clear()
+                req.answer({"verdict": verdict, "side": side.as_dict() if side else None,
+                            "gap_reports": len(gap_reports)})
+                if req.cmd == "shutdown":
+                    stop.set()
+            if time.monotonic() >= next_verdict:
+                verdict = metrics.synced(audit(snapshot()))
+                bus.publish(VERDICT_SUBJECT, verdict)
+                next_verdict = time.monotonic() + args.interval
+            time.sleep(0.02)
+    finally:
+        snap = snapshot()
+        final = metrics.synced(audit(snap))
+        if args.snapshot is not None:
+            args.snapshot.write_text(json.dumps(snap, indent=1))
+        print(json.dumps(final), flush=True)
+        bus.stop()
+        metrics.close()
+        if side is not None:
+            side.receiver.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

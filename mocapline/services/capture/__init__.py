@@ -1,0 +1,1 @@
+"""capture: UDP (or journal) datagrams in, ledger and merge by posture_index, forward kinematics, HumanFrames out."""

@@ -1,0 +1,153 @@
+"""Merge several UDP paths carrying the same take (main 7014 + side 7015) by posture_index.
+
+Every path keeps its own ledger (what that path saw). The merger emits each posture_index once, in
+order. When the next index is missing it waits until every live path has passed that index (then
+the gap is final: lost upstream of all paths) or until the oldest waiting frame is ``window_s`` old.
+With one path there is nothing to wait for, so a single-path capture adds no latency.
+
+Accounting identity, exact at every moment once pending frames are flushed:
+``received == unique + duplicates + cross_path_copies + late_frames``, where ``duplicates`` counts
+each index Axis sent twice once (its second copy on another path is a cross-path copy).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from mocapline.core.ledger import Seen, SequenceLedger
+
+T = TypeVar("T")
+
+_SKIPPED_MEMORY = 4096
+
+
+@dataclass
+class PathState:
+    ledger: SequenceLedger = field(default_factory=SequenceLedger)
+    last_arrival: float = float("-inf")
+
+
+class PathMerger(Generic[T]):
+    def __init__(self, paths: list[int], window_s: float = 0.05) -> None:
+        if not paths:
+            raise ValueError("at least one path is needed")
+        self.paths: dict[int, PathState] = {p: PathState() for p in paths}
+        self.window_s = window_s
+        self.merged = SequenceLedger()
+        self.duplicates = 0
+        self.cross_path_copies = 0
+        self.late_frames = 0
+        self._duplicated: deque[int] = deque(maxlen=64)
+        self._segment = 0
+        self._next: int | None = None
+        self._pending: dict[int, tuple[T, float]] = {}
+        self._skipped: deque[int] = deque(maxlen=_SKIPPED_MEMORY)
+        self._previous_segment_last: int | None = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def segment(self) -> int:
+        return self._segment
+
+    def push(self, path: int, index: int, item: T, now: float) -> list[tuple[int, T]]:
+        """Offer one frame from one path; return the frames now ready, in order."""
+        state = self.paths.get(path)
+        if state is None:
+            state = self.paths[path] = PathState()
+        state.last_arrival = now
+        seen = state.ledger.observe(index)
+        if seen is Seen.DUPLICATE:
+            if index in self._duplicated:
+                self.cross_path_copies += 1
+            else:
+                self.duplicates += 1
+                self._duplicated.append(index)
+            return []
+        out: list[tuple[int, T]] = []
+        path_segment = state.ledger.segment
+        if path_segment > self._segment:
+            out.extend(self._release_all())
+            self._previous_segment_last = self.merged.last
+            self._segment = path_segment
+            self._next = None
+            self._skipped.clear()
+        elif path_segment < self._segment:
+            # A slower path still replaying the previous segment.
+            prev = self._previous_segment_last
+            if prev is not None and index <= prev:
+                self.cross_path_copies += 1
+            else:
+                self.late_frames += 1
+            return out
+        if self._next is None:
+            self._next = index
+        if index < self._next:
+            if index in self._skipped:
+                self.late_frames += 1
+            else:
+                self.cross_path_copies += 1
+            return out
+        if index in self._pending:
+            self.cross_path_copies += 1
+            return out
+        self._pending[index] = (item, now)
+        out.extend(self._release(now))
+        return out
+
+    def poll(self, now: float) -> list[tuple[int, T]]:
+        """Release frames whose gap has become final through time."""
+        return self._release(now)
+
+    def flush(self) -> list[tuple[int, T]]:
+        """End of take: release everything pending, declaring the remaining gaps missing."""
+        return self._release_all()
+
+    def _emit(self, index: int) -> tuple[int, T]:
+        item, _ = self._pending.pop(index)
+        self.merged.observe(index)
+        self._next = index + 1
+        return index, item
+
+    def _release(self, now: float) -> list[tuple[int, T]]:
+        out: list[tuple[int, T]] = []
+        while self._pending:
+            nxt = self._next
+            assert nxt is not None
+            if nxt in self._pending:
+                out.append(self._emit(nxt))
+                continue
+            if not self._gap_is_final(nxt, now):
+                break
+            resume = min(self._pending)
+            self._skipped.extend(range(nxt, min(resume, nxt + _SKIPPED_MEMORY)))
+            out.append(self._emit(resume))
+        return out
+
+    def _gap_is_final(self, index: int, now: float) -> bool:
+        oldest = min(t for _, t in self._pending.values())
+        if now - oldest >= self.window_s:
+            return True
+        for state in self.paths.values():
+            live = now - state.last_arrival < self.window_s
+            if live and state.ledger.segment == self._segment:
+                last = state.ledger.last
+                if last is None or last <= index:
+                    return False
+        return True
+
+    def _release_all(self) -> list[tuple[int, T]]:
+        out: list[tuple[int, T]] = []
+        while self._pending:
+            nxt = self._next
+            if nxt not in self._pending:
+                resume = min(self._pending)
+                assert nxt is not None
+                self._skipped.extend(range(nxt, min(resume, nxt + _SKIPPED_MEMORY)))
+                nxt = resume
+            out.append(self._emit(nxt))
+        return out

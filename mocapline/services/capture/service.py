@@ -1,0 +1,402 @@
+"""`mocapline capture`: receive Axis binary BVH (or Xsens MXTP02) over UDP, push HumanFrames.
+
+One HumanFrame per unique posture_index, in order, on a lossless ZeroMQ PUSH socket (bound, so
+retarget connects). The live ledger goes to stderr once a second; the final ledger is printed to
+stdout as one JSON object when capture stops (Ctrl-C, SIGTERM, or --exit-on-idle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from mocapline.core import durable
+from mocapline.core.bodies import GMR_BODIES
+from mocapline.core.bus import GAPS_SUBJECT, Bus
+from mocapline.core.durable import DurableStage
+from mocapline.core.frames import HumanFrame
+from mocapline.core.header import MessageType
+from mocapline.core.lifecycle import (
+    add_service_arguments,
+    setup_logging,
+    stop_on_signals,
+)
+from mocapline.core.metrics import ServiceMetrics
+from mocapline.core.metrics import add_arguments as add_metrics_arguments
+from mocapline.core.metrics import start as start_metrics
+from mocapline.core.options import EnvArgumentParser, port_number
+from mocapline.core.tracing import StageTracer
+from mocapline.core.tracing import setup as setup_tracing
+from mocapline.core.transport import FrameSender, FrameSink, lossless_socket
+from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
+from mocapline.formats.skeleton import SkeletonKind
+from mocapline.services.capture import checkpoint
+from mocapline.services.capture.journal import RawJournal
+from mocapline.services.capture.sources import (
+    UdpMotionInput,
+    axis_udp_source,
+    xsens_udp_source,
+)
+
+log = logging.getLogger("mocapline.capture")
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="mocapline capture", description=__doc__)
+    p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sends the UDP stream")
+    p.add_argument("--ports", type=port_number, nargs="+", default=[7014],
+                   help="UDP ports of the same source, merged by posture_index (e.g. 7014 7015)")
+    p.add_argument("--host", default="0.0.0.0", help="local address to bind the UDP ports on")
+    p.add_argument("--output", default="tcp://127.0.0.1:5556", help="ZeroMQ endpoint to bind the HumanFrame PUSH on")
+    p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ",
+                   help="Axis Studio's BVH rotation order setting")
+    p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio",
+                   help="Axis skeleton: axis_studio (59 bones) or the legacy pn_pro")
+    p.add_argument("--header-format", choices=("current", "legacy"), default="current",
+                   help="'legacy' when Axis Studio's 'use old header format' is ticked")
+    p.add_argument("--position-unit", choices=("m", "cm"), default="m", help="Xsens position unit")
+    p.add_argument("--merge-window-ms", type=float, default=50.0,
+                   help="how long a gap may wait for another path to fill it")
+    p.add_argument("--allow-source", nargs="*", default=None,
+                   help="only accept datagrams from these IP addresses (others are counted as rejected)")
+    p.add_argument("--record", type=Path, default=None, help="write every received datagram to this .mlrec file")
+    p.add_argument("--status-interval", type=float, default=1.0, help="seconds between ledger lines on stderr; 0 = off")
+    p.add_argument("--exit-on-idle", type=float, default=0.0,
+                   help="stop after this many seconds without datagrams once a take has started; 0 = never")
+    add_service_arguments(p, nats_help="NATS server for heartbeats, gap reports and control")
+    p.add_argument("--shutdown-wait", type=float, default=30.0,
+                   help="on exit, seconds to wait for the consumer to take queued frames")
+    p.add_argument("--udp-fds", type=parse_fd_list, default=None,
+                   help="use these inherited, already bound UDP sockets (comma-separated fds, in --ports "
+                        "order) instead of binding: a supervisor that holds them keeps datagrams queued in "
+                        "the kernel while capture restarts (mocapline up does this in durable mode)")
+    durable.add_arguments(p, retain_mb=2048)
+    p.add_argument("--checkpoint-s", type=float, default=30.0,
+                   help="durable mode: seconds between checkpoints of capture's state, so a restart replays "
+                        "at most this much of the journal instead of the whole take")
+    add_metrics_arguments(p, "capture")
+    return p
+
+
+def parse_fd_list(text: str) -> list[int]:
+    try:
+        fds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated file descriptor numbers") from None
+    if not fds or min(fds) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated file descriptor numbers")
+    return fds
+
+
+def make_source(args: Any, journal: RawJournal | None = None) -> UdpMotionInput:
+    common: dict[str, Any] = {
+        "host": args.host,
+        "merge_window_s": args.merge_window_ms / 1000.0,
+        "allowed_sources": frozenset(args.allow_source) if args.allow_source else None,
+        "record_path": args.record,
+        "journal": journal,
+        "udp_fds": args.udp_fds,
+    }
+    if args.source == "xsens":
+        return xsens_udp_source(args.ports, args.position_unit, **common)
+    config = AxisBvhConfig(
+        skeleton=SkeletonKind(args.skeleton),
+        rotation_order=args.rotation_order,
+        header_format=args.header_format,
+    )
+    return axis_udp_source(config, args.ports, **common)
+
+
+def source_reject_reasons(source: str) -> tuple[str, ...]:
+    """The reasons a source's datagrams can be rejected for (pre-created as metric labels)."""
+    if source == "xsens":
+        from mocapline.formats.mxtp02 import REJECT_REASONS as XSENS_REASONS
+
+        return XSENS_REASONS
+    from mocapline.formats.axis_bvh import REJECT_REASONS as AXIS_REASONS
+
+    return AXIS_REASONS
+
+
+def status_line(ledger: dict[str, Any]) -> str:
+    return (
+        f"capture received={ledger['source_received']} unique={ledger['source_unique_frames']} "
+        f"missing={ledger['source_missing_indices']} dup={ledger['source_duplicate_indices']} "
+        f"backward={ledger['source_backward_indices']} rejected={ledger['rejected_datagrams']} "
+        f"last={ledger['last_posture_index']} pending={ledger['input_pending']}"
+    )
+
+
+class CaptureService:
+    """The capture loop's state: the source, the HumanFrame sender, per-take counts."""
+
+    def __init__(
+        self,
+        source: UdpMotionInput,
+        sender: FrameSink,
+        *,
+        metrics: ServiceMetrics | None = None,
+        tracer: StageTracer | None = None,
+    ) -> None:
+        self.source = source
+        self.sender = sender
+        self.tracer = tracer
+        self.stage_seconds = metrics.stage_seconds if metrics is not None else None
+        self.frames_sent = 0
+        self.started = False
+        self._gaps_reported: dict[str, int] = {}
+        # Durable mode (--state-dir): the stage log, the journal number of this take's start
+        # marker, and how many of the take's frames an earlier run of capture already sent.
+        self.stage: DurableStage | None = None
+        self.take_start = -1
+        self.produced = 0
+        self.already_sent = 0
+        self.restarts = 0
+        self.checkpoint_dir: Path | None = None
+        self.checkpoint_interval_s = 30.0
+        self.checkpoints = 0
+        self._next_checkpoint = 0.0  # the first at the first quiet moment
+
+    def step(self, timeout_s: float) -> None:
+        frame = self.source.poll_frame(timeout_s)
+        if frame is not None:
+            self.started = True
+            self._send(frame)
+            self.send_ready()
+
+    def send_ready(self) -> None:
+        while (frame := self.source.poll_frame(0.0)) is not None:
+            self._send(frame)
+
+    def _send(self, frame: HumanFrame) -> None:
+        self.produced += 1
+        if self.produced <= self.already_sent:
+            return  # replayed from the journal and already in the stage log: sent before the restart
+        # the trace of this posture_index starts at the datagram's arrival
+        span = self.tracer.carry(frame, frame.capture_timestamp_us * 1000) if self.tracer is not None else None
+        self.sender.send(frame.to_bytes(), capture_timestamp_us=frame.capture_timestamp_us)
+        self.frames_sent += 1
+        self._remember()
+        if span is not None:
+            span.end()
+        if self.stage_seconds is not None:  # datagram received -> HumanFrame sent
+            self.stage_seconds.observe((time.time_ns() // 1000 - frame.capture_timestamp_us) / 1e6)
+
+    def drain(self, quiet_s: float) -> None:
+        """Wait until no datagram arrived for quiet_s, flush the merge, send everything, then
+        END_OF_STREAM so the next stage knows the take is complete."""
+        while time.monotonic() - self.source.last_datagram < quiet_s:
+            self.step(0.02)
+        self.source.flush()
+        self.send_ready()
+        self.sender.send_end()
+        self._remember()
+        if self.stage is not None:  # the take's frames are acknowledged before its ledger is final
+            self.stage.wait_delivered(quiet_s + 30)
+
+    def _remember(self) -> None:
+        if self.stage is not None:
+            journal = self.source.journal
+            self.stage.done(journal.next_seq - 1 if journal is not None else -1, self.durable_state())
+
+    def durable_state(self) -> dict[str, Any]:
+        return {"session_id": self.source.core.session_id, "take_start": self.take_start,
+                "take_outputs": self.frames_sent}
+
+    def start_take(self) -> None:
+        """Durable mode: mark a new take in the journal (a restart replays from the newest mark)."""
+        if self.source.journal is not None:
+            self.take_start = self.source.journal.mark_take(self.source.core.session_id)
+        self.produced = self.already_sent = 0
+
+    def resume(self) -> int:
+        """Durable mode, at start: continue the journal's newest take, or start one. The take is
+        replayed through the core (ledger and merge state rebuilt exactly); the frames the stage log
+        shows as sent are not sent again, the rest are. Returns the datagrams replayed."""
+        journal = self.source.journal
+        assert journal is not None
+        take = journal.last_take()
+        if take is None:
+            self.start_take()
+            return 0
+        self.take_start, session_id = take
+        self.source.core.session_id = session_id
+        state = self.stage.restored if self.stage is not None else None
+        if state is not None and state.get("take_start") == self.take_start:
+            self.already_sent = int(state.get("take_outputs", 0))
+        self.frames_sent = self.already_sent
+        self.restarts += 1
+        start = self.take_start + 1
+        ckpt = checkpoint.load(self.checkpoint_dir, self.source.core.decoder) if self.checkpoint_dir else None
+        if ckpt is not None and ckpt.take_start == self.take_start and ckpt.produced <= self.already_sent:
+            self.source.core = ckpt.core
+            self.produced = ckpt.produced
+            start = ckpt.position
+        replayed = self.source.replay(journal.datagrams_from(start))
+        self.send_ready()
+        log.info("resumed take %s from the journal%s: %d datagrams replayed, %d frames had been sent, %d sent now",
+                 session_id[:8], f" (checkpoint at record {start})" if start > self.take_start + 1 else "",
+                 replayed, self.already_sent, self.frames_sent - self.already_sent)
+        return replayed
+
+    def maybe_checkpoint(self, now: float) -> bool:
+        """Durable mode: every ``checkpoint_interval_s``, save the core's state at a quiet moment
+        (everything journaled went through the core, everything released was sent)."""
+        journal = self.source.journal
+        if self.checkpoint_dir is None or journal is None or now < self._next_checkpoint:
+            return False
+        if not self.source.settled:
+            return False
+        with journal.lock:
+            if self.source.fed_live != journal.recorded:
+                return False  # a datagram is between the journal and the core
+            position = journal.next_seq
+        checkpoint.save(self.checkpoint_dir, checkpoint.Checkpoint(
+            self.take_start, position, self.produced, self.source.core, {}))
+        self.checkpoints += 1
+        self._next_checkpoint = now + self.checkpoint_interval_s
+        return True
+
+    def reset(self) -> None:
+        self.source.reset()
+        self.frames_sent = 0
+        self._gaps_reported.clear()
+        if self.stage is not None:
+            self.start_take()
+            self._remember()
+
+    def ledger(self) -> dict[str, Any]:
+        led = self.source.ledger()
+        led["human_frames_sent"] = self.frames_sent
+        led["session_id"] = self.source.core.session_id
+        if self.stage is not None:
+            journal = self.source.journal
+            snapshot = self.stage.snapshot()
+            snapshot["log_bytes"] += journal.log.disk_bytes()
+            led["durable"] = {**snapshot, "journal_next": journal.next_seq, "take_start": self.take_start,
+                              "resumed": self.restarts, "checkpoints": self.checkpoints}
+            led["input_pending"] += self.stage.unacked
+        return led
+
+    def report_gaps(self, bus: Bus) -> None:
+        """Publish each newly recorded missing range once, per path and merged."""
+        merger = self.source.core.merger
+        ledgers = {"merged": merger.merged, **{str(p): s.ledger for p, s in merger.paths.items()}}
+        for path, ledger in ledgers.items():
+            done = self._gaps_reported.get(path, 0)
+            for lo, hi in ledger.missing_ranges[done:]:
+                bus.publish(GAPS_SUBJECT, {"service": "capture", "path": path, "range": [lo, hi]})
+            self._gaps_reported[path] = len(ledger.missing_ranges)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+    stop = stop_on_signals()
+
+    if args.source == "axis" and args.header_format == "legacy":
+        if len(args.ports) > 1:
+            print("mocapline capture: the legacy Axis header has no frame index, so paths cannot be "
+                  "merged; use one port or turn off 'use old header format' in Axis Studio", file=sys.stderr)
+            return 2
+        log.warning("legacy Axis header: no frame index in the stream; frames are numbered on "
+                    "arrival and losses upstream cannot be detected")
+
+    if args.udp_fds is not None and len(args.udp_fds) != len(args.ports):
+        print(f"mocapline capture: --udp-fds gives {len(args.udp_fds)} sockets for {len(args.ports)} --ports",
+              file=sys.stderr)
+        return 2
+    ctx = zmq.Context()
+    stage: durable.DurableStage | None = None
+    journal: RawJournal | None = None
+    sender: Any
+    try:
+        if args.state_dir is not None:
+            config = durable.log_config(args)
+            journal = RawJournal(args.state_dir, config)
+            stage = durable.DurableStage(
+                ctx, args.state_dir, replace(config, retain_bytes=0), window=args.window,
+                output=durable.LinkSpec(args.output, MessageType.HUMAN_FRAME, len(GMR_BODIES)),
+            )
+            sender = stage.out
+        else:
+            sender = FrameSender(
+                lossless_socket(ctx, zmq.PUSH, args.output, bind=True), MessageType.HUMAN_FRAME, len(GMR_BODIES)
+            )
+    except (zmq.ZMQError, OSError, ValueError) as exc:
+        print(f"mocapline capture: cannot bind {args.output}: {exc}", file=sys.stderr)
+        ctx.destroy(linger=0)
+        return 1
+    source = make_source(args, journal)
+    metrics = start_metrics("capture", args, reasons=(*source_reject_reasons(args.source), "source_not_allowed"))
+    tracer = setup_tracing("capture")
+    service = CaptureService(source, sender, metrics=metrics, tracer=tracer)
+    if stage is not None:
+        service.stage = stage
+        service.checkpoint_dir = args.state_dir
+        service.checkpoint_interval_s = args.checkpoint_s
+        service.resume()  # before the sockets are read: the journal's take first, in order
+    try:
+        source.open()
+    except OSError as exc:
+        print(f"mocapline capture: cannot bind UDP {args.host}:{args.ports}: {exc}", file=sys.stderr)
+        return 1
+    log.info("capture %s on udp %s -> %s%s", source.name, args.ports, args.output,
+             f" (durable, state in {args.state_dir})" if stage is not None else "")
+    bus = Bus(args.nats, "capture", service.ledger).start()
+    next_status = time.monotonic() + args.status_interval
+    try:
+        while not stop.is_set():
+            service.step(0.05)  # durable: ACKs and HELLOs are read at least every 50 ms
+            if stage is not None:
+                stage.pump()
+                service.maybe_checkpoint(time.monotonic())
+            service.report_gaps(bus)
+            metrics.maybe_sync(service.ledger)
+            now = time.monotonic()
+            for req in bus.poll_requests():
+                if req.cmd == "drain":
+                    service.drain(float(req.args.get("quiet_s", 0.3)))
+                    service.report_gaps(bus)
+                elif req.cmd == "reset":
+                    metrics.sync(service.ledger())  # the take's counts into the counters first
+                    service.reset()
+                elif req.cmd == "shutdown":
+                    stop.set()
+                ledger = service.ledger()
+                metrics.sync(ledger)  # /metrics agrees with the answer (drain: the final counts)
+                req.answer(ledger)
+            if args.status_interval > 0 and now >= next_status:
+                print(status_line(service.ledger()), file=sys.stderr, flush=True)
+                next_status = now + args.status_interval
+            if args.exit_on_idle > 0 and service.started and now - source.last_datagram > args.exit_on_idle:
+                break
+    finally:
+        source.close()
+        service.send_ready()
+        if stage is None:
+            sender.send_end()
+        else:  # the take goes on when capture is back: a restart resumes it from the journal
+            stage.pump()
+        ledger = service.ledger()
+        metrics.sync(ledger)
+        print(json.dumps(ledger), flush=True)
+        bus.stop()
+        metrics.close()
+        if tracer is not None:
+            tracer.shutdown()
+        if stage is not None:
+            stage.close()
+            journal.close()
+        else:
+            sender.socket.close(linger=int(args.shutdown_wait * 1000))
+        ctx.term()
+    return 0

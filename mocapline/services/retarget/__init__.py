@@ -1,0 +1,1 @@
+"""retarget: HumanFrames in, GMR-style IK onto the G1, RobotFrames out."""

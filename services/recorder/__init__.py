@@ -1,1 +1,0 @@
-"""Takes as reusable data: record, replay (offline, deterministic), export (.npz reference clips)."""

@@ -1,0 +1,102 @@
+"""The package's shape: one top-level package, and imports that point one way.
+
+Layers, lowest first: core, formats, robot, services, tools, bench; ``mocapline.cli`` and the
+``mocapline`` package itself sit above them all. A module may import its own layer or a lower one;
+a service may not import another service (they talk over links, not imports), and nothing below
+the tools imports a tool.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "mocapline"
+LAYERS = ("core", "formats", "robot", "services", "tools", "bench")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every mocapline module a file imports, at top level or inside a function."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("mocapline"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _module_name(path).split(".")
+                if path.name != "__init__.py":
+                    base = base[:-1]
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            if module.startswith("mocapline"):
+                out.add(module)
+    return out
+
+
+def _place(module: str) -> tuple[int, str]:
+    """(layer rank, unit): the unit is the service or tool folder a module belongs to."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] not in LAYERS:
+        if module in ("mocapline.assets",):
+            return (0, "assets")
+        return (len(LAYERS), "top")
+    rank = LAYERS.index(parts[1])
+    unit = ".".join(parts[1:3]) if parts[1] in ("services", "tools") and len(parts) > 2 else parts[1]
+    return (rank, unit)
+
+
+def _violations() -> list[str]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "pb" in path.relative_to(PACKAGE).parts:
+            continue
+        here = _module_name(path)
+        rank, unit = _place(here)
+        for imported in sorted(_imports(path)):
+            their_rank, their_unit = _place(imported)
+            if their_rank > rank:
+                found.append(f"{here} imports {imported} (a higher layer)")
+            elif unit.startswith("services.") and their_unit.startswith("services.") and their_unit != unit:
+                found.append(f"{here} imports {imported} (another service)")
+    return found
+
+
+def test_imports_point_one_way() -> None:
+    assert _violations() == []
+
+
+def test_the_check_sees_a_violation(tmp_path: Path) -> None:
+    """The layer rule itself: an import upward is caught, one downward is not."""
+    assert _place("mocapline.tools.emitter.emitter") > _place("mocapline.services.capture.core")
+    assert _place("mocapline.core.header")[0] < _place("mocapline.formats.axis_bvh")[0]
+    assert _place("mocapline.services.capture.core")[1] != _place("mocapline.services.retarget.config")[1]
+
+
+@pytest.mark.integration
+def test_wheel_holds_one_top_level_package(tmp_path: Path) -> None:
+    """`pip install .` must not put `services`, `bench` or `tests` into site-packages."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("mocapline-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top == {"mocapline"}
+    for needed in ("mocapline/assets/demo/walk_60hz.mlrec", "mocapline/assets/ik_configs/axis_studio_to_g1.json",
+                   "mocapline/core/pb/mocap_pb2.py", "mocapline/services/capture/service.py"):
+        assert needed in names, needed
