@@ -75,6 +75,26 @@ class CaptureProcess:
         self.ctx.term()
 
 
+# Fixtures that start real processes: a test using one is an integration test.
+PROCESS_FIXTURES = {"capture_factory", "nats_server"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_default_metrics_ports() -> Iterator[None]:
+    """Services started by a test serve /metrics only on a port the test chose: their default
+    (9101-9105) belongs to a pipeline that may be running beside the suite."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MOCAPLINE_METRICS_PORT", "0")
+    yield
+    mp.undo()
+
+
 @pytest.fixture
 def capture_factory() -> Iterator:
     made: list[CaptureProcess] = []

@@ -1,5 +1,5 @@
 """The whole pipeline as real processes (NATS, capture, retarget, streamer, viewer, auditor) on
-loopback, driven by the emitter: the seeds' scenarios end to end."""
+loopback, driven by the emitter: the reference scenarios end to end."""
 
 import asyncio
 import json

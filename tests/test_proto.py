@@ -12,9 +12,9 @@ def test_generated_code_is_up_to_date() -> None:
 
 def test_mocap_frame_field_numbers_never_change() -> None:
     fields = {f.name: f.number for f in pb.MocapFrame.DESCRIPTOR.fields}
-    seeds = ["index", "body_pos_w", "body_lin_vel_w", "body_quat_w", "body_ang_vel_w",
+    original = ["index", "body_pos_w", "body_lin_vel_w", "body_quat_w", "body_ang_vel_w",
              "joint_pos", "joint_vel", "left_hand", "right_hand"]
-    assert [fields[n] for n in seeds] == list(range(1, 10))
+    assert [fields[n] for n in original] == list(range(1, 10))
     assert fields["posture_index"] == 10 and fields["traceparent"] == 15
 
 

@@ -5,7 +5,7 @@ on NATS: heartbeats and gap reports are fire-and-forget (a bounded backlog is ke
 down and sent when it returns), and control requests are queued for the service loop to answer
 between frames. When NATS is unreachable the client keeps retrying; frames keep flowing.
 
-Subjects (DESIGN.md): ``mocapline.heartbeat.<service>`` (1 Hz JSON counters),
+Subjects (docs/architecture.md): ``mocapline.heartbeat.<service>`` (1 Hz JSON counters),
 ``mocapline.control.<service>`` (request/reply JSON ``{"cmd": "status" | "reset" | "drain" |
 "shutdown"}``), ``mocapline.gaps``, ``mocapline.core.verdict``.
 """

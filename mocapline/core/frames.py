@@ -150,7 +150,7 @@ class RobotFrame:
         return cls.from_proto(_parse(pb.RobotFrame(), data))
 
 
-# Every repeated field of the seeds' MocapFrame and its fixed length (DESIGN.md).
+# Every repeated field of the MocapFrame and its fixed length (docs/protocol.md).
 MOCAP_FIELD_LENGTHS: dict[str, int] = {
     "body_pos_w": 3,
     "body_lin_vel_w": 3,

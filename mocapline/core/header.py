@@ -1,4 +1,4 @@
-"""MotionFrameHeader: the 44-byte envelope header on every ZeroMQ link (DESIGN.md, seed 003).
+"""MotionFrameHeader: the 44-byte envelope header on every ZeroMQ link (docs/protocol.md).
 
 Layout, little-endian ``<IHHQQQIHHI``: magic, version, message_type, frame_id,
 capture_timestamp_us, send_timestamp_us, payload_size, joint_count, reserved, crc32. The CRC-32

@@ -1,6 +1,6 @@
 """The posture-index ledger: one class that classifies every index a stream delivers.
 
-Rules (seed 000): current == previous + 1 is the next frame; current == previous is an exact
+Rules (docs/ledger.md): current == previous + 1 is the next frame; current == previous is an exact
 duplicate (dropped); current > previous + 1 skips ``current - previous - 1`` indices (recorded as a
 missing range); current < previous is a backward jump (Axis restarted, replay, index reset): it is
 recorded and starts a new segment, and the frame itself is new.

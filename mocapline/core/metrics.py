@@ -1,7 +1,7 @@
 """Prometheus metrics of every mocapline service: one catalogue, one exporter (prometheus-client).
 
 Every service serves ``/metrics`` on its own port (``--metrics-port``, env ``MOCAPLINE_METRICS_PORT``;
-defaults in ``DEFAULT_PORTS``; 0 = off). Names follow DESIGN.md: prefix ``mocapline_``, counters end
+defaults in ``DEFAULT_PORTS``; 0 = off). Names follow docs/operations.md: prefix ``mocapline_``, counters end
 in ``_total`` and carry a ``stage`` label, latencies are histograms in seconds. ``FAMILIES`` is the
 whole catalogue (name, type, labels, which services export it); the Grafana dashboard is checked
 against it by tests/test_dashboard.py.
@@ -151,7 +151,7 @@ FAMILIES: tuple[Family, ...] = (
            "Missing posture indices of the current take by where they were lost (auditor's dual-path "
            "classification).", ("classification",), ("auditor",)),
     Family("mocapline_ledger", "gauge",
-           "The current take's ledger as the auditor judges it (numeric fields, seeds' names).",
+           "The current take's ledger as the auditor judges it (numeric fields, docs/ledger.md names).",
            ("field",), ("auditor",)),
 )
 FAMILY_BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
@@ -463,10 +463,10 @@ def add_arguments(parser: argparse.ArgumentParser, service: str) -> None:
     parser.add_argument("--metrics-host", default=DEFAULT_HOST, help="address of the /metrics endpoint")
 
 
-def start(service: str, args: argparse.Namespace, *, reasons: Iterable[str] = ()) -> ServiceMetrics:
+def start(service: str, port: int, host: str = DEFAULT_HOST, *, reasons: Iterable[str] = ()) -> ServiceMetrics:
     """A service's metrics on the process registry view it serves (with process_* metrics)."""
     metrics = ServiceMetrics(service, reasons=reasons, process_metrics=True)
-    metrics.serve(int(args.metrics_port), str(args.metrics_host))
+    metrics.serve(port, host)
     return metrics
 
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from dataclasses import fields
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 ENV_PREFIX = "MOCAPLINE_"
 _TRUE = {"1", "true", "yes", "on"}
@@ -89,3 +92,10 @@ def port_number(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"port {value} is outside 0-65535")
     return value
+
+
+def settings_from(cls: type[T], args: argparse.Namespace, **given: Any) -> T:
+    """A frozen settings dataclass from parsed flags: each field from the flag of the same name,
+    unless ``given`` holds it (nested settings, derived values)."""
+    values = {f.name: given[f.name] if f.name in given else getattr(args, f.name) for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**values)

@@ -1,4 +1,4 @@
-"""ZeroMQ links with the lossless settings of DESIGN.md and the MotionFrameHeader envelope.
+"""ZeroMQ links with the lossless settings (docs/architecture.md) and the MotionFrameHeader envelope.
 
 PUSH/PULL, blocking send, SNDHWM = RCVHWM = 10000, LINGER = -1, no CONFLATE, no DONTWAIT: when a
 consumer is slow the sender blocks and latency grows; nothing is dropped.
@@ -60,6 +60,15 @@ class FrameSink(Protocol):
     def send_end(self, payload: bytes = b"") -> None: ...
 
     def writable(self, timeout_ms: int = 0) -> bool: ...
+
+
+class FrameSource(Protocol):
+    """What a stage reads its input from: a plain PULL link (:class:`FrameReceiver`) or a durable
+    stage's acknowledged one (``ReliableReceiver``). Rejected messages are counted in ``rejects``."""
+
+    rejects: Counter[str]
+
+    def recv(self, timeout_ms: int) -> Received | None: ...
 
 
 @dataclass

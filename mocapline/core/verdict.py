@@ -1,4 +1,4 @@
-"""The conservation verdict and the dual-path classification of missing indices (seed 000).
+"""The conservation verdict and the dual-path classification of missing indices (docs/ledger.md).
 
 Conserved: source_unique_frames == gmr_processed == motion_generated == zmq_sent (== viewer_applied
 when a viewer is part of the run), source_missing_indices == 0, source_backward_indices == 0,
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-# The ledger fields capture owns, then the whole ledger in the seeds' order.
+# The ledger fields capture owns, then the whole ledger in its documented order.
 CAPTURE_FIELDS: tuple[str, ...] = (
     "source_received",
     "source_unique_frames",
@@ -54,7 +54,7 @@ def conserved(counts: dict[str, Any]) -> bool:
 
 
 def with_verdict(counts: dict[str, Any]) -> dict[str, Any]:
-    """The ledger in the seeds' field order, with unique_frames_conserved filled in."""
+    """The ledger in its documented field order, with unique_frames_conserved filled in."""
     out = {key: counts.get(key) for key in LEDGER_FIELDS}
     out["unique_frames_conserved"] = int(conserved(counts))
     extra = {k: v for k, v in counts.items() if k not in out}

@@ -1,7 +1,7 @@
 """Axis Studio binary BVH datagrams: classify, validate, decode, and encode (the exact inverse).
 
 One UDP datagram is a 64-byte header followed by ``data_count`` little-endian float32 values
-(DESIGN.md, "Axis Studio binary BVH"). The payload is, per bone in stream order, translation XYZ in
+(docs/formats.md, "Axis Studio binary BVH"). The payload is, per bone in stream order, translation XYZ in
 cm then three Euler angles in degrees in the configured rotation order. Without displacement only
 the root carries a translation; the other bones carry three angles each. With reference, six floats
 of a reference pose come first.

@@ -1,6 +1,6 @@
 """Xsens MVN network streamer, message MXTP02 (segment positions and quaternions): decode, encode.
 
-Layout (DESIGN.md): a 24-byte big-endian header ``'>6sIBBIBBBB2sH'`` (ID "MXTP02", sample counter,
+Layout (docs/formats.md): a 24-byte big-endian header ``'>6sIBBIBBBB2sH'`` (ID "MXTP02", sample counter,
 datagram counter (0x80: the only datagram of the sample), item count, time code in ms, character
 id, body segment count, prop count, finger segment count, 2 reserved, payload size), then one
 32-byte ``'>i7f'`` item per segment: 1-based segment id, position x y z, quaternion w x y z. With

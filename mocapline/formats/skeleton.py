@@ -152,7 +152,7 @@ class SkeletonKind(str, Enum):
 
 
 
-# Bodies the Axis stream lacks, and the bone that stands in for each (seed 004: toe falls back to
+# Bodies the Axis stream lacks, and the bone that stands in for each (docs/formats.md: the toe falls back to
 # foot; the Axis Studio skeleton has no Spine3, its shoulders hang off Spine2).
 _STAND_INS: dict[SkeletonKind, dict[str, str]] = {
     SkeletonKind.AXIS_STUDIO: {"Spine3": "Spine2", "LeftToe": "LeftFoot", "RightToe": "RightFoot"},

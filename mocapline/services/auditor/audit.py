@@ -18,7 +18,7 @@ def _path_ledgers(capture: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def pipeline_counts(services: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The seeds' ledger fields from the services' own counters."""
+    """The ledger fields (docs/ledger.md) from the services' own counters."""
     cap = services.get("capture", {})
     ret = services.get("retarget", {})
     st = services.get("streamer", {})

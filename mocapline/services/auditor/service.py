@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             del gap_reports[:-1000]
 
     verdict: dict[str, Any] = {}
-    metrics = start_metrics("auditor", args)  # the verdict, the current take's ledger, missing by class
+    metrics = start_metrics("auditor", args.metrics_port, args.metrics_host)  # the verdict, the current take's ledger, missing by class
     bus = Bus(args.nats, "auditor", lambda: {"verdict": verdict.get("unique_frames_conserved")})
     bus.subscribe(f"{PREFIX}.heartbeat.*", on_heartbeat)
     bus.subscribe(GAPS_SUBJECT, on_gap)

@@ -162,7 +162,7 @@ class CaptureCore:
         return out
 
     def ledger(self, input_pending: int = 0) -> dict[str, Any]:
-        """The ledger with the seeds' field names, plus per-path detail."""
+        """The ledger (docs/ledger.md), plus per-path detail."""
         merged = self.merger.merged
         paths = self.merger.paths
         return {

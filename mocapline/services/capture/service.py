@@ -8,15 +8,13 @@ stdout as one JSON object when capture stops (Ctrl-C, SIGTERM, or --exit-on-idle
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-
-import zmq
 
 from mocapline.core import durable
 from mocapline.core.bodies import GMR_BODIES
@@ -24,18 +22,17 @@ from mocapline.core.bus import GAPS_SUBJECT, Bus
 from mocapline.core.durable import DurableStage
 from mocapline.core.frames import HumanFrame
 from mocapline.core.header import MessageType
-from mocapline.core.lifecycle import (
-    add_service_arguments,
-    setup_logging,
-    stop_on_signals,
-)
 from mocapline.core.metrics import ServiceMetrics
-from mocapline.core.metrics import add_arguments as add_metrics_arguments
-from mocapline.core.metrics import start as start_metrics
-from mocapline.core.options import EnvArgumentParser, port_number
+from mocapline.core.options import EnvArgumentParser, port_number, settings_from
+from mocapline.core.stage import (
+    Links,
+    Stage,
+    StageError,
+    StageSettings,
+    add_stage_arguments,
+)
 from mocapline.core.tracing import StageTracer
-from mocapline.core.tracing import setup as setup_tracing
-from mocapline.core.transport import FrameSender, FrameSink, lossless_socket
+from mocapline.core.transport import FrameSink
 from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
 from mocapline.formats.skeleton import SkeletonKind
 from mocapline.services.capture import checkpoint
@@ -71,18 +68,16 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--status-interval", type=float, default=1.0, help="seconds between ledger lines on stderr; 0 = off")
     p.add_argument("--exit-on-idle", type=float, default=0.0,
                    help="stop after this many seconds without datagrams once a take has started; 0 = never")
-    add_service_arguments(p, nats_help="NATS server for heartbeats, gap reports and control")
     p.add_argument("--shutdown-wait", type=float, default=30.0,
                    help="on exit, seconds to wait for the consumer to take queued frames")
     p.add_argument("--udp-fds", type=parse_fd_list, default=None,
                    help="use these inherited, already bound UDP sockets (comma-separated fds, in --ports "
                         "order) instead of binding: a supervisor that holds them keeps datagrams queued in "
                         "the kernel while capture restarts (mocapline up does this in durable mode)")
-    durable.add_arguments(p, retain_mb=2048)
     p.add_argument("--checkpoint-s", type=float, default=30.0,
                    help="durable mode: seconds between checkpoints of capture's state, so a restart replays "
                         "at most this much of the journal instead of the whole take")
-    add_metrics_arguments(p, "capture")
+    add_stage_arguments(p, "capture", nats_help="NATS server for heartbeats, gap reports and control", retain_mb=2048)
     return p
 
 
@@ -96,23 +91,58 @@ def parse_fd_list(text: str) -> list[int]:
     return fds
 
 
-def make_source(args: Any, journal: RawJournal | None = None) -> UdpMotionInput:
+@dataclass(frozen=True)
+class CaptureSettings:
+    """`mocapline capture`'s flags."""
+
+    source: str
+    ports: list[int]
+    host: str
+    output: str
+    rotation_order: str
+    skeleton: str
+    header_format: str
+    position_unit: str
+    merge_window_ms: float
+    allow_source: list[str] | None
+    record: Path | None
+    status_interval: float
+    exit_on_idle: float
+    shutdown_wait: float
+    udp_fds: list[int] | None
+    checkpoint_s: float
+    stage: StageSettings
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> CaptureSettings:
+        if args.source == "axis" and args.header_format == "legacy":
+            if len(args.ports) > 1:
+                raise ValueError("the legacy Axis header has no frame index, so paths cannot be merged; "
+                                 "use one port or turn off 'use old header format' in Axis Studio")
+            log.warning("legacy Axis header: no frame index in the stream; frames are numbered on "
+                        "arrival and losses upstream cannot be detected")
+        if args.udp_fds is not None and len(args.udp_fds) != len(args.ports):
+            raise ValueError(f"--udp-fds gives {len(args.udp_fds)} sockets for {len(args.ports)} --ports")
+        return settings_from(cls, args, stage=StageSettings.from_args(args))
+
+
+def make_source(settings: CaptureSettings, journal: RawJournal | None = None) -> UdpMotionInput:
     common: dict[str, Any] = {
-        "host": args.host,
-        "merge_window_s": args.merge_window_ms / 1000.0,
-        "allowed_sources": frozenset(args.allow_source) if args.allow_source else None,
-        "record_path": args.record,
+        "host": settings.host,
+        "merge_window_s": settings.merge_window_ms / 1000.0,
+        "allowed_sources": frozenset(settings.allow_source) if settings.allow_source else None,
+        "record_path": settings.record,
         "journal": journal,
-        "udp_fds": args.udp_fds,
+        "udp_fds": settings.udp_fds,
     }
-    if args.source == "xsens":
-        return xsens_udp_source(args.ports, args.position_unit, **common)
+    if settings.source == "xsens":
+        return xsens_udp_source(settings.ports, settings.position_unit, **common)
     config = AxisBvhConfig(
-        skeleton=SkeletonKind(args.skeleton),
-        rotation_order=args.rotation_order,
-        header_format=args.header_format,
+        skeleton=SkeletonKind(settings.skeleton),
+        rotation_order=settings.rotation_order,
+        header_format=settings.header_format,
     )
-    return axis_udp_source(config, args.ports, **common)
+    return axis_udp_source(config, settings.ports, **common)
 
 
 def source_reject_reasons(source: str) -> tuple[str, ...]:
@@ -297,106 +327,84 @@ class CaptureService:
             self._gaps_reported[path] = len(ledger.missing_ranges)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-    stop = stop_on_signals()
+@dataclass
+class CaptureLoop:
+    """Capture's part of the stage loop: datagrams in, frames out, gap reports, checkpoints."""
 
-    if args.source == "axis" and args.header_format == "legacy":
-        if len(args.ports) > 1:
-            print("mocapline capture: the legacy Axis header has no frame index, so paths cannot be "
-                  "merged; use one port or turn off 'use old header format' in Axis Studio", file=sys.stderr)
-            return 2
-        log.warning("legacy Axis header: no frame index in the stream; frames are numbered on "
-                    "arrival and losses upstream cannot be detected")
+    service: CaptureService
+    links: Links
+    bus: Callable[[], Bus | None]
+    exit_on_idle: float = 0.0
 
-    if args.udp_fds is not None and len(args.udp_fds) != len(args.ports):
-        print(f"mocapline capture: --udp-fds gives {len(args.udp_fds)} sockets for {len(args.ports)} --ports",
-              file=sys.stderr)
-        return 2
-    ctx = zmq.Context()
-    stage: durable.DurableStage | None = None
-    journal: RawJournal | None = None
-    sender: Any
-    try:
-        if args.state_dir is not None:
-            config = durable.log_config(args)
-            journal = RawJournal(args.state_dir, config)
-            stage = durable.DurableStage(
-                ctx, args.state_dir, replace(config, retain_bytes=0), window=args.window,
-                output=durable.LinkSpec(args.output, MessageType.HUMAN_FRAME, len(GMR_BODIES)),
-            )
-            sender = stage.out
-        else:
-            sender = FrameSender(
-                lossless_socket(ctx, zmq.PUSH, args.output, bind=True), MessageType.HUMAN_FRAME, len(GMR_BODIES)
-            )
-    except (zmq.ZMQError, OSError, ValueError) as exc:
-        print(f"mocapline capture: cannot bind {args.output}: {exc}", file=sys.stderr)
-        ctx.destroy(linger=0)
-        return 1
-    source = make_source(args, journal)
-    metrics = start_metrics("capture", args, reasons=(*source_reject_reasons(args.source), "source_not_allowed"))
-    tracer = setup_tracing("capture")
-    service = CaptureService(source, sender, metrics=metrics, tracer=tracer)
-    if stage is not None:
-        service.stage = stage
-        service.checkpoint_dir = args.state_dir
-        service.checkpoint_interval_s = args.checkpoint_s
-        service.resume()  # before the sockets are read: the journal's take first, in order
-    try:
-        source.open()
-    except OSError as exc:
-        print(f"mocapline capture: cannot bind UDP {args.host}:{args.ports}: {exc}", file=sys.stderr)
-        return 1
-    log.info("capture %s on udp %s -> %s%s", source.name, args.ports, args.output,
-             f" (durable, state in {args.state_dir})" if stage is not None else "")
-    bus = Bus(args.nats, "capture", service.ledger).start()
-    next_status = time.monotonic() + args.status_interval
-    try:
-        while not stop.is_set():
-            service.step(0.05)  # durable: ACKs and HELLOs are read at least every 50 ms
-            if stage is not None:
-                stage.pump()
-                service.maybe_checkpoint(time.monotonic())
+    def step(self) -> bool:
+        service = self.service
+        if self.links.durable is not None:  # after the last pump: what was released is sent
+            service.maybe_checkpoint(time.monotonic())
+        service.step(0.05)  # durable: ACKs and HELLOs are read at least every 50 ms
+        bus = self.bus()
+        if bus is not None:
             service.report_gaps(bus)
-            metrics.maybe_sync(service.ledger)
-            now = time.monotonic()
-            for req in bus.poll_requests():
-                if req.cmd == "drain":
-                    service.drain(float(req.args.get("quiet_s", 0.3)))
-                    service.report_gaps(bus)
-                elif req.cmd == "reset":
-                    metrics.sync(service.ledger())  # the take's counts into the counters first
-                    service.reset()
-                elif req.cmd == "shutdown":
-                    stop.set()
-                ledger = service.ledger()
-                metrics.sync(ledger)  # /metrics agrees with the answer (drain: the final counts)
-                req.answer(ledger)
-            if args.status_interval > 0 and now >= next_status:
-                print(status_line(service.ledger()), file=sys.stderr, flush=True)
-                next_status = now + args.status_interval
-            if args.exit_on_idle > 0 and service.started and now - source.last_datagram > args.exit_on_idle:
-                break
-    finally:
-        source.close()
+        idle = time.monotonic() - service.source.last_datagram
+        return not (self.exit_on_idle > 0 and service.started and idle > self.exit_on_idle)
+
+    def heartbeat(self) -> dict[str, Any]:
+        return self.service.ledger()
+
+    def reset(self) -> None:
+        self.service.reset()
+
+    def begin_drain(self, args: dict[str, Any]) -> None:
+        self.service.drain(float(args.get("quiet_s", 0.3)))
+        bus = self.bus()
+        if bus is not None:
+            self.service.report_gaps(bus)
+
+    def drained(self) -> bool:
+        return True  # begin_drain returns once the take's END_OF_STREAM is sent
+
+    def finish(self) -> None:
+        service = self.service
+        service.source.close()
         service.send_ready()
-        if stage is None:
-            sender.send_end()
+        if self.links.durable is None:
+            service.sender.send_end()
         else:  # the take goes on when capture is back: a restart resumes it from the journal
-            stage.pump()
-        ledger = service.ledger()
-        metrics.sync(ledger)
-        print(json.dumps(ledger), flush=True)
-        bus.stop()
-        metrics.close()
-        if tracer is not None:
-            tracer.shutdown()
-        if stage is not None:
-            stage.close()
-            journal.close()
-        else:
-            sender.socket.close(linger=int(args.shutdown_wait * 1000))
-        ctx.term()
-    return 0
+            self.links.durable.pump()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        settings = CaptureSettings.from_args(build_parser().parse_args(argv))
+    except ValueError as exc:
+        print(f"mocapline capture: {exc}", file=sys.stderr)
+        return 2
+    with Stage("capture", settings.stage, reasons=(*source_reject_reasons(settings.source), "source_not_allowed"),
+               status_interval=settings.status_interval, status_line=status_line) as stage:
+        journal = None
+        if settings.stage.state_dir is not None:
+            journal = RawJournal(settings.stage.state_dir, settings.stage.log)
+            stage.exits.callback(journal.close)
+        try:
+            links = stage.open_links(output=durable.LinkSpec(settings.output, MessageType.HUMAN_FRAME, len(GMR_BODIES)),
+                                     log_config=replace(settings.stage.log, retain_bytes=0),
+                                     output_linger_ms=int(settings.shutdown_wait * 1000))
+        except StageError as exc:
+            return stage.fail(str(exc))
+        source = make_source(settings, journal)
+        service = CaptureService(source, links.tx, metrics=stage.metrics, tracer=stage.tracer)
+        if links.durable is not None:
+            service.stage = links.durable
+            service.checkpoint_dir = settings.stage.state_dir
+            service.checkpoint_interval_s = settings.checkpoint_s
+            service.resume()  # before the sockets are read: the journal's take first, in order
+        try:
+            source.open()
+        except OSError as exc:
+            return stage.fail(f"cannot bind UDP {settings.host}:{settings.ports}: {exc}")
+        log.info("capture %s on udp %s -> %s%s", source.name, settings.ports, settings.output,
+                 f" (durable, state in {settings.stage.state_dir})" if links.durable is not None else "")
+        return stage.run(CaptureLoop(service, links, lambda: stage.bus, settings.exit_on_idle))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

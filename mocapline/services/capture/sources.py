@@ -1,4 +1,4 @@
-"""MotionInput (seed 004): the one interface the rest of capture sees, whatever the suit.
+"""MotionInput: the one interface the rest of capture sees, whatever the suit.
 
     source.open()
     while running:

@@ -15,38 +15,29 @@ status, drain (process until the take's END_OF_STREAM has been forwarded), reset
 
 from __future__ import annotations
 
-import json
+import argparse
 import logging
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import zmq
-
 from mocapline.core import durable
 from mocapline.core.bodies import GMR_BODIES
-from mocapline.core.bus import Bus
 from mocapline.core.frames import HumanFrame
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.ledger import SequenceLedger
-from mocapline.core.lifecycle import (
-    add_service_arguments,
-    setup_logging,
-    stop_on_signals,
-)
 from mocapline.core.metrics import LINK_REJECT_REASONS, ServiceMetrics
-from mocapline.core.metrics import add_arguments as add_metrics_arguments
-from mocapline.core.metrics import start as start_metrics
-from mocapline.core.options import EnvArgumentParser
-from mocapline.core.tracing import StageTracer
-from mocapline.core.tracing import setup as setup_tracing
-from mocapline.core.transport import (
-    FrameReceiver,
-    FrameSender,
-    FrameSink,
-    lossless_socket,
+from mocapline.core.options import EnvArgumentParser, settings_from
+from mocapline.core.stage import (
+    Links,
+    Stage,
+    StageError,
+    StageSettings,
+    add_stage_arguments,
 )
+from mocapline.core.tracing import StageTracer
+from mocapline.core.transport import FrameSink
 
 from .config import DEFAULT_CONFIG, SHIPPED_CONFIGS, load_ik_config
 from .retargeter import (
@@ -85,11 +76,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--max-takes", type=int, default=0,
                    help="exit after forwarding this many END_OF_STREAM markers; 0 = run until stopped")
     p.add_argument("--status-interval", type=float, default=1.0, help="seconds between status lines on stderr; 0 = off")
-    add_service_arguments(p, nats_help="NATS server for heartbeats and control ('' = none)")
     p.add_argument("--shutdown-wait", type=float, default=30.0,
                    help="on exit, seconds to wait for the consumer to take queued frames")
-    durable.add_arguments(p)
-    add_metrics_arguments(p, "retarget")
+    add_stage_arguments(p, "retarget", nats_help="NATS server for heartbeats and control ('' = none)")
     return p
 
 
@@ -286,18 +275,22 @@ def status_line(hb: dict[str, Any]) -> str:
     )
 
 
-class _NoBus:
-    def poll_requests(self) -> list[Any]:
-        return []
+@dataclass(frozen=True)
+class RetargetSettings:
+    """`mocapline retarget`'s flags."""
 
-    def stop(self) -> None:
-        pass
+    input: str
+    output: str
+    ik_config: str
+    options: RetargetOptions
+    filter: str
+    max_takes: int
+    status_interval: float
+    shutdown_wait: float
+    stage: StageSettings
 
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-    try:
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RetargetSettings:
         options = RetargetOptions(
             iterations=args.iterations,
             lm_damping=args.lm_damping,
@@ -308,111 +301,74 @@ def main(argv: list[str] | None = None) -> int:
             backend=args.backend,
         )
         options.validate()
-        retargeter = G1Retargeter(load_ik_config(args.ik_config), options)
+        if args.state_dir is not None and args.filter != "none":
+            raise ValueError("--filter smooth3 holds a frame in memory, which a crash would lose; "
+                             "it cannot be combined with --state-dir")
+        return settings_from(cls, args, options=options, stage=StageSettings.from_args(args))
+
+
+@dataclass
+class RetargetLoop:
+    """The retarget stage's part of the stage loop: one input message at a time."""
+
+    service: RetargetService
+    links: Links
+    max_takes: int = 0
+
+    def step(self) -> bool:
+        msg = self.links.rx.recv(timeout_ms=20)  # durable: also wakes for the output link's ACKs and HELLOs
+        if msg is not None:
+            self.service.on_message(msg)
+            self.links.done(msg.header.frame_id, self.service.durable_state())
+            if self.max_takes and self.service.counters.ends_forwarded >= self.max_takes:
+                return False
+        return True
+
+    def heartbeat(self) -> dict[str, Any]:
+        return self.service.heartbeat(self.links.rx.rejects)
+
+    def reset(self) -> None:
+        self.service.reset()
+        self.links.rx.rejects.clear()
+        self.links.remember(self.service.durable_state())  # the fresh counters are remembered at once
+
+    def begin_drain(self, args: dict[str, Any]) -> None:
+        pass
+
+    def drained(self) -> bool:
+        return self.service.ended and self.links.unacked == 0
+
+    def finish(self) -> None:
+        service = self.service
+        if self.links.durable is None and (service.pending or (service.counters.robot_frames_sent and not service.ended)):
+            service.on_end()  # stopped mid-take: send what is held and tell the next stage
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        settings = RetargetSettings.from_args(build_parser().parse_args(argv))
+        retargeter = G1Retargeter(load_ik_config(settings.ik_config), settings.options)
     except (ValueError, OSError) as exc:
         print(f"mocapline retarget: {exc}", file=sys.stderr)
         return 2
-
-    if args.state_dir is not None and args.filter != "none":
-        print("mocapline retarget: --filter smooth3 holds a frame in memory, which a crash would lose; "
-              "it cannot be combined with --state-dir", file=sys.stderr)
-        return 2
-    ctx = zmq.Context()
-    stage: durable.DurableStage | None = None
-    sender: Any
-    try:
-        if args.state_dir is not None:
-            stage = durable.DurableStage(
-                ctx, args.state_dir, durable.log_config(args),
-                input=durable.LinkSpec(args.input, MessageType.HUMAN_FRAME, len(GMR_BODIES)),
-                output=durable.LinkSpec(args.output, MessageType.ROBOT_STATE, G1_JOINT_COUNT),
-                window=args.window,
+    with Stage("retarget", settings.stage, reasons=(*LINK_REJECT_REASONS, "decode"),
+               status_interval=settings.status_interval, status_line=status_line) as stage:
+        try:
+            links = stage.open_links(
+                input=durable.LinkSpec(settings.input, MessageType.HUMAN_FRAME, len(GMR_BODIES)),
+                output=durable.LinkSpec(settings.output, MessageType.ROBOT_STATE, G1_JOINT_COUNT),
+                output_linger_ms=int(settings.shutdown_wait * 1000),
             )
-            rx: Any = stage.rx
-            sender = stage.out
-            out = None
-        else:
-            rx = FrameReceiver(
-                lossless_socket(ctx, zmq.PULL, args.input, bind=False), MessageType.HUMAN_FRAME, len(GMR_BODIES)
-            )
-            out = lossless_socket(ctx, zmq.PUSH, args.output, bind=True)
-            sender = FrameSender(out, MessageType.ROBOT_STATE, G1_JOINT_COUNT)
-    except (zmq.ZMQError, ValueError, OSError) as exc:
-        print(f"mocapline retarget: cannot bind {args.output}: {exc}", file=sys.stderr)
-        ctx.destroy(linger=0)
-        return 1
-    metrics = start_metrics("retarget", args, reasons=(*LINK_REJECT_REASONS, "decode"))
-    tracer = setup_tracing("retarget")
-    service = RetargetService(retargeter, sender, filter=args.filter, metrics=metrics, tracer=tracer)
-    if stage is not None and stage.restored is not None:
-        service.restore(stage.restored)
-
-    def heartbeat() -> dict[str, Any]:
-        hb = service.heartbeat(rx.rejects)
-        if stage is not None:
-            hb["durable"] = stage.snapshot()
-            hb["pending"] += stage.unacked
-        return hb
-
-    bus: Any = Bus(args.nats, "retarget", heartbeat).start() if args.nats else _NoBus()
-    log.info("retarget %s -> %s (config %s, %d steps/frame, lm_damping %s, filter %s)", args.input, args.output,
-             retargeter.config.source, options.iterations, options.lm_damping, args.filter)
-
-    stop = stop_on_signals()
-    drains: list[Any] = []
-    drain_deadline = 0.0
-    next_status = time.monotonic() + args.status_interval
-    try:
-        while not stop.is_set():
-            msg = rx.recv(timeout_ms=20)  # durable: also wakes for the output link's ACKs and HELLOs
-            if msg is not None:
-                service.on_message(msg)
-                if stage is not None:
-                    stage.done(msg.header.frame_id, service.durable_state())
-                if args.max_takes and service.counters.ends_forwarded >= args.max_takes:
-                    break
-            if stage is not None:
-                stage.pump()
-            metrics.maybe_sync(heartbeat)
-            for req in bus.poll_requests():
-                if req.cmd == "drain":
-                    drains.append(req)
-                    drain_deadline = time.monotonic() + float(req.args.get("timeout", 30)) - 1
-                elif req.cmd == "reset":
-                    metrics.sync(heartbeat())  # the take's counts into the counters first
-                    service.reset()
-                    rx.rejects.clear()
-                    if stage is not None:  # the fresh counters are remembered at once
-                        stage.done(rx.last, service.durable_state())
-                    req.answer(metrics.synced(heartbeat()))
-                else:
-                    req.answer(metrics.synced(heartbeat()))
-                    if req.cmd == "shutdown":
-                        stop.set()
-            delivered = stage is None or stage.unacked == 0
-            if drains and ((service.ended and delivered) or time.monotonic() > drain_deadline):
-                for req in drains:
-                    req.answer(metrics.synced(heartbeat()))
-                drains.clear()
-            now = time.monotonic()
-            if args.status_interval > 0 and now >= next_status:
-                print(status_line(heartbeat()), file=sys.stderr, flush=True)
-                next_status = now + args.status_interval
-    finally:
-        if stage is None and (service.pending or (service.counters.robot_frames_sent and not service.ended)):
-            service.on_end()  # stopped mid-take: send what is held and tell the next stage
-        print(json.dumps(metrics.synced(heartbeat())), flush=True)
-        bus.stop()
-        metrics.close()
-        if tracer is not None:
-            tracer.shutdown()
-        if stage is not None:  # a restart resumes the take from the log
-            stage.close()
-        else:
-            rx.socket.close(linger=0)
-            out.close(linger=int(args.shutdown_wait * 1000))
-        ctx.term()
-    return 0
+        except StageError as exc:
+            return stage.fail(str(exc))
+        service = RetargetService(retargeter, links.tx, filter=settings.filter, metrics=stage.metrics,
+                                  tracer=stage.tracer)
+        if links.durable is not None and links.durable.restored is not None:
+            service.restore(links.durable.restored)
+        log.info("retarget %s -> %s (config %s, %d steps/frame, lm_damping %s, filter %s)", settings.input,
+                 settings.output, retargeter.config.source, settings.options.iterations,
+                 settings.options.lm_damping, settings.filter)
+        return stage.run(RetargetLoop(service, links, settings.max_takes))
 
 
 if __name__ == "__main__":

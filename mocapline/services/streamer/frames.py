@@ -1,4 +1,4 @@
-"""Build the seeds' MocapFrame from an interpolated robot sample, hands included.
+"""Build the MocapFrame (docs/protocol.md) from an interpolated robot sample, hands included.
 
 left_hand / right_hand are the world poses (position, quaternion w x y z) of the G1's wrist-yaw
 links, where the hands are mounted, from the robot's forward kinematics at the sample's pose.

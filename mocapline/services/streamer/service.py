@@ -1,4 +1,4 @@
-"""`mocapline streamer`: RobotFrames in, the seeds' MocapFrame stream out on tcp 5555.
+"""`mocapline streamer`: RobotFrames in, the MocapFrame stream out on tcp 5555.
 
 Resamples input fps -> output fps (MotionStreamInterpolator: slerp root, linear joints, velocities),
 builds MocapFrames (every field, fixed lengths, hands from the G1's FK), wraps each in the 44-byte
@@ -9,7 +9,7 @@ grows; nothing is dropped. The queue depth is reported as ``pending``.
 
 from __future__ import annotations
 
-import json
+import argparse
 import logging
 import sys
 import time
@@ -21,32 +21,23 @@ from typing import Any
 import zmq
 
 from mocapline.core import durable
-from mocapline.core.bus import Bus
 from mocapline.core.frames import RobotFrame
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
-from mocapline.core.lifecycle import (
-    add_service_arguments,
-    setup_logging,
-    stop_on_signals,
-)
 from mocapline.core.metrics import (
     LINK_REJECT_REASONS,
     PAYLOAD_REJECT_REASONS,
     ServiceMetrics,
 )
-from mocapline.core.metrics import add_arguments as add_metrics_arguments
-from mocapline.core.metrics import start as start_metrics
-from mocapline.core.options import EnvArgumentParser
-from mocapline.core.tracing import StageTracer
-from mocapline.core.tracing import setup as setup_tracing
-from mocapline.core.transport import (
-    FrameReceiver,
-    FrameSender,
-    FrameSink,
-    add_curve_server_options,
-    lossless_socket,
-    server_link,
+from mocapline.core.options import EnvArgumentParser, settings_from
+from mocapline.core.stage import (
+    Links,
+    Stage,
+    StageError,
+    StageSettings,
+    add_stage_arguments,
 )
+from mocapline.core.tracing import StageTracer
+from mocapline.core.transport import FrameSink, add_curve_server_options, server_link
 from mocapline.services.streamer.frames import MocapFrameBuilder
 from mocapline.services.streamer.interpolator import MotionStreamInterpolator
 
@@ -59,15 +50,13 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--output", default="tcp://*:5555", help="endpoint to bind the MocapFrame PUSH on")
     p.add_argument("--input-fps", type=float, default=60.0, help="rate of the incoming frames (Axis rate)")
     p.add_argument("--output-fps", type=float, default=60.0, help="rate of the outgoing stream")
-    add_service_arguments(p, nats_help="NATS server for heartbeats and control")
     p.add_argument("--record-frames", type=Path, default=None,
                    help="also write every MocapFrame sent to this .mlmf file (mocapline/formats/mlmf.py)")
-    durable.add_arguments(p)
     p.add_argument("--plain-output", action="store_true",
                    help="with --state-dir: keep the output a plain PUSH for consumers that do not acknowledge "
                         "(robots); frames a consumer's death takes with it are then not resent")
     add_curve_server_options(p)
-    add_metrics_arguments(p, "streamer")
+    add_stage_arguments(p, "streamer", nats_help="NATS server for heartbeats and control")
     return p
 
 
@@ -189,126 +178,105 @@ class Streamer:
         self.counters = StreamerCounters(**{k: v for k, v in state.items() if k in StreamerCounters.__dataclass_fields__})
 
 
+@dataclass(frozen=True)
+class StreamerSettings:
+    """`mocapline streamer`'s flags."""
+
+    input: str
+    output: str
+    input_fps: float
+    output_fps: float
+    record_frames: Path | None
+    plain_output: bool
+    curve_server_key: str
+    curve_clients: str
+    stage: StageSettings
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> StreamerSettings:
+        if args.state_dir is not None and not args.plain_output and args.curve_server_key:
+            raise ValueError("CURVE on an acknowledged output is not supported yet; "
+                             "use --plain-output with CURVE, or run without --curve-server-key")
+        return settings_from(cls, args, stage=StageSettings.from_args(args))
+
+
+@dataclass
+class StreamerLoop:
+    """The streamer's part of the stage loop: one input message, then what the output takes."""
+
+    streamer: Streamer
+    links: Links
+
+    def step(self) -> bool:
+        rx = self.links.rx
+        # durable: the outbox is emptied into the log at once; recv wakes for ACKs and HELLOs too
+        msg = rx.recv(timeout_ms=0 if self.streamer.outbox else 10)
+        if msg is not None:
+            if msg.header.message_type is MessageType.END_OF_STREAM:
+                self.streamer.on_end()
+            else:
+                try:
+                    self.streamer.on_robot_frame(RobotFrame.from_bytes(msg.payload), time.time_ns())
+                except ValueError as exc:
+                    rx.rejects[getattr(exc, "reason", "invalid")] += 1
+        self.streamer.send_ready(timeout_ms=0 if msg is not None else 1)
+        if msg is not None:  # the input, its samples and the counters: one record
+            self.links.done(msg.header.frame_id, self.streamer.durable_state())
+        return True
+
+    def heartbeat(self) -> dict[str, Any]:
+        return {**self.streamer.heartbeat(), "rejected_by_reason": dict(self.links.rx.rejects)}
+
+    def reset(self) -> None:
+        self.streamer.reset()
+        self.links.remember(self.streamer.durable_state())
+
+    def begin_drain(self, args: dict[str, Any]) -> None:
+        pass
+
+    def drained(self) -> bool:
+        return self.streamer.ended and not self.streamer.outbox and self.links.unacked == 0
+
+    def finish(self) -> None:
+        if self.streamer.recorder is not None:
+            self.streamer.recorder.close()
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-    reliable_output = args.state_dir is not None and not args.plain_output
-    if reliable_output and args.curve_server_key:
-        print("mocapline streamer: CURVE on an acknowledged output is not supported yet; "
-              "use --plain-output with CURVE, or run without --curve-server-key", file=sys.stderr)
+    try:
+        settings = StreamerSettings.from_args(build_parser().parse_args(argv))
+    except ValueError as exc:
+        print(f"mocapline streamer: {exc}", file=sys.stderr)
         return 2
-    ctx = zmq.Context()
-    stage: durable.DurableStage | None = None
-    out = curve_auth = None
-    try:
-        if args.state_dir is not None:
-            output_spec = durable.LinkSpec(args.output, MessageType.MOTION_FRAME, G1_JOINT_COUNT)
-            stage = durable.DurableStage(
-                ctx, args.state_dir, durable.log_config(args),
-                input=durable.LinkSpec(args.input, MessageType.ROBOT_STATE, G1_JOINT_COUNT),
-                output=output_spec if reliable_output else None, window=args.window,
+    with Stage("streamer", settings.stage, reasons=(*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS)) as stage:
+
+        def plain_output(ctx: zmq.Context) -> zmq.Socket:
+            sock, auth = server_link(ctx, zmq.PUSH, settings.output, curve_server_key=settings.curve_server_key,
+                                     curve_clients=settings.curve_clients)
+            if auth is not None:
+                stage.exits.callback(auth.stop)
+                log.info("CURVE on %s: clients admitted from %s", settings.output, settings.curve_clients)
+            return sock
+
+        try:
+            links = stage.open_links(
+                input=durable.LinkSpec(settings.input, MessageType.ROBOT_STATE, G1_JOINT_COUNT),
+                output=durable.LinkSpec(settings.output, MessageType.MOTION_FRAME, G1_JOINT_COUNT),
+                plain_output=plain_output, durable_output=not settings.plain_output, output_linger_ms=5000,
             )
-            rx: Any = stage.rx
-        else:
-            rx = FrameReceiver(lossless_socket(ctx, zmq.PULL, args.input, bind=False), MessageType.ROBOT_STATE,
-                               G1_JOINT_COUNT)
-        if not reliable_output:
-            out, curve_auth = server_link(ctx, zmq.PUSH, args.output, curve_server_key=args.curve_server_key,
-                                          curve_clients=args.curve_clients)
-    except (zmq.ZMQError, ValueError, OSError) as exc:
-        print(f"mocapline streamer: cannot bind {args.output}: {exc}", file=sys.stderr)
-        ctx.destroy(linger=0)
-        return 1
-    if curve_auth is not None:
-        log.info("CURVE on %s: clients admitted from %s", args.output, args.curve_clients)
-    metrics = start_metrics("streamer", args, reasons=(*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS))
-    tracer = setup_tracing("streamer")
-    sender: Any = stage.out if reliable_output and stage is not None else FrameSender(
-        out, MessageType.MOTION_FRAME, G1_JOINT_COUNT)
-    streamer = Streamer(sender, args.input_fps, args.output_fps, metrics=metrics, tracer=tracer)
-    if stage is not None and stage.restored is not None:
-        streamer.restore(stage.restored)
-    if args.record_frames is not None:
-        from mocapline.formats.mlmf import FrameFileWriter
+        except StageError as exc:
+            return stage.fail(str(exc))
+        streamer = Streamer(links.tx, settings.input_fps, settings.output_fps, metrics=stage.metrics,
+                            tracer=stage.tracer)
+        if links.durable is not None and links.durable.restored is not None:
+            streamer.restore(links.durable.restored)
+        if settings.record_frames is not None:
+            from mocapline.formats.mlmf import FrameFileWriter
 
-        streamer.recorder = FrameFileWriter(args.record_frames, {
-            "generator": "mocapline streamer --record-frames", "input_fps": args.input_fps,
-            "output_fps": args.output_fps, "started_ns": time.time_ns()})
-
-    def status() -> dict[str, Any]:
-        hb = streamer.heartbeat()
-        if stage is not None:
-            hb["durable"] = stage.snapshot()
-            hb["pending"] += stage.unacked
-        return hb
-
-    def counts() -> dict[str, Any]:
-        return {**status(), "rejected_by_reason": dict(rx.rejects)}
-
-    bus = Bus(args.nats, "streamer", counts).start()
-    stop = stop_on_signals()
-    drains: list[Any] = []
-    drain_deadline = 0.0
-    try:
-        while not stop.is_set():
-            # durable: the outbox is emptied into the log at once; recv wakes for ACKs and HELLOs too
-            msg = rx.recv(timeout_ms=0 if streamer.outbox else 10)
-            if msg is not None:
-                t_in_ns = time.time_ns()
-                if msg.header.message_type is MessageType.END_OF_STREAM:
-                    streamer.on_end()
-                else:
-                    try:
-                        streamer.on_robot_frame(RobotFrame.from_bytes(msg.payload), t_in_ns)
-                    except ValueError as exc:
-                        rx.rejects[getattr(exc, "reason", "invalid")] += 1
-            streamer.send_ready(timeout_ms=0 if msg is not None else 1)
-            if stage is not None:
-                if msg is not None:  # the input, its samples and the counters: one record
-                    stage.done(msg.header.frame_id, streamer.durable_state())
-                stage.pump()
-            metrics.maybe_sync(counts)
-            for req in bus.poll_requests():
-                if req.cmd == "drain":
-                    drains.append(req)
-                    drain_deadline = time.monotonic() + float(req.args.get("timeout", 30)) - 1
-                elif req.cmd == "reset":
-                    metrics.sync(counts())  # the take's counts into the counters first
-                    streamer.reset()
-                    if stage is not None:
-                        stage.done(rx.last, streamer.durable_state())
-                    metrics.sync(counts())
-                    req.answer(status())
-                else:
-                    metrics.sync(counts())
-                    req.answer(status())
-                    if req.cmd == "shutdown":
-                        stop.set()
-            delivered = not streamer.outbox and (stage is None or stage.unacked == 0)
-            if drains and ((streamer.ended and delivered) or time.monotonic() > drain_deadline):
-                metrics.sync(counts())
-                for req in drains:
-                    req.answer(status())
-                drains.clear()
-    finally:
-        metrics.sync(counts())
-        print(json.dumps(status()), flush=True)
-        if streamer.recorder is not None:
-            streamer.recorder.close()
-        bus.stop()
-        metrics.close()
-        if tracer is not None:
-            tracer.shutdown()
-        if stage is not None:
-            stage.close()
-        else:
-            rx.socket.close(linger=0)
-        if out is not None:
-            out.close(linger=5000)
-        if curve_auth is not None:
-            curve_auth.stop()
-        ctx.term()
-    return 0
+            streamer.recorder = FrameFileWriter(settings.record_frames, {
+                "generator": "mocapline streamer --record-frames", "input_fps": settings.input_fps,
+                "output_fps": settings.output_fps, "started_ns": time.time_ns()})
+        return stage.run(StreamerLoop(streamer, links))
 
 
 if __name__ == "__main__":

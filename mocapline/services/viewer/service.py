@@ -14,11 +14,12 @@ import os
 if "MUJOCO_GL" not in os.environ and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
     os.environ["MUJOCO_GL"] = "egl"
 
-import json  # noqa: E402
+import argparse  # noqa: E402
 import logging  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -27,23 +28,17 @@ import numpy as np  # noqa: E402
 import zmq  # noqa: E402
 
 from mocapline.core import durable  # noqa: E402
-from mocapline.core.bus import Bus  # noqa: E402
 from mocapline.core.header import G1_JOINT_COUNT, MessageType  # noqa: E402
-from mocapline.core.lifecycle import (
-    add_service_arguments,
-    setup_logging,
-    stop_on_signals,
-)
 from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS  # noqa: E402
-from mocapline.core.metrics import add_arguments as add_metrics_arguments  # noqa: E402
-from mocapline.core.metrics import start as start_metrics  # noqa: E402
-from mocapline.core.options import EnvArgumentParser, port_number  # noqa: E402
-from mocapline.core.tracing import setup as setup_tracing  # noqa: E402
-from mocapline.core.transport import (  # noqa: E402
-    FrameReceiver,
-    add_curve_client_options,
-    client_link,
+from mocapline.core.options import EnvArgumentParser, port_number, settings_from  # noqa: E402
+from mocapline.core.stage import (  # noqa: E402
+    Links,
+    Stage,
+    StageError,
+    StageSettings,
+    add_stage_arguments,
 )
+from mocapline.core.transport import add_curve_client_options, client_link  # noqa: E402
 from mocapline.services.viewer.apply import (  # noqa: E402
     FrameApplier,
     FrameValidator,
@@ -66,11 +61,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--fps", type=float, default=30.0, help="render rate (frames are applied at any rate)")
     p.add_argument("--width", type=int, default=640, help="offscreen image width")
     p.add_argument("--height", type=int, default=480, help="offscreen image height")
-    add_service_arguments(p, nats_help="NATS server for heartbeats and control")
     p.add_argument("--exit-on-end", action="store_true", help="exit when the stream sends END_OF_STREAM")
-    durable.add_arguments(p, retain_mb=256)
     add_curve_client_options(p)
-    add_metrics_arguments(p, "viewer")
+    add_stage_arguments(p, "viewer", nats_help="NATS server for heartbeats and control", retain_mb=256)
     return p
 
 
@@ -125,145 +118,153 @@ class RenderLoop(threading.Thread):
         renderer.close()
 
 
+@dataclass(frozen=True)
+class ViewerSettings:
+    """`mocapline viewer`'s flags."""
+
+    input: str
+    display: str
+    web_host: str
+    web_port: int
+    plots_dir: Path | None
+    fps: float
+    width: int
+    height: int
+    exit_on_end: bool
+    curve_client_key: str
+    curve_server_public: str
+    stage: StageSettings
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ViewerSettings:
+        if args.state_dir is not None and args.curve_client_key:
+            raise ValueError("CURVE on an acknowledged link is not supported yet")
+        return settings_from(cls, args, display=choose_display(args.display), stage=StageSettings.from_args(args))
+
+
+@dataclass
+class ViewerLoop:
+    """The viewer's part of the stage loop: take what is waiting, apply it, show the pose."""
+
+    links: Links
+    data: mujoco.MjData
+    counters: ViewerCounters
+    validator: FrameValidator
+    applier: FrameApplier
+    exit_on_end: bool = False
+    render_loop: RenderLoop | None = None
+    window: Any = None
+    period: float = 0.0
+    ended: bool = False
+    _last_frame_at: float = field(default_factory=time.monotonic)
+    _next_render: float = 0.0
+
+    def step(self) -> bool:
+        rx, links = self.links.rx, self.links
+        go_on = True
+        for _ in range(1000):  # everything that is waiting before the next apply, bounded to stay responsive
+            msg = rx.recv(timeout_ms=10 if not self.validator.pending else 0)
+            if msg is None:
+                break
+            self._last_frame_at = time.monotonic()
+            if msg.header.message_type is MessageType.END_OF_STREAM:
+                self.counters.frame_ids.observe(msg.header.frame_id)
+                self.ended = True
+                links.done(msg.header.frame_id, self.counters.durable_state(None))
+                go_on = not self.exit_on_end
+                break
+            self.ended = False
+            frame = self.validator.accept(msg)
+            if links.durable is not None:  # applied and remembered before the next frame is taken
+                self.applier.apply_pending(self.validator)
+                links.done(msg.header.frame_id, self.counters.durable_state(None if frame is None else frame.posture_index))
+        self.applier.apply_pending(self.validator)
+        if self.render_loop is not None:
+            self.render_loop.update(self.data.qpos)
+        now = time.monotonic()
+        if self.window is not None and now >= self._next_render:
+            if not self.window.is_running():
+                return False
+            self.window.sync()
+            self._next_render = now + self.period
+        return go_on
+
+    def heartbeat(self) -> dict[str, Any]:
+        return {**self.counters.as_dict(), "viewer_pending": len(self.validator.pending), "ended": self.ended}
+
+    def reset(self) -> None:
+        counters = ViewerCounters(rejected=self.counters.rejected)
+        counters.rejected.clear()
+        self.counters = self.validator.counters = self.applier.counters = counters
+        self.links.remember(counters.durable_state(None))
+
+    def begin_drain(self, args: dict[str, Any]) -> None:
+        pass
+
+    def drained(self) -> bool:
+        quiet = time.monotonic() - self._last_frame_at > 0.5
+        return (self.ended or quiet) and not self.validator.pending
+
+    def finish(self) -> None:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.log_level)
-    display = choose_display(args.display)
+    try:
+        settings = ViewerSettings.from_args(build_parser().parse_args(argv))
+    except ValueError as exc:
+        print(f"mocapline viewer: {exc}", file=sys.stderr)
+        return 2
     from mocapline.robot.g1 import G1_JOINT_NAMES, load_full_model
 
     model = load_full_model(scene=True)
-    model.vis.global_.offwidth = max(model.vis.global_.offwidth, args.width)
-    model.vis.global_.offheight = max(model.vis.global_.offheight, args.height)
+    model.vis.global_.offwidth = max(model.vis.global_.offwidth, settings.width)
+    model.vis.global_.offheight = max(model.vis.global_.offheight, settings.height)
     data = mujoco.MjData(model)
-    writer = QposWriter(model, G1_JOINT_NAMES)
     counters = ViewerCounters()
-    validator = FrameValidator(counters)
-    metrics = start_metrics("viewer", args, reasons=(*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite"))
-    tracer = setup_tracing("viewer")
-    applier = FrameApplier(model, data, writer, counters, metrics=metrics, tracer=tracer)
+    with Stage("viewer", settings.stage, reasons=(*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite")) as stage:
+        try:
+            links = stage.open_links(
+                input=durable.LinkSpec(settings.input, MessageType.MOTION_FRAME, G1_JOINT_COUNT),
+                plain_input=lambda ctx: client_link(ctx, zmq.PULL, settings.input,
+                                                    curve_client_key=settings.curve_client_key,
+                                                    curve_server_public=settings.curve_server_public),
+            )
+        except StageError as exc:
+            return stage.fail(str(exc))
+        links.rx.rejects = counters.rejected
+        if links.durable is not None and links.durable.restored is not None:
+            counters.restore(links.durable.restored)
+        applier = FrameApplier(model, data, QposWriter(model, G1_JOINT_NAMES), counters, metrics=stage.metrics,
+                               tracer=stage.tracer)
+        loop = ViewerLoop(links, data, counters, FrameValidator(counters), applier, settings.exit_on_end,
+                          period=1.0 / settings.fps if settings.fps > 0 else 0.0)
+        try:
+            open_display(stage, settings, model, loop)
+        except OSError as exc:
+            return stage.fail(f"cannot serve on {settings.web_host}:{settings.web_port}: {exc}")
+        return stage.run(loop)
 
-    if args.state_dir is not None and args.curve_client_key:
-        print("mocapline viewer: CURVE on an acknowledged link is not supported yet", file=sys.stderr)
-        return 2
-    ctx = zmq.Context()
-    stage: durable.DurableStage | None = None
-    try:
-        if args.state_dir is not None:
-            stage = durable.DurableStage(ctx, args.state_dir, durable.log_config(args),
-                                         input=durable.LinkSpec(args.input, MessageType.MOTION_FRAME, G1_JOINT_COUNT))
-            rx: Any = stage.rx
-            rx.rejects = counters.rejected
-            if stage.restored is not None:
-                counters.restore(stage.restored)
-        else:
-            link = client_link(ctx, zmq.PULL, args.input, curve_client_key=args.curve_client_key,
-                               curve_server_public=args.curve_server_public)
-            rx = FrameReceiver(link, MessageType.MOTION_FRAME, G1_JOINT_COUNT, rejects=counters.rejected)
-    except (zmq.ZMQError, ValueError, OSError) as exc:
-        print(f"mocapline viewer: cannot connect {args.input}: {exc}", file=sys.stderr)
-        return 1
-    stop = stop_on_signals()
-    ended = False
 
-    def heartbeat() -> dict[str, Any]:
-        hb = {**counters.as_dict(), "viewer_pending": len(validator.pending), "ended": ended}
-        if stage is not None:
-            hb["durable"] = stage.snapshot()
-        return hb
-
-    bus = Bus(args.nats, "viewer", heartbeat).start()
-
-    web = None
-    window = None
-    render_loop = None
-    if display == "web":
+def open_display(stage: Stage, settings: ViewerSettings, model: mujoco.MjModel, loop: ViewerLoop) -> None:
+    """The web page (offscreen rendering) or the MuJoCo window; closed with the stage."""
+    if settings.display == "web":
         from mocapline.services.viewer.web import WebView
 
-        try:
-            web = WebView(args.web_host, args.web_port, heartbeat, args.fps, plots_dir=args.plots_dir)
-        except OSError as exc:
-            print(f"mocapline viewer: cannot serve on {args.web_host}:{args.web_port}: {exc}", file=sys.stderr)
-            return 1
+        web = WebView(settings.web_host, settings.web_port, lambda: stage.heartbeat(loop), settings.fps,
+                      plots_dir=settings.plots_dir)
         web.start()
-        render_loop = RenderLoop(model, args.width, args.height, args.fps, web.publish)
-        render_loop.start()
+        stage.exits.callback(web.stop)
+        loop.render_loop = RenderLoop(model, settings.width, settings.height, settings.fps, web.publish)
+        loop.render_loop.start()
+        stage.exits.callback(loop.render_loop.stop)
         print(f"mocapline viewer: live view at {web.address}", file=sys.stderr, flush=True)
-    elif display == "window":
+    elif settings.display == "window":
         from mujoco import viewer as mujoco_viewer
 
-        window = mujoco_viewer.launch_passive(model, data)
+        loop.window = mujoco_viewer.launch_passive(model, loop.data)
+        stage.exits.callback(loop.window.close)
 
-    period = 1.0 / args.fps if args.fps > 0 else 0.0
-    next_render = time.monotonic()
-    last_frame_at = time.monotonic()
-    drains: list[Any] = []
-    try:
-        while not stop.is_set():
-            # Take everything that is waiting before the next apply (bounded, to stay responsive).
-            for _ in range(1000):
-                msg = rx.recv(timeout_ms=10 if not validator.pending else 0)
-                if msg is None:
-                    break
-                last_frame_at = time.monotonic()
-                if msg.header.message_type is MessageType.END_OF_STREAM:
-                    counters.frame_ids.observe(msg.header.frame_id)
-                    ended = True
-                    if stage is not None:
-                        stage.done(msg.header.frame_id, counters.durable_state(None))
-                    if args.exit_on_end:
-                        stop.set()
-                    break
-                ended = False
-                frame = validator.accept(msg)
-                if stage is not None:  # applied and remembered before the next frame is taken
-                    applier.apply_pending(validator)
-                    stage.done(msg.header.frame_id, counters.durable_state(None if frame is None else frame.posture_index))
-            applier.apply_pending(validator)
-            metrics.maybe_sync(heartbeat)
-            now = time.monotonic()
-            if render_loop is not None:
-                render_loop.update(data.qpos)
-            if window is not None and now >= next_render:
-                if not window.is_running():
-                    break
-                window.sync()
-                next_render = now + period
-            for req in bus.poll_requests():
-                if req.cmd == "status":
-                    req.answer(metrics.synced(heartbeat()))
-                elif req.cmd == "reset":
-                    metrics.sync(heartbeat())  # the take's counts into the counters first
-                    counters = ViewerCounters(rejected=counters.rejected)
-                    counters.rejected.clear()
-                    validator.counters = counters
-                    applier.counters = counters
-                    if stage is not None:
-                        stage.done(rx.last, counters.durable_state(None))
-                    req.answer(metrics.synced(heartbeat()))
-                elif req.cmd == "drain":
-                    drains.append(req)
-                elif req.cmd == "shutdown":
-                    req.answer(metrics.synced(heartbeat()))
-                    stop.set()
-            if drains and (ended or time.monotonic() - last_frame_at > 0.5) and not validator.pending:
-                for req in drains:
-                    req.answer(metrics.synced(heartbeat()))
-                drains.clear()
-    finally:
-        print(json.dumps(metrics.synced(heartbeat())), flush=True)
-        bus.stop()
-        metrics.close()
-        if tracer is not None:
-            tracer.shutdown()
-        if render_loop is not None:
-            render_loop.stop()
-        if web is not None:
-            web.stop()
-        if window is not None:
-            window.close()
-        if stage is not None:
-            stage.close()
-        else:
-            rx.socket.close(linger=0)
-        ctx.term()
-    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())

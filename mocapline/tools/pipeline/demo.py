@@ -3,7 +3,7 @@
 Starts its own NATS, capture, retarget, streamer, viewer (applying, not rendering) and auditor on
 free loopback ports (so it never collides with a running `mocapline up`), sends a synthetic Axis
 take to the main and side paths, drains every stage in order and prints the ledger with the
-seeds' field names. Exit status 0 when the unique frames were conserved, 1 when not.
+ledger's field names (docs/ledger.md). Exit status 0 when the unique frames were conserved, 1 when not.
 """
 
 from __future__ import annotations

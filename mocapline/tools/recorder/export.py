@@ -1,4 +1,4 @@
-"""`mocapline export TAKE -o CLIP.npz`: a take as a G1 reference clip (seed 002's export contract).
+"""`mocapline export TAKE -o CLIP.npz`: a take as a G1 reference clip (the 50 Hz reference-clip contract, docs/recording.md).
 
 Input: a raw-datagram recording (``.mlrec``, e.g. ``take/raw.mlrec`` of ``mocapline record`` or
 ``assets/demo/walk_60hz.mlrec``), retargeted offline exactly as the live pipeline does
