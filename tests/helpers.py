@@ -18,5 +18,6 @@ def wait_until(predicate: Callable[[], T], timeout: float, *, interval: float = 
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or getattr(predicate, '__name__', 'a condition')}")
+            waited_for = what or getattr(predicate, "__name__", "a condition")
+            raise AssertionError(f"timed out after {timeout} s waiting for {waited_for}")
         time.sleep(interval)

@@ -753,7 +753,7 @@ def test_the_pipeline_services_start_with_the_compose_environment(nats_server, t
             if "MOCAPLINE_STATE_DIR" in penv:  # each container has its own volume there
                 assert penv["MOCAPLINE_STATE_DIR"] == "/var/lib/mocapline", name
                 penv["MOCAPLINE_STATE_DIR"] = str(tmp_path / "state" / name)
-            logs[name] = open(tmp_path / f"{name}.log", "w")
+            logs[name] = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - closed after the run
             proc = Service(argv[1], argv[2:], {})
             proc.proc = subprocess.Popen([sys.executable, "-m", "mocapline.cli", *argv[1:]], env=penv,
                                          stdout=logs[name], stderr=subprocess.STDOUT, start_new_session=True)

@@ -33,7 +33,7 @@ def frame(payload: bytes = b"\x01\x02payload", **kw: object) -> bytes:
 def repack(data: bytes, **fields: int) -> bytes:
     """Rewrite header fields and recompute the CRC, so only the named field is wrong."""
     names = ["magic", "version", "message_type", "frame_id", "cap", "send", "size", "joints", "reserved", "crc"]
-    values = dict(zip(names, HEADER_STRUCT.unpack_from(data)))
+    values = dict(zip(names, HEADER_STRUCT.unpack_from(data), strict=True))
     values.update(fields)
     payload = data[HEADER_SIZE:]
     prefix = HEADER_STRUCT.pack(*[values[n] for n in names])[:40]

@@ -93,7 +93,8 @@ def test_wheel_holds_one_top_level_package(tmp_path: Path) -> None:
     source = tmp_path / "src"  # a copy: building in the checkout would leave build/ behind
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", "tests"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(source)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(source)],
         check=True,
     )
     (wheel,) = tmp_path.glob("mocapline-*.whl")

@@ -287,7 +287,9 @@ def test_web_view_links_the_plots(tmp_path) -> None:
     view = WebView("127.0.0.1", 0, dict, plots_dir=tmp_path / "take")
     view.start()
     try:
-        get = lambda p: urllib.request.urlopen(view.address + p, timeout=5)
+        def get(path: str):
+            return urllib.request.urlopen(view.address + path, timeout=5)
+
         assert json.loads(get("plots.json").read()) == ["plots/joints.png"]
         assert get("plots/plots/joints.png").read().endswith(b"fake")
         assert b"plots.json" in get("").read()

@@ -91,7 +91,7 @@ def assert_chain(spans: list) -> None:
     for parent, child in pairwise(CHAIN):
         assert named[child].parent is not None and named[child].parent.is_remote  # it came over the wire
         assert named[child].parent.span_id == named[parent].context.span_id, (parent, child)
-    for stage, name in zip(STAGES, CHAIN):
+    for stage, name in zip(STAGES, CHAIN, strict=True):
         assert named[name].resource.attributes["service.name"] == f"mocapline-{stage}"
 
 

@@ -75,7 +75,7 @@ def measure(
 ) -> dict[str, float | int | None]:
     take = synthetic_take(config, frames)
     fk = AxisForwardKinematics(config.skeleton, config.rotation_order)
-    floor_struct = struct.Struct("<H4sHBBI32sIIIIH%df" % ((len(take[0]) - 64) // 4))
+    floor_struct = struct.Struct(f"<H4sHBBI32sIIIIH{(len(take[0]) - 64) // 4}f")
 
     def floor() -> None:
         unpack = floor_struct.unpack

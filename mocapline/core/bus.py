@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import queue
@@ -157,10 +158,8 @@ class Bus:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._task = self._loop.create_task(self._main())
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             self._loop.run_until_complete(self._task)
-        except asyncio.CancelledError:
-            pass
 
     async def _main(self) -> None:
         """Connect, serve until the connection drops, reconnect; until stop().
@@ -201,7 +200,7 @@ class Bus:
                     error_cb=self._on_error,
                     **self.connect_options,
                 )
-            except (NoServersError, OSError, asyncio.TimeoutError, NatsError) as exc:
+            except (TimeoutError, NoServersError, OSError, NatsError) as exc:
                 # Refused (credentials: token, user/password) or TLS failed (certificate): say so once;
                 # merely unreachable: quietly.
                 error = f"{type(exc).__name__}: {exc}"
@@ -211,10 +210,8 @@ class Bus:
                 else:
                     log.debug("nats %s unreachable (%s); retrying", redact_url(self.url), exc)
                 self.last_error = error
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), 0.5)
-            except asyncio.TimeoutError:
-                pass
             self._wake.clear()
         return None
 
@@ -238,10 +235,8 @@ class Bus:
                 except Exception:  # noqa: BLE001 - connection dropping; keep the message
                     return
                 self._outbox.popleft()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, min(0.2, next_beat - time.monotonic())))
-            except asyncio.TimeoutError:
-                pass
             self._wake.clear()
 
     def _wrap(self, handler: Callable[[str, dict[str, Any]], None]) -> Callable[[Any], Any]:
@@ -267,7 +262,7 @@ class Bus:
         self.requests.put(ControlRequest(cmd, body, fut))
         try:
             result = await asyncio.wait_for(asyncio.wrap_future(fut), timeout=float(body.get("timeout", 30)))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             result = {"error": f"{self.service} did not answer {cmd!r} in time"}
         await msg.respond(json.dumps({"service": self.service, **result}).encode())
 

@@ -32,7 +32,7 @@ class ProtobufDecodeError(ValueError):
 def _parse(msg: Any, data: bytes | memoryview) -> Any:
     try:
         msg.ParseFromString(bytes(data))
-    except Exception as exc:  # protobuf raises its own DecodeError subclasses
+    except Exception as exc:  # noqa: BLE001 - protobuf raises its own DecodeError subclasses
         raise ProtobufDecodeError(str(exc)) from None
     return msg
 

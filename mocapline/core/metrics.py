@@ -230,7 +230,7 @@ class FastHistogram:
         counts, total = self._published
         buckets: list[tuple[str, float]] = []
         running = 0
-        for bound, n in zip(self._bounds, counts):
+        for bound, n in zip(self._bounds, counts[:-1], strict=True):
             running += n
             buckets.append((repr(bound), running))
         buckets.append(("+Inf", running + counts[-1]))

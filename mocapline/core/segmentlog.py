@@ -23,6 +23,7 @@ Fsync policy (``--fsync``), what each one survives:
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import threading
@@ -216,7 +217,7 @@ class SegmentLog:
         Returns how many were removed."""
         segments = self.segments()
         removed = 0
-        for path, following in zip(segments, segments[1:]):
+        for path, following in itertools.pairwise(segments):
             if _segment_key(following) < key:
                 path.unlink(missing_ok=True)
                 removed += 1
@@ -230,7 +231,7 @@ class SegmentLog:
         segments = self.segments()
         sizes = [p.stat().st_size for p in segments]
         total = sum(sizes)
-        for path, size in zip(segments[:-1], sizes[:-1]):
+        for path, size in zip(segments[:-1], sizes[:-1], strict=True):
             if total <= self.config.retain_bytes:
                 break
             path.unlink(missing_ok=True)

@@ -7,6 +7,7 @@ is never overwritten); its depth is reported as ``input_pending``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -49,10 +50,8 @@ def open_udp(host: str, port: int, rcvbuf: int = RCVBUF_REQUEST) -> tuple[socket
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     if sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < rcvbuf:
-        try:  # SO_RCVBUFFORCE ignores net.core.rmem_max where we have CAP_NET_ADMIN
+        with contextlib.suppress(OSError):  # SO_RCVBUFFORCE ignores net.core.rmem_max where we have CAP_NET_ADMIN
             sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), rcvbuf)
-        except OSError:
-            pass
     sock.bind((host, port))
     sock.settimeout(POLL_TIMEOUT_S)
     # Linux reports the doubled bookkeeping size; halve it to compare with the request.

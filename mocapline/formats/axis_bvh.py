@@ -140,12 +140,12 @@ def expected_data_count(n_bones: int, with_displacement: bool, with_reference: b
     return count + (REFERENCE_FLOATS if with_reference else 0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _n_bones(kind: SkeletonKind) -> int:
     return len(get_skeleton(kind).bones)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tpose_channels(kind: SkeletonKind) -> np.ndarray:
     """Channels of the T-pose: each bone's offset as translation, zero angles (read-only)."""
     channels = np.zeros((len(get_skeleton(kind).bones), 6))

@@ -37,7 +37,7 @@ class RecordWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._head = struct.Struct("<" + fields + "II")
-        self._fh: BinaryIO = open(self.path, "wb")
+        self._fh: BinaryIO = open(self.path, "wb")  # noqa: SIM115 - held until close()
         blob = json.dumps(meta, sort_keys=True).encode()
         self._fh.write(magic + _LEN.pack(len(blob)) + blob)
         self.records = 0

@@ -7,7 +7,7 @@ published "Axis Studio" and legacy "PN Pro" BVH hierarchies. Stream order equals
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 import numpy as np
 
@@ -146,7 +146,7 @@ PN_PRO_BONES: tuple[BoneDef, ...] = (
 
 
 
-class SkeletonKind(str, Enum):
+class SkeletonKind(StrEnum):
     AXIS_STUDIO = "axis_studio"
     PN_PRO = "pn_pro"
 

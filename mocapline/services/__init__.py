@@ -1,1 +1,3 @@
-"""One package per pipeline process: capture, retarget, streamer, viewer, auditor. Services import core, formats and robot, never each other or a tool."""
+"""One package per pipeline process: capture, retarget, streamer, viewer, auditor. Services import
+core, formats and robot, never each other or a tool.
+"""

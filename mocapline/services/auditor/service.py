@@ -15,13 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mocapline.core.bus import GAPS_SUBJECT, PREFIX, VERDICT_SUBJECT, Bus
+from mocapline.core.bus import GAPS_SUBJECT, PREFIX, VERDICT_SUBJECT, Bus, ControlRequest
 from mocapline.core.ledger import SequenceLedger
 from mocapline.core.lifecycle import (
     add_service_arguments,
     setup_logging,
     stop_on_signals,
 )
+from mocapline.core.metrics import ServiceMetrics
 from mocapline.core.metrics import add_arguments as add_metrics_arguments
 from mocapline.core.metrics import start as start_metrics
 from mocapline.core.options import EnvArgumentParser, port_number
@@ -34,7 +35,8 @@ log = logging.getLogger("mocapline.auditor")
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline auditor", description=__doc__)
-    p.add_argument("--side-port", type=port_number, default=7015, help="UDP port of the side path; 0 = no side listener")
+    p.add_argument("--side-port", type=port_number, default=7015,
+                   help="UDP port of the side path; 0 = no side listener")
     p.add_argument("--side-host", default="0.0.0.0", help="address to bind the side port on")
     p.add_argument("--side-fd", type=int, default=None,
                    help="use this inherited, already bound UDP socket for the side path instead of binding "
@@ -78,73 +80,93 @@ class SidePath:
         return {**self.ledger.as_dict("source_"), "rejected_datagrams": self.rejected}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.replay is not None:
-        snapshot = json.loads(args.replay.read_text())
-        print(json.dumps(audit(snapshot)))
-        return 0
-    setup_logging(args.log_level)
-    side = SidePath(args.side_host, args.side_port, args.side_fd) if args.side_port else None
-    lock = threading.Lock()
-    services: dict[str, dict[str, Any]] = {}
-    gap_reports: list[dict[str, Any]] = []
+class Auditor:
+    """What the auditor knows: the side path, the latest heartbeat of every service, the gap
+    reports; and the verdict it computes from them."""
 
-    def snapshot() -> dict[str, Any]:
-        with lock:
-            return {"services": json.loads(json.dumps(services)), "side": side.as_dict() if side else None}
+    def __init__(self, side: SidePath | None, metrics: ServiceMetrics) -> None:
+        self.side = side
+        self.metrics = metrics
+        self.verdict: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._services: dict[str, dict[str, Any]] = {}
+        self._gap_reports: list[dict[str, Any]] = []
 
-    def on_heartbeat(subject: str, body: dict[str, Any]) -> None:
+    def snapshot(self) -> dict[str, Any]:
+        """The counters the verdict is computed from (``--snapshot`` saves it, ``--replay`` reads it)."""
+        with self._lock:
+            services = json.loads(json.dumps(self._services))
+        return {"services": services, "side": self.side.as_dict() if self.side else None}
+
+    def on_heartbeat(self, subject: str, body: dict[str, Any]) -> None:
         name = subject.rsplit(".", 1)[-1]
         if name != "auditor":
-            with lock:
-                services[name] = body
+            with self._lock:
+                self._services[name] = body
 
-    def on_gap(subject: str, body: dict[str, Any]) -> None:
-        with lock:
-            gap_reports.append(body)
-            del gap_reports[:-1000]
+    def on_gap(self, subject: str, body: dict[str, Any]) -> None:
+        with self._lock:
+            self._gap_reports.append(body)
+            del self._gap_reports[:-1000]
 
-    verdict: dict[str, Any] = {}
-    metrics = start_metrics("auditor", args.metrics_port, args.metrics_host)  # the verdict, the current take's ledger, missing by class
-    bus = Bus(args.nats, "auditor", lambda: {"verdict": verdict.get("unique_frames_conserved")})
-    bus.subscribe(f"{PREFIX}.heartbeat.*", on_heartbeat)
-    bus.subscribe(GAPS_SUBJECT, on_gap)
-    if side is not None:
-        side.start()
-    bus.start()
-    stop = stop_on_signals()
-    next_verdict = time.monotonic()
-    try:
+    def judge(self) -> dict[str, Any]:
+        """Take in what the side path received, then compute (and export) the verdict."""
+        if self.side is not None:
+            self.side.drain()
+        self.verdict = self.metrics.synced(audit(self.snapshot()))
+        return self.verdict
+
+    def answer(self, req: ControlRequest) -> None:
+        verdict = self.judge()
+        if req.cmd == "reset":
+            if self.side is not None:
+                self.side.ledger = SequenceLedger()
+                self.side.rejected = 0
+            with self._lock:
+                self._services.clear()
+        req.answer({"verdict": verdict, "side": self.side.as_dict() if self.side else None,
+                    "gap_reports": len(self._gap_reports)})
+
+    def run(self, bus: Bus, stop: threading.Event, interval: float) -> None:
+        next_verdict = time.monotonic()
         while not stop.is_set():
-            if side is not None:
-                side.drain()
+            if self.side is not None:
+                self.side.drain()
             for req in bus.poll_requests():
-                if side is not None:
-                    side.drain()
-                verdict = metrics.synced(audit(snapshot()))
-                if req.cmd == "reset" and side is not None:
-                    side.ledger = SequenceLedger()
-                    side.rejected = 0
-                    with lock:
-                        services.clear()
-                req.answer({"verdict": verdict, "side": side.as_dict() if side else None,
-                            "gap_reports": len(gap_reports)})
+                self.answer(req)
                 if req.cmd == "shutdown":
                     stop.set()
             if time.monotonic() >= next_verdict:
-                verdict = metrics.synced(audit(snapshot()))
-                bus.publish(VERDICT_SUBJECT, verdict)
-                next_verdict = time.monotonic() + args.interval
-            time.sleep(0.02)
+                bus.publish(VERDICT_SUBJECT, self.judge())
+                next_verdict = time.monotonic() + interval
+            stop.wait(0.02)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.replay is not None:
+        print(json.dumps(audit(json.loads(args.replay.read_text()))))
+        return 0
+    setup_logging(args.log_level)
+    side = SidePath(args.side_host, args.side_port, args.side_fd) if args.side_port else None
+    # the verdict, the current take's ledger, missing by class
+    auditor = Auditor(side, start_metrics("auditor", args.metrics_port, args.metrics_host))
+    bus = Bus(args.nats, "auditor", lambda: {"verdict": auditor.verdict.get("unique_frames_conserved")})
+    bus.subscribe(f"{PREFIX}.heartbeat.*", auditor.on_heartbeat)
+    bus.subscribe(GAPS_SUBJECT, auditor.on_gap)
+    if side is not None:
+        side.start()
+    bus.start()
+    try:
+        auditor.run(bus, stop_on_signals(), args.interval)
     finally:
-        snap = snapshot()
-        final = metrics.synced(audit(snap))
+        snap = auditor.snapshot()
+        final = auditor.metrics.synced(audit(snap))
         if args.snapshot is not None:
             args.snapshot.write_text(json.dumps(snap, indent=1))
         print(json.dumps(final), flush=True)
         bus.stop()
-        metrics.close()
+        auditor.metrics.close()
         if side is not None:
             side.receiver.stop()
     return 0

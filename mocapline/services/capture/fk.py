@@ -249,7 +249,7 @@ class AxisForwardKinematics:
 
         sources = skeleton.gmr_source_bones()
         self.missing_bodies: tuple[str, ...] = tuple(
-            body for body, src in zip(GMR_BODIES, sources) if src is None
+            body for body, src in zip(GMR_BODIES, sources, strict=True) if src is None
         )
         if self.missing_bodies:
             logger.warning(

@@ -91,13 +91,15 @@ class UdpMotionInput:
 
     def open(self) -> None:
         priority = raise_priority()
-        log.log(logging.INFO if priority.startswith("raised") else logging.WARNING, "capture process priority: %s", priority)
+        log.log(logging.INFO if priority.startswith("raised") else logging.WARNING,
+                "capture process priority: %s", priority)
         journal = self.journal.record if self.journal is not None else None
         for k, port in enumerate(self.ports):
             if self.udp_fds is not None:
                 sock, granted = adopt_udp(self.udp_fds[k])
                 if sock.getsockname()[1] != port:
-                    raise OSError(f"inherited fd {self.udp_fds[k]} is bound to port {sock.getsockname()[1]}, not {port}")
+                    bound = sock.getsockname()[1]
+                    raise OSError(f"inherited fd {self.udp_fds[k]} is bound to port {bound}, not {port}")
             else:
                 sock, granted = open_udp(self.host, port, self.rcvbuf)
             self.granted_rcvbuf[port] = granted

@@ -370,7 +370,7 @@ class _MinkBackend:
                 task.lm_damping = lm
 
     def set_targets(self, table: int, poses: np.ndarray) -> None:
-        for task, pose in zip(self.tasks[table], poses):
+        for task, pose in zip(self.tasks[table], poses, strict=True):
             task.set_target(mink.SE3(wxyz_xyz=pose))
 
     def step(self, table: int) -> None:

@@ -258,7 +258,8 @@ class RetargetService:
         self._segment = state.pop("segment", None)
         self.ended = bool(state.pop("ended", False))
         qpos = state.pop("qpos", None)
-        self.counters = RetargetCounters(**{k: v for k, v in state.items() if k in RetargetCounters.__dataclass_fields__})
+        known = RetargetCounters.__dataclass_fields__
+        self.counters = RetargetCounters(**{k: v for k, v in state.items() if k in known})
         if qpos is not None:
             import numpy as np
 
@@ -340,7 +341,8 @@ class RetargetLoop:
 
     def finish(self) -> None:
         service = self.service
-        if self.links.durable is None and (service.pending or (service.counters.robot_frames_sent and not service.ended)):
+        mid_take = service.pending or (service.counters.robot_frames_sent and not service.ended)
+        if self.links.durable is None and mid_take:
             service.on_end()  # stopped mid-take: send what is held and tell the next stage
 
 

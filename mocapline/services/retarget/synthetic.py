@@ -9,6 +9,8 @@ itself. Used by the tests (round-trip accuracy) and by ``mocapline bench retarge
 
 from __future__ import annotations
 
+import itertools
+
 import mujoco
 import numpy as np
 
@@ -103,7 +105,7 @@ def random_poses(n: int, rng: np.random.Generator, *, model: mujoco.MjModel | No
 def interpolate_poses(keys: np.ndarray, frames_between: int) -> np.ndarray:
     """Smooth (cosine-eased) path through key poses: joints and root position linear, root slerp."""
     out = []
-    for a, b in zip(keys[:-1], keys[1:]):
+    for a, b in itertools.pairwise(keys):
         for k in range(frames_between):
             u = 0.5 - 0.5 * np.cos(np.pi * k / frames_between)
             q = (1 - u) * a + u * b

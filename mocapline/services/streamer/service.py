@@ -175,7 +175,8 @@ class Streamer:
         frame (at equal rates, the default, that changes nothing)."""
         state = dict(state)
         self.ended = bool(state.pop("ended", False))
-        self.counters = StreamerCounters(**{k: v for k, v in state.items() if k in StreamerCounters.__dataclass_fields__})
+        known = StreamerCounters.__dataclass_fields__
+        self.counters = StreamerCounters(**{k: v for k, v in state.items() if k in known})
 
 
 @dataclass(frozen=True)

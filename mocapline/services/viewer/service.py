@@ -177,7 +177,8 @@ class ViewerLoop:
             frame = self.validator.accept(msg)
             if links.durable is not None:  # applied and remembered before the next frame is taken
                 self.applier.apply_pending(self.validator)
-                links.done(msg.header.frame_id, self.counters.durable_state(None if frame is None else frame.posture_index))
+                applied = None if frame is None else frame.posture_index
+                links.done(msg.header.frame_id, self.counters.durable_state(applied))
         self.applier.apply_pending(self.validator)
         if self.render_loop is not None:
             self.render_loop.update(self.data.qpos)
@@ -222,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     model.vis.global_.offheight = max(model.vis.global_.offheight, settings.height)
     data = mujoco.MjData(model)
     counters = ViewerCounters()
-    with Stage("viewer", settings.stage, reasons=(*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite")) as stage:
+    reasons = (*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite")
+    with Stage("viewer", settings.stage, reasons=reasons) as stage:
         try:
             links = stage.open_links(
                 input=durable.LinkSpec(settings.input, MessageType.MOTION_FRAME, G1_JOINT_COUNT),

@@ -72,9 +72,7 @@ class TakePlan:
             return False
         if dest == 0 and index in self.skip_main:
             return False
-        if dest == 1 and index in self.skip_side:
-            return False
-        return True
+        return not (dest == 1 and index in self.skip_side)
 
 
 @dataclass

@@ -122,7 +122,7 @@ class Stack:
         if self.config.log_dir is None:
             return subprocess.DEVNULL
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
-        fh = open(self.config.log_dir / f"{name}.log", "a")  # a restarted service appends
+        fh = open(self.config.log_dir / f"{name}.log", "a")  # noqa: SIM115 - closed in stop(); a restart appends
         self._logs.append(fh)
         return fh
 

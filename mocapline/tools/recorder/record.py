@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 1
     finally:
         stack.stop()
-        for s, handler in zip((signal.SIGINT, signal.SIGTERM), old):
+        for s, handler in zip((signal.SIGINT, signal.SIGTERM), old, strict=True):
             signal.signal(s, handler)
     summary: dict[str, Any] = {"take": str(take)}
     if raw.exists():

@@ -52,7 +52,7 @@ def compare(replayed: list[bytes], recorded: list[bytes]) -> dict[str, Any]:
     """Motion-content comparison, frame by frame."""
     from mocapline.tools.recorder.take import motion_bytes
 
-    first = next((k for k, (a, b) in enumerate(zip(replayed, recorded))
+    first = next((k for k, (a, b) in enumerate(zip(replayed, recorded, strict=False))
                   if motion_bytes(a) != motion_bytes(b)), None)
     same = first is None and len(replayed) == len(recorded)
     return {"identical_motion": same, "replayed": len(replayed), "recorded": len(recorded),
