@@ -10,5 +10,7 @@ from setuptools import find_packages, setup
 setup(
     packages=[*find_packages(include=["mocapline", "mocapline.*"]), "mocapline.assets"],
     package_dir={"mocapline.assets": "assets"},
-    package_data={"mocapline.assets": ["**/*"], "mocapline.core.pb": ["*.pyi"]},
+    package_data={"mocapline.assets": ["**/*"], "mocapline.core.pb": ["*.pyi"],
+                  # the web viewer's page and the vendored three.js (served from the package)
+                  "mocapline.services.viewer": ["static/*", "static/vendor/three/*"]},
 )

@@ -32,7 +32,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    return dispatch("mocapline", COMMANDS, argv)
+    try:
+        return dispatch("mocapline", COMMANDS, argv)
+    except KeyboardInterrupt:
+        # Ctrl-C before a command installed its own handling (while Python imports it, say):
+        # nothing was started yet, so there is nothing to stop; no traceback.
+        print("mocapline: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -32,3 +32,36 @@ def test_as_dict_uses_prefix() -> None:
     led, _ = feed([1, 2, 2])
     d = led.as_dict("source_")
     assert d["source_received"] == 3 and d["source_duplicate_indices"] == 1 and d["source_unique_frames"] == 2
+
+
+def test_each_segment_keeps_its_own_counts() -> None:
+    led, _ = feed([500, 501, 503, 3, 4, 4, 5, 2, 3])
+    assert led.as_dict()["segments"] == 3
+    assert led.segment_counts() == [
+        {"segment": 0, "first_index": 500, "last_index": 503, "unique_frames": 3, "missing_indices": 1},
+        {"segment": 1, "first_index": 3, "last_index": 5, "unique_frames": 3, "missing_indices": 0},
+        {"segment": 2, "first_index": 2, "last_index": 3, "unique_frames": 2, "missing_indices": 0},
+    ]
+
+
+def test_segment_detail_is_bounded_and_numbered() -> None:
+    from mocapline.core.ledger import MAX_SEGMENTS
+
+    led, _ = feed([i for _ in range(MAX_SEGMENTS + 10) for i in range(10)])
+    counts = led.segment_counts()
+    assert len(counts) == MAX_SEGMENTS and led.as_dict()["segments"] == MAX_SEGMENTS + 10
+    assert counts[-1]["segment"] == MAX_SEGMENTS + 9 and counts[0]["segment"] == 10
+    assert sum(c["unique_frames"] for c in counts) == 10 * MAX_SEGMENTS  # each loop complete
+
+
+def test_a_checkpoint_from_before_segments_still_loads() -> None:
+    import pickle
+
+    led, _ = feed([1, 2, 3])
+    state = dict(led.__dict__)
+    del state["segments"]
+    old = SequenceLedger.__new__(SequenceLedger)
+    old.__setstate__(state)
+    old.observe(4)
+    assert old.segment_counts()[-1]["last_index"] == 4
+    assert pickle.loads(pickle.dumps(led)).segment_counts() == led.segment_counts()

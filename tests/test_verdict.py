@@ -6,6 +6,7 @@ from mocapline.core.verdict import (
     UNKNOWN,
     classify_missing,
     conserved,
+    state,
     with_verdict,
 )
 from mocapline.services.auditor.audit import audit
@@ -32,7 +33,6 @@ def test_any_layer_off_by_one_breaks_conservation() -> None:
     for key in ("gmr_processed", "motion_generated", "zmq_sent", "viewer_applied"):
         assert not conserved(counts(**{key: 3150}))
     assert not conserved(counts(source_missing_indices=1))
-    assert not conserved(counts(source_backward_indices=1))
     assert not conserved(counts(input_pending=2))
     assert not conserved(counts(robot_pending=1))
     assert not conserved(counts(gmr_processed=None))
@@ -81,3 +81,41 @@ def test_audit_from_service_heartbeats() -> None:
     snap["services"]["streamer"]["pending"] = 0
     snap["services"]["retarget"]["gmr_processed"] = 99
     assert audit(snap)["unique_frames_conserved"] == 0
+
+
+def looped(loops: int, length: int = 1200) -> dict:
+    """Counts of a take that looped ``loops`` times (each loop a backward jump to index 1000)."""
+    per_segment = [{"segment": k, "first_index": 1000, "last_index": 1000 + length - 1,
+                    "unique_frames": length, "missing_indices": 0} for k in range(loops + 1)]
+    total = length * (loops + 1)
+    return counts(source_received=total, source_unique_frames=total, source_duplicate_indices=0,
+                  source_backward_indices=loops, first_posture_index=1000, last_posture_index=1000 + length - 1,
+                  gmr_processed=total, motion_generated=total, zmq_sent=total, viewer_applied=total,
+                  segments=loops + 1, per_segment=per_segment)
+
+
+def test_a_looping_take_is_conserved_segment_by_segment() -> None:
+    for loops in (1, 3, 40):
+        out = with_verdict(looped(loops))
+        assert out["unique_frames_conserved"] == 1 and out["state"] == "conserved"
+        assert out["source_backward_indices"] == loops  # the seeds' field is kept, and counted
+
+
+def test_a_segment_with_a_gap_is_not_conserved() -> None:
+    c = looped(2)
+    c["per_segment"][1]["missing_indices"] = 3
+    assert not conserved(c)
+    c = looped(2)  # segments that do not add up to the total: a frame counted nowhere
+    c["per_segment"][2]["unique_frames"] -= 1
+    assert not conserved(c)
+    c = looped(70)  # capture keeps the latest segments only: the totals still decide
+    c["per_segment"] = c["per_segment"][-64:]
+    assert conserved(c)
+
+
+def test_state_mid_take_is_frames_in_flight_not_a_loss() -> None:
+    mid = counts(gmr_processed=3149, motion_generated=3148, zmq_sent=3148, viewer_applied=3140)
+    assert state(mid, final=False) == "running, 11 in flight"
+    assert with_verdict(mid, final=False)["unique_frames_conserved"] == 0
+    assert state(mid, final=True).startswith("not conserved: source_unique_frames 3151 > gmr_processed 3149")
+    assert state(counts(source_missing_indices=2), final=False).startswith("not conserved: 2 posture indices")

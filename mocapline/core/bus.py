@@ -135,7 +135,10 @@ class Bus:
             self._loop.call_soon_threadsafe(self._task.cancel)  # still trying to connect
         elif self._wake is not None:
             self._loop.call_soon_threadsafe(self._wake.set)
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        elif self._thread.ident is None:  # never started
+            self._close_loop()
 
     def publish(self, subject: str, payload: dict[str, Any]) -> None:
         """Queue a JSON message; never blocks the caller."""
@@ -158,8 +161,22 @@ class Bus:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._task = self._loop.create_task(self._main())
-        with contextlib.suppress(asyncio.CancelledError):
-            self._loop.run_until_complete(self._task)
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                self._loop.run_until_complete(self._task)
+        finally:
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        """Close the loop here rather than leave it to the garbage collector, which closes it at
+        interpreter exit after its file descriptors are gone (``Exception ignored in
+        BaseEventLoop.__del__ ... Invalid file descriptor: -1``)."""
+        if self._loop.is_closed() or self._loop.is_running():
+            return
+        try:
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        finally:
+            self._loop.close()
 
     async def _main(self) -> None:
         """Connect, serve until the connection drops, reconnect; until stop().
@@ -292,3 +309,34 @@ async def request(url: str, service: str, cmd: str, timeout: float = 10.0, **arg
             await nc.close()
 
     return await asyncio.wait_for(ask(), timeout + 5)
+
+
+async def request_in_order(url: str, services: list[str], cmd: str = "status",
+                           timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+    """One request to each service in turn, over one connection. Asked downstream first (viewer,
+    streamer, retarget, capture), monotone counts read this way are one consistent picture: every
+    stage is read after the stages it feeds, so no downstream count exceeds its upstream one."""
+
+    async def quiet(_exc: Exception) -> None:
+        pass
+
+    async def ask_all() -> dict[str, dict[str, Any]]:
+        host, port = url_host_port(url)
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2)
+        writer.close()
+        nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False, max_reconnect_attempts=0,
+                                error_cb=quiet)
+        out: dict[str, dict[str, Any]] = {}
+        try:
+            for service in services:
+                body = json.dumps({"cmd": cmd, "timeout": timeout}).encode()
+                try:
+                    msg = await nc.request(control_subject(service), body, timeout=timeout)
+                except (asyncio.TimeoutError, NatsError):
+                    continue  # not answering (restarting): left out of the picture
+                out[service] = json.loads(msg.data)
+        finally:
+            await nc.close()
+        return out
+
+    return await asyncio.wait_for(ask_all(), timeout * (len(services) + 1) + 5)

@@ -2,8 +2,10 @@
 
 Rules (docs/ledger.md): current == previous + 1 is the next frame; current == previous is an exact
 duplicate (dropped); current > previous + 1 skips ``current - previous - 1`` indices (recorded as a
-missing range); current < previous is a backward jump (Axis restarted, replay, index reset): it is
-recorded and starts a new segment, and the frame itself is new.
+missing range); current < previous is a backward jump (Axis restarted, replay, index reset, a looped take): it is
+recorded and starts a new segment, and the frame itself is new. Each segment keeps its own counts
+(first and last index, unique frames, missing indices): a take that loops is a run of segments,
+each of which can be complete.
 
 The same class counts frame_id continuity on every link, so gaps mean the same thing everywhere.
 """
@@ -14,6 +16,21 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 MAX_RANGES = 10_000  # keep memory bounded on a pathological stream; the counts stay exact
+MAX_SEGMENTS = 64  # per-segment detail kept for the latest segments; ``segments`` counts them all
+
+
+@dataclass
+class Segment:
+    """One run of posture indices between backward jumps (an Axis restart or a looped take)."""
+
+    first: int
+    last: int
+    unique: int = 1
+    missing: int = 0
+
+    def as_dict(self, number: int) -> dict[str, int]:
+        return {"segment": number, "first_index": self.first, "last_index": self.last,
+                "unique_frames": self.unique, "missing_indices": self.missing}
 
 
 class Seen(Enum):
@@ -41,6 +58,8 @@ class SequenceLedger:
     missing_ranges: list[tuple[int, int]] = field(default_factory=list)
     backward_jumps: list[tuple[int, int]] = field(default_factory=list)
     ranges_dropped: int = 0
+    # The latest segments (at most MAX_SEGMENTS; the oldest are dropped, their counts stay in the totals).
+    segments: list[Segment] = field(default_factory=list)
 
     def observe(self, index: int) -> Seen:
         self.received += 1
@@ -48,10 +67,12 @@ class SequenceLedger:
         if last is None:
             self.first = self.last = index
             self.unique += 1
+            self._start_segment(index)
             return Seen.FIRST
         if index == last + 1:
             self.last = index
             self.unique += 1
+            self._extend_segment(index, 0)
             return Seen.NEXT
         if index == last:
             self.duplicates += 1
@@ -61,11 +82,29 @@ class SequenceLedger:
         if index > last:
             self.missing += index - last - 1
             self._record(self.missing_ranges, (last + 1, index - 1))
+            self._extend_segment(index, index - last - 1)
             return Seen.GAP
         self.backward += 1
         self.segment += 1
         self._record(self.backward_jumps, (last, index))
+        self._start_segment(index)
         return Seen.BACKWARD
+
+    def _start_segment(self, index: int) -> None:
+        self.segments.append(Segment(index, index))
+        del self.segments[:-MAX_SEGMENTS]
+
+    def _extend_segment(self, index: int, skipped: int) -> None:
+        seg = self.segments[-1]
+        seg.last = index
+        seg.unique += 1
+        seg.missing += skipped
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Unpickle (capture's checkpoints), also one written before segments were kept."""
+        self.__dict__.update(state)
+        if "segments" not in state:
+            self.segments = [] if self.last is None else [Segment(self.last, self.last, 0, 0)]
 
     def _record(self, target: list[tuple[int, int]], item: tuple[int, int]) -> None:
         if len(target) < MAX_RANGES:
@@ -86,4 +125,10 @@ class SequenceLedger:
             f"{prefix}first_index": self.first,
             f"{prefix}last_index": self.last,
             f"{prefix}missing_ranges": [list(r) for r in self.missing_ranges],
+            f"{prefix}segments": self.segment + 1 if self.first is not None else 0,
         }
+
+    def segment_counts(self) -> list[dict[str, int]]:
+        """Per-segment first/last index, unique frames and missing indices (the latest MAX_SEGMENTS)."""
+        first_number = self.segment + 1 - len(self.segments)
+        return [seg.as_dict(first_number + k) for k, seg in enumerate(self.segments)]

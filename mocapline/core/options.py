@@ -61,7 +61,7 @@ def _from_env(var: str, raw: str, action: str | None, kwargs: dict[str, Any]) ->
     conv = kwargs.get("type", str)
     try:
         value = conv(raw)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
         raise SystemExit(f"{var}={raw!r}: {exc}") from None
     choices = kwargs.get("choices")
     if choices is not None and value not in choices:
@@ -75,20 +75,33 @@ def parse_index_list(text: str) -> list[int]:
     for part in text.replace(" ", "").split(","):
         if not part:
             continue
-        if "-" in part[1:]:
-            lo, hi = part.split("-", 1) if not part.startswith("-") else (part, part)
-            a, b = int(lo), int(hi)
-            if b < a:
-                raise argparse.ArgumentTypeError(f"range {part!r} runs backwards")
-            out.extend(range(a, b + 1))
-        else:
-            out.append(int(part))
+        try:
+            if "-" in part[1:]:
+                lo, hi = part.split("-", 1) if not part.startswith("-") else (part, part)
+                a, b = int(lo), int(hi)
+                if b < a:
+                    raise argparse.ArgumentTypeError(f"range {part!r} runs backwards")
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not a posture index or a range of them (examples: 5 or 100-103 or 5,9-12)") from None
+    if any(i < 0 for i in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: posture indices are not negative")
     return out
+
+
+def _number(text: str, kind: type, what: str) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
 
 
 def port_number(text: str) -> int:
     """A TCP/UDP port flag value: 0-65535."""
-    value = int(text)
+    value = _number(text, int, "a port number")
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"port {value} is outside 0-65535")
     return value
@@ -99,3 +112,35 @@ def settings_from(cls: type[T], args: argparse.Namespace, **given: Any) -> T:
     unless ``given`` holds it (nested settings, derived values)."""
     values = {f.name: given[f.name] if f.name in given else getattr(args, f.name) for f in fields(cls)}  # type: ignore[arg-type]
     return cls(**values)
+
+
+def positive_int(text: str) -> int:
+    """A count that must be at least 1 (frames in a take...)."""
+    value = _number(text, int, "a whole number")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not allowed: must be 1 or more")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """A count or index that may be 0 but not negative."""
+    value = _number(text, int, "a whole number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not allowed: must be 0 or more")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A rate, a height, a duration that must be above 0 (and finite)."""
+    value = _number(text, float, "a number")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not allowed: must be a number above 0")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A rate or duration where 0 means 'off' or 'as fast as possible', never negative."""
+    value = _number(text, float, "a number")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not allowed: must be 0 or a number above 0")
+    return value

@@ -1,13 +1,24 @@
 """The conservation verdict and the dual-path classification of missing indices (docs/ledger.md).
 
 Conserved: source_unique_frames == gmr_processed == motion_generated == zmq_sent (== viewer_applied
-when a viewer is part of the run), source_missing_indices == 0, source_backward_indices == 0,
-input_pending == 0, robot_pending == 0.
+when a viewer is part of the run), input_pending == 0, robot_pending == 0, and every segment
+complete: nothing missing in it (so source_missing_indices == 0) and, where capture lists every
+segment, their unique frames add up to source_unique_frames.
+
+A segment is a run of posture indices between backward jumps (Axis Studio restarted or replays a
+recording, or the demo take looped): a backward jump is counted (source_backward_indices) and starts
+a new segment, but it is not a loss, so a looping take of any length can end conserved.
+
+``state`` says in words where a take stands: ``conserved``; ``running, N in flight`` (frames on
+their way between the first and the last stage, nothing missing: the normal state of a live take);
+or ``not conserved: ...`` with the reason. A take is judged lost only once it is final (drained):
+before that, unequal layer counts are frames in flight.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import pairwise
 from typing import Any
 
 # The ledger fields capture owns, then the whole ledger in its documented order.
@@ -30,7 +41,9 @@ LEDGER_FIELDS: tuple[str, ...] = (
     "input_pending",
     "robot_pending",
     "unique_frames_conserved",
+    "state",
 )
+LAYERS: tuple[str, ...] = ("source_unique_frames", "gmr_processed", "motion_generated", "zmq_sent", "viewer_applied")
 
 # Where an index missing from the stream was lost, by which paths lack it.
 MAIN_ONLY = "main_only"  # our receiver or host load; merging the side path recovers it
@@ -39,26 +52,106 @@ SIDE_ONLY = "side_only"  # ordinary UDP loss on the side path; main has it
 UNKNOWN = "main_no_side_data"  # missing on main while no side path covered that index
 
 
+def _layers(counts: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The layer counts in pipeline order (viewer_applied only when a viewer was part of the run)."""
+    return [(k, counts.get(k)) for k in LAYERS if k != "viewer_applied" or counts.get(k) is not None]
+
+
+def segments_complete(counts: dict[str, Any]) -> bool:
+    """Nothing missing in any segment; where every segment is listed, they add up to the total."""
+    if counts.get("source_missing_indices") != 0:
+        return False
+    per_segment = counts.get("per_segment")
+    if not per_segment:
+        return True
+    if any(seg.get("missing_indices") for seg in per_segment):
+        return False
+    if len(per_segment) == counts.get("segments"):
+        return sum(seg.get("unique_frames", 0) for seg in per_segment) == counts.get("source_unique_frames")
+    return True
+
+
 def conserved(counts: dict[str, Any]) -> bool:
-    stages = [counts.get(k) for k in ("source_unique_frames", "gmr_processed", "motion_generated", "zmq_sent")]
-    if counts.get("viewer_applied") is not None:
-        stages.append(counts["viewer_applied"])
+    stages = [v for _, v in _layers(counts)]
     return (
         None not in stages
         and len(set(stages)) == 1
-        and counts.get("source_missing_indices") == 0
-        and counts.get("source_backward_indices") == 0
+        and segments_complete(counts)
         and counts.get("input_pending", 0) == 0
         and counts.get("robot_pending", 0) == 0
     )
 
 
-def with_verdict(counts: dict[str, Any]) -> dict[str, Any]:
-    """The ledger in its documented field order, with unique_frames_conserved filled in."""
+def in_flight(counts: dict[str, Any]) -> int:
+    """Frames taken in by the first layer and not yet through the last."""
+    layers = [v or 0 for _, v in _layers(counts)]
+    return max(0, layers[0] - layers[-1]) if layers else 0
+
+
+def state(counts: dict[str, Any], *, final: bool) -> str:
+    """The verdict in words (see the module docstring)."""
+    if conserved(counts):
+        return "conserved"
+    missing = counts.get("source_missing_indices") or 0
+    if missing:
+        return f"not conserved: {missing} posture indices missing at the source"
+    layers = _layers(counts)
+    if any(v is None for _, v in layers):
+        absent = [k for k, v in layers if v is None]
+        return f"waiting for {', '.join(absent)}" if not final else f"not conserved: no count for {', '.join(absent)}"
+    if final:
+        lost = [f"{a} {va} > {b} {vb}" for (a, va), (b, vb) in pairwise(layers) if va != vb]
+        return "not conserved: " + ("; ".join(lost) if lost else "frames still pending after the drain")
+    return f"running, {in_flight(counts)} in flight"
+
+
+def with_verdict(counts: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
+    """The ledger in its documented field order, with unique_frames_conserved and state filled in."""
     out = {key: counts.get(key) for key in LEDGER_FIELDS}
     out["unique_frames_conserved"] = int(conserved(counts))
+    out["state"] = state(counts, final=final)
     extra = {k: v for k, v in counts.items() if k not in out}
     return {**out, **extra}
+
+
+def pipeline_counts(services: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The ledger fields (docs/ledger.md) from the services' own counters."""
+    cap = services.get("capture", {})
+    ret = services.get("retarget", {})
+    st = services.get("streamer", {})
+    view = services.get("viewer")
+    counts: dict[str, Any] = {key: cap.get(key) for key in CAPTURE_FIELDS}
+    counts["gmr_processed"] = ret.get("gmr_processed")
+    counts["motion_generated"] = st.get("motion_generated")
+    counts["zmq_sent"] = st.get("zmq_sent")
+    counts["viewer_applied"] = view.get("viewer_applied") if view else None
+    # Frames between capture's FIFO and the IK: capture's own queue plus those on the wire.
+    counts["input_pending"] = (cap.get("input_pending") or 0) + max(
+        0, (cap.get("human_frames_sent") or 0) - (ret.get("frames_in") or 0)
+    )
+    # Robot frames produced but not yet sent on by the streamer.
+    counts["robot_pending"] = max(0, (ret.get("robot_frames_sent") or 0) - (st.get("frames_in") or 0)) + (
+        st.get("pending") or 0
+    )
+    counts["missing_ranges"] = cap.get("missing_ranges", [])
+    counts["segments"] = cap.get("segments")
+    counts["per_segment"] = cap.get("per_segment")
+    return counts
+
+
+def stage_rows(stages: dict[str, dict[str, Any]]) -> list[tuple[str, Any, Any, Any, Any]]:
+    """(stage, in, out, pending, rejected) per stage from the stages' status or heartbeats: the
+    rows of the live table (`mocapline up`) and of the web viewer's ledger."""
+    cap, ret = stages.get("capture", {}), stages.get("retarget", {})
+    st, view = stages.get("streamer", {}), stages.get("viewer", {})
+    return [
+        ("capture", cap.get("source_received"), cap.get("human_frames_sent"), cap.get("input_pending"),
+         cap.get("rejected_datagrams")),
+        ("retarget", ret.get("frames_in"), ret.get("robot_frames_sent"), ret.get("pending"), ret.get("ik_failed")),
+        ("streamer", st.get("frames_in"), st.get("zmq_sent"), st.get("pending"), None),
+        ("viewer", view.get("viewer_received"), view.get("viewer_applied"), view.get("viewer_pending"),
+         sum((view.get("rejected_by_reason") or {}).values()) if view else None),
+    ]
 
 
 def _indices(ranges: Iterable[Iterable[int]]) -> set[int]:

@@ -91,6 +91,9 @@ class Auditor:
         self._lock = threading.Lock()
         self._services: dict[str, dict[str, Any]] = {}
         self._gap_reports: list[dict[str, Any]] = []
+        # The stages' final counts came with a drain (`up`, `demo`, `record` hand over each
+        # stage's drain answer): the verdict is final, and later heartbeats do not change it.
+        self.drained = False
 
     def snapshot(self) -> dict[str, Any]:
         """The counters the verdict is computed from (``--snapshot`` saves it, ``--replay`` reads it)."""
@@ -100,7 +103,7 @@ class Auditor:
 
     def on_heartbeat(self, subject: str, body: dict[str, Any]) -> None:
         name = subject.rsplit(".", 1)[-1]
-        if name != "auditor":
+        if name != "auditor" and not self.drained:
             with self._lock:
                 self._services[name] = body
 
@@ -113,12 +116,17 @@ class Auditor:
         """Take in what the side path received, then compute (and export) the verdict."""
         if self.side is not None:
             self.side.drain()
-        self.verdict = self.metrics.synced(audit(self.snapshot()))
+        self.verdict = self.metrics.synced(audit(self.snapshot(), final=self.drained))
         return self.verdict
 
     def answer(self, req: ControlRequest) -> None:
+        if req.cmd == "drain" and req.args.get("services"):
+            with self._lock:
+                self._services.update(req.args["services"])
+            self.drained = True
         verdict = self.judge()
         if req.cmd == "reset":
+            self.drained = False
             if self.side is not None:
                 self.side.ledger = SequenceLedger()
                 self.side.rejected = 0
@@ -136,7 +144,7 @@ class Auditor:
                 self.answer(req)
                 if req.cmd == "shutdown":
                     stop.set()
-            if time.monotonic() >= next_verdict:
+            if time.monotonic() >= next_verdict and not self.drained:
                 bus.publish(VERDICT_SUBJECT, self.judge())
                 next_verdict = time.monotonic() + interval
             stop.wait(0.02)
@@ -161,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         auditor.run(bus, stop_on_signals(), args.interval)
     finally:
         snap = auditor.snapshot()
-        final = auditor.metrics.synced(audit(snap))
+        final = auditor.judge()  # as answered to the drain, when there was one (ledger.json has it too)
         if args.snapshot is not None:
             args.snapshot.write_text(json.dumps(snap, indent=1))
         print(json.dumps(final), flush=True)

@@ -175,6 +175,8 @@ class CaptureCore:
             "first_posture_index": merged.first,
             "last_posture_index": merged.last,
             "missing_ranges": [list(r) for r in merged.missing_ranges],
+            "segments": merged.segment + 1 if merged.first is not None else 0,
+            "per_segment": merged.segment_counts(),
             "cross_path_copies": self.merger.cross_path_copies,
             "late_frames": self.merger.late_frames,
             "rejected_by_reason": dict(sorted(self.counters.rejected.items())),

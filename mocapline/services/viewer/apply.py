@@ -37,10 +37,22 @@ class ViewerCounters:
     last_latency_s: float = 0.0
     # End-to-end latency (UDP arrival at capture -> applied here) of the latest frames, for p50/p99.
     latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))
+    # The same, since the web view last took them (its per-second latency chart); bounded.
+    recent_latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=2_000))
 
     def record_latency(self, seconds: float) -> None:
         self.last_latency_s = seconds
         self.latencies_s.append(seconds)
+        self.recent_latencies_s.append(seconds)
+
+    def take_recent_latencies(self) -> list[float]:
+        """Latencies recorded since the last call (called from the web view's thread: popleft and
+        append on a deque are atomic, so none is lost or taken twice)."""
+        out = []
+        recent = self.recent_latencies_s
+        for _ in range(len(recent)):
+            out.append(recent.popleft())
+        return out
 
     def latency_percentiles_ms(self) -> dict[str, float | None]:
         if not self.latencies_s:

@@ -1,45 +1,39 @@
-"""`mocapline viewer`: PULL MocapFrames, validate, apply every frame to the G1 in MuJoCo, render.
+"""`mocapline viewer`: PULL MocapFrames, validate, apply every frame to the G1 in MuJoCo, show it.
 
-Every valid frame is applied (qpos written, ``mj_forward``) in arrival order; rendering runs at
-display rate. Where a display exists the MuJoCo window opens; headless (servers, containers, CI)
-the view is rendered offscreen and served as a live web page with the ledger (default
-http://127.0.0.1:8080/).
+Every valid frame is applied (qpos written, ``mj_forward``) in arrival order. Where a display
+exists the MuJoCo window opens and is redrawn at ``--fps``, not once per frame. Headless (servers,
+containers, CI) the robot is drawn by the browser: a web page (default http://127.0.0.1:8080/)
+gets the body poses over a WebSocket, at most ``--fps`` times a second and only while a page is
+open, beside the live ledger of every stage (``web.py``). Nothing is rendered in this process.
 """
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-# MuJoCo picks its GL backend at import: headless machines need EGL for offscreen rendering.
-if "MUJOCO_GL" not in os.environ and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-    os.environ["MUJOCO_GL"] = "egl"
+import mujoco
+import zmq
 
-import argparse  # noqa: E402
-import logging  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
-import zmq  # noqa: E402
-
-from mocapline.core import durable  # noqa: E402
-from mocapline.core.header import G1_JOINT_COUNT, MessageType  # noqa: E402
-from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS  # noqa: E402
-from mocapline.core.options import EnvArgumentParser, port_number, settings_from  # noqa: E402
-from mocapline.core.stage import (  # noqa: E402
+from mocapline.core import durable
+from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS
+from mocapline.core.options import EnvArgumentParser, port_number, positive_float, settings_from
+from mocapline.core.stage import (
     Links,
     Stage,
     StageError,
     StageSettings,
     add_stage_arguments,
 )
-from mocapline.core.transport import add_curve_client_options, client_link  # noqa: E402
-from mocapline.services.viewer.apply import (  # noqa: E402
+from mocapline.core.transport import add_curve_client_options, client_link
+from mocapline.services.viewer.apply import (
     FrameApplier,
     FrameValidator,
     QposWriter,
@@ -58,9 +52,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--web-port", type=port_number, default=8080, help="port of the web view")
     p.add_argument("--plots-dir", type=Path, default=None,
                    help="a take folder (or a folder of takes): the web view links the PNGs of `mocapline plot` in it")
-    p.add_argument("--fps", type=float, default=30.0, help="render rate (frames are applied at any rate)")
-    p.add_argument("--width", type=int, default=640, help="offscreen image width")
-    p.add_argument("--height", type=int, default=480, help="offscreen image height")
+    p.add_argument("--fps", type=positive_float, default=60.0,
+                   help="window redraws / poses sent to a web page per second (frames are applied at any rate)")
     p.add_argument("--exit-on-end", action="store_true", help="exit when the stream sends END_OF_STREAM")
     add_curve_client_options(p)
     add_stage_arguments(p, "viewer", nats_help="NATS server for heartbeats and control", retain_mb=256)
@@ -73,51 +66,6 @@ def choose_display(mode: str) -> str:
     return "window" if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") else "web"
 
 
-class RenderLoop(threading.Thread):
-    """Offscreen rendering in its own thread, from a copy of the latest pose, so that a slow
-    (software) renderer never delays applying frames. The camera follows the pelvis."""
-
-    def __init__(self, model: mujoco.MjModel, width: int, height: int, fps: float, publish: Any) -> None:
-        super().__init__(name="render", daemon=True)
-        self.model = model
-        self.width, self.height = width, height
-        self.period = 1.0 / fps if fps > 0 else 0.1
-        self.publish = publish
-        self.frames_rendered = 0
-        self._qpos = np.zeros(model.nq)
-        self._lock = threading.Lock()
-        self._halt = threading.Event()
-
-    def update(self, qpos: np.ndarray) -> None:
-        with self._lock:
-            self._qpos[:] = qpos
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(timeout=5)
-
-    def run(self) -> None:
-        renderer = mujoco.Renderer(self.model, self.height, self.width)
-        data = mujoco.MjData(self.model)
-        camera = mujoco.MjvCamera()
-        camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
-        camera.trackbodyid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, "pelvis")
-        camera.distance, camera.elevation, camera.azimuth = 3.0, -12.0, 135.0
-        while not self._halt.is_set():
-            start = time.monotonic()
-            with self._lock:
-                data.qpos[:] = self._qpos
-            mujoco.mj_kinematics(self.model, data)
-            renderer.update_scene(data, camera)
-            # Shadows and reflections cost 4x on a software renderer; the view stays readable.
-            renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
-            renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
-            self.publish(renderer.render())
-            self.frames_rendered += 1
-            self._halt.wait(max(0.0, self.period - (time.monotonic() - start)))
-        renderer.close()
-
-
 @dataclass(frozen=True)
 class ViewerSettings:
     """`mocapline viewer`'s flags."""
@@ -128,8 +76,6 @@ class ViewerSettings:
     web_port: int
     plots_dir: Path | None
     fps: float
-    width: int
-    height: int
     exit_on_end: bool
     curve_client_key: str
     curve_server_public: str
@@ -152,7 +98,7 @@ class ViewerLoop:
     validator: FrameValidator
     applier: FrameApplier
     exit_on_end: bool = False
-    render_loop: RenderLoop | None = None
+    web: Any = None  # web.WebView
     window: Any = None
     period: float = 0.0
     ended: bool = False
@@ -180,9 +126,10 @@ class ViewerLoop:
                 applied = None if frame is None else frame.posture_index
                 links.done(msg.header.frame_id, self.counters.durable_state(applied))
         self.applier.apply_pending(self.validator)
-        if self.render_loop is not None:
-            self.render_loop.update(self.data.qpos)
         now = time.monotonic()
+        if self.web is not None and self.web.watching and now >= self._next_render:  # nobody watching: nothing
+            self.web.publish_pose(self.counters.last_posture_index, self.data.xpos, self.data.xquat)
+            self._next_render = now + self.period
         if self.window is not None and now >= self._next_render:
             if not self.window.is_running():
                 return False
@@ -197,6 +144,8 @@ class ViewerLoop:
         counters = ViewerCounters(rejected=self.counters.rejected)
         counters.rejected.clear()
         self.counters = self.validator.counters = self.applier.counters = counters
+        if self.web is not None:
+            self.web.latency.take = counters.take_recent_latencies
         self.links.remember(counters.durable_state(None))
 
     def begin_drain(self, args: dict[str, Any]) -> None:
@@ -219,8 +168,6 @@ def main(argv: list[str] | None = None) -> int:
     from mocapline.robot.g1 import G1_JOINT_NAMES, load_full_model
 
     model = load_full_model(scene=True)
-    model.vis.global_.offwidth = max(model.vis.global_.offwidth, settings.width)
-    model.vis.global_.offheight = max(model.vis.global_.offheight, settings.height)
     data = mujoco.MjData(model)
     counters = ViewerCounters()
     reasons = (*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite")
@@ -249,17 +196,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def open_display(stage: Stage, settings: ViewerSettings, model: mujoco.MjModel, loop: ViewerLoop) -> None:
-    """The web page (offscreen rendering) or the MuJoCo window; closed with the stage."""
+    """The web page (drawn by the browser from poses) or the MuJoCo window; closed with the stage."""
     if settings.display == "web":
+        from mocapline.services.viewer.scene import RobotScene
         from mocapline.services.viewer.web import WebView
 
         web = WebView(settings.web_host, settings.web_port, lambda: stage.heartbeat(loop), settings.fps,
-                      plots_dir=settings.plots_dir)
+                      plots_dir=settings.plots_dir, scene=RobotScene(model), nats_url=settings.stage.nats,
+                      latencies=loop.counters.take_recent_latencies)
         web.start()
         stage.exits.callback(web.stop)
-        loop.render_loop = RenderLoop(model, settings.width, settings.height, settings.fps, web.publish)
-        loop.render_loop.start()
-        stage.exits.callback(loop.render_loop.stop)
+        loop.web = web
         print(f"mocapline viewer: live view at {web.address}", file=sys.stderr, flush=True)
     elif settings.display == "window":
         from mujoco import viewer as mujoco_viewer

@@ -1,107 +1,206 @@
-"""The headless view: offscreen MuJoCo frames and the live ledger served as a web page.
+"""The web viewer: the G1 drawn in the browser (three.js, shipped in the package) from body poses
+streamed over a WebSocket, beside the live ledger of every stage and the verdict.
 
-GET /            the page (robot image refreshed at display rate, ledger table)
-GET /frame.png   the latest rendered frame
-GET /ledger.json the viewer's counters (and the pipeline ledger when the viewer has one)
-GET /healthz     "ok" (for compose healthchecks)
-GET /plots.json  the PNGs under --plots-dir (`mocapline plot` output), linked from the page
-GET /plots/NAME  one of them
+Nothing is rendered on the server, and nothing is computed for a page nobody has open: poses are
+packed only while a WebSocket is connected (``watching``), at most ``fps`` times a second; the
+stages are asked for their counts only when a page asks for the ledger (at most once a second).
+
+GET /              the page (static/index.html)
+GET /static/NAME   its script, style and the vendored three.js (static/vendor/three, MIT)
+GET /robot.json    bodies, visual geoms and mesh layout (scene.RobotScene.describe)
+GET /robot.bin     the meshes, gzip-encoded (scene.RobotScene.mesh_bytes)
+GET /ws            WebSocket: one binary message per pose update (scene.RobotScene.pose_bytes)
+GET /ledger.json   the page's data: stage rows, verdict, viewer counters, latency history, durable rows
+GET /healthz       "ok" (compose healthchecks)
+GET /plots.json    the PNGs under --plots-dir (`mocapline plot` output), linked from the page
+GET /plots/NAME    one of them
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import struct
+import mimetypes
 import threading
-import zlib
+import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import numpy as np
 
+from mocapline.core.verdict import pipeline_counts, stage_rows, with_verdict
+from mocapline.services.viewer import websocket
 
-def encode_png(rgb: np.ndarray, level: int = 1) -> bytes:
-    """A minimal PNG encoder (8-bit RGB, no filtering): enough for a live view, no extra dependency."""
-    h, w, _ = rgb.shape
-    raw = np.zeros((h, w * 3 + 1), dtype=np.uint8)
-    raw[:, 1:] = rgb.reshape(h, w * 3)
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw.tobytes(), level)) + chunk(b"IEND", b"")
+STATIC = resources.files("mocapline.services.viewer") / "static"
+STAGES_DOWNSTREAM_FIRST = ("viewer", "streamer", "retarget", "capture", "auditor")
+HISTORY_S = 60
 
 
-PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>mocapline viewer</title>
-<style>
-body{font-family:system-ui,sans-serif;background:#14161a;color:#e6e6e6;margin:0;display:flex;gap:24px;padding:16px}
-img{background:#000;border-radius:6px;max-width:70vw}
-table{border-collapse:collapse;font-variant-numeric:tabular-nums}
-td{padding:2px 10px;border-bottom:1px solid #2a2d33}td:first-child{color:#9aa3ad}
-h1{font-size:18px;margin:0 0 8px}
-.bad{color:#ff6b6b}.ok{color:#69db7c}
-</style></head>
-<body><div><img id="view" src="frame.png" alt="G1"></div>
-<div><h1>mocapline &mdash; live ledger</h1><table id="ledger"></table>
-<p id="links"></p></div>
-<script>
-const img=document.getElementById('view');
-function refresh(){const n=new Image();n.onload=()=>{img.src=n.src;setTimeout(refresh,%(period_ms)d)};
-n.onerror=()=>setTimeout(refresh,1000);n.src='frame.png?'+Date.now();}
-refresh();
-async function ledger(){try{const r=await fetch('ledger.json');const d=await r.json();
-let h='';for(const [k,v] of Object.entries(d)){let c='';if(k==='unique_frames_conserved')c=v?'ok':'bad';
-if(k==='crc_invalid'&&v>0)c='bad';h+=`<tr><td>${k}</td><td class="${c}">${typeof v==='object'?JSON.stringify(v):v}</td></tr>`;}
-document.getElementById('ledger').innerHTML=h;}catch(e){} setTimeout(ledger,500);}
-ledger();
-fetch('plots.json').then(r=>r.json()).then(l=>{if(l.length)document.getElementById('links').innerHTML=
-'Take plots: '+l.map(n=>`<a style="color:#8ab4f8" href="plots/${encodeURI(n)}">${n}</a>`).join(' &middot; ');}).catch(()=>{});
-</script></body></html>
-"""
+@dataclass
+class PoseFeed:
+    """The latest pose update and a condition the WebSocket senders wait on."""
+
+    data: bytes = b""
+    seq: int = 0
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def publish(self, data: bytes) -> None:
+        with self.cond:
+            self.data, self.seq = data, self.seq + 1
+            self.cond.notify_all()
+
+    def next_after(self, seq: int, timeout: float) -> tuple[int, bytes]:
+        with self.cond:
+            self.cond.wait_for(lambda: self.seq != seq, timeout)
+            return self.seq, self.data
+
+
+@dataclass
+class LatencyHistory:
+    """p50 / p99 of end-to-end latency per second over the last minute, for the page's chart.
+    ``take`` returns the latencies (seconds) recorded since it was last called."""
+
+    take: Callable[[], list[float]]
+    rows: deque[tuple[float, float | None, float | None]] = field(default_factory=lambda: deque(maxlen=HISTORY_S))
+    last_tick: float = 0.0
+
+    def tick(self, now: float) -> None:
+        if now - self.last_tick < 1.0:
+            return
+        samples = self.take()
+        if now - self.last_tick > 5.0:  # nobody looked for a while: those samples are old
+            samples = []
+        self.last_tick = now
+        if samples:
+            p50, p99 = np.percentile(np.asarray(samples), [50, 99]) * 1000.0
+            self.rows.append((round(time.time(), 1), round(float(p50), 2), round(float(p99), 2)))
+        else:
+            self.rows.append((round(time.time(), 1), None, None))
+
+    def as_dict(self) -> dict[str, list[Any]]:
+        return {"t": [r[0] for r in self.rows], "p50_ms": [r[1] for r in self.rows],
+                "p99_ms": [r[2] for r in self.rows]}
+
+
+def readable_rows(value: Any, prefix: str = "") -> list[list[str]]:
+    """A nested dict (the durable state) as [key path, value] rows a person can read."""
+    if isinstance(value, dict):
+        rows: list[list[str]] = []
+        for key, sub in value.items():
+            rows.extend(readable_rows(sub, f"{prefix}{key}." if not isinstance(sub, dict) or sub else f"{prefix}{key}"))
+        return rows
+    label = prefix.rstrip(".")
+    if isinstance(value, float):
+        return [[label, f"{value:.3f}"]]
+    if isinstance(value, list):
+        return [[label, ", ".join(map(str, value[:8])) + (" ..." if len(value) > 8 else "")]]
+    return [[label, str(value)]]
+
+
+class PipelineView:
+    """The stages' counts, read downstream first (one consistent picture), at most once a second
+    and only when a page asks."""
+
+    def __init__(self, nats_url: str | None) -> None:
+        self.nats_url = nats_url
+        self.stages: dict[str, dict[str, Any]] = {}
+        self._asked = 0.0
+        self._lock = threading.Lock()
+
+    def refresh(self) -> dict[str, dict[str, Any]]:
+        if self.nats_url is None:
+            return {}
+        with self._lock:
+            if time.monotonic() - self._asked >= 1.0:
+                self._asked = time.monotonic()
+                from mocapline.core.bus import request_in_order
+
+                try:
+                    self.stages = asyncio.run(request_in_order(self.nats_url, list(STAGES_DOWNSTREAM_FIRST),
+                                                               "status", timeout=1.0))
+                except Exception:  # noqa: BLE001 - NATS down: the page shows the viewer's own counts
+                    self.stages = {}
+            return self.stages
+
+
+def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency: LatencyHistory) -> dict[str, Any]:
+    """Everything the page shows, in one answer."""
+    # The stage rows come from one snapshot (read downstream first); the viewer's own counters,
+    # newer than that snapshot, only where there is none.
+    stages = dict(stages) if stages else {"viewer": viewer}
+    auditor = stages.pop("auditor", {}).get("verdict") or {}
+    verdict = None
+    if "capture" in stages:
+        verdict = with_verdict(pipeline_counts(stages), final=False)
+        verdict["missing_by_path"] = auditor.get("missing_by_path")
+        verdict["per_segment"] = (verdict.get("per_segment") or [])[-6:]
+    viewer_rows = {k: v for k, v in viewer.items() if k != "durable" and not isinstance(v, (list, dict))}
+    return {
+        "stages": [dict(zip(("stage", "in", "out", "pending", "rejected"), row)) for row in stage_rows(stages)],
+        "verdict": verdict,
+        "viewer": viewer_rows,
+        "latency": latency.as_dict(),
+        "durable": readable_rows(viewer.get("durable") or {}),
+    }
 
 
 class WebView:
-    """Serves the latest PNG and ledger; the render loop calls ``publish`` at display rate."""
+    """The page's server. ``publish_pose`` is called by the viewer's loop (only while ``watching``)."""
 
     def __init__(self, host: str, port: int, ledger: Callable[[], dict[str, Any]], fps: float = 30.0,
-                 plots_dir: Path | None = None) -> None:
+                 plots_dir: Path | None = None, *, scene: Any = None, nats_url: str | None = None,
+                 latencies: Callable[[], list[float]] | None = None) -> None:
         self.ledger = ledger
+        self.scene = scene
         self.plots_dir = Path(plots_dir).resolve() if plots_dir is not None else None
-        self._png = encode_png(np.zeros((8, 8, 3), dtype=np.uint8))
-        self._lock = threading.Lock()
-        page = (PAGE % {"period_ms": int(1000 / max(fps, 1))}).encode()
+        self.period = 1.0 / fps if fps > 0 else 1.0 / 30
+        self.poses = PoseFeed()
+        self.pipeline = PipelineView(nats_url)
+        self.latency = LatencyHistory(latencies or list)
+        self.clients = 0
+        self._clients_lock = threading.Lock()
+        self._stopping = threading.Event()
         view = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                path = self.path.split("?", 1)[0]
+                path = unquote(self.path.split("?", 1)[0])
                 if path == "/":
-                    self._send(200, "text/html; charset=utf-8", page)
-                elif path == "/frame.png":
-                    with view._lock:
-                        png = view._png
-                    self._send(200, "image/png", png)
+                    self._send(200, "text/html; charset=utf-8", view.static("index.html") or b"")
+                elif path.startswith("/static/") and (body := view.static(path[len("/static/"):])) is not None:
+                    self._send(200, mimetypes.guess_type(path)[0] or "application/octet-stream", body, cache=True)
+                elif path == "/robot.json" and view.scene is not None:
+                    self._send(200, "application/json", json.dumps(view.scene.describe()).encode(), cache=True)
+                elif path == "/robot.bin" and view.scene is not None:
+                    self._send(200, "application/octet-stream", view.scene.mesh_bytes, cache=True, gzip=True)
+                elif path == "/ws":
+                    view.serve_poses(self)
                 elif path == "/ledger.json":
-                    self._send(200, "application/json", json.dumps(view.ledger()).encode())
+                    self._send(200, "application/json", json.dumps(view.page_data()).encode())
                 elif path == "/healthz":
                     self._send(200, "text/plain", b"ok")
                 elif path == "/plots.json":
                     self._send(200, "application/json", json.dumps(view.plot_names()).encode())
-                elif path.startswith("/plots/") and (png := view.plot(unquote(path[len("/plots/"):]))) is not None:
+                elif path.startswith("/plots/") and (png := view.plot(path[len("/plots/"):])) is not None:
                     self._send(200, "image/png", png)
                 else:
                     self._send(404, "text/plain", b"not found")
 
-            def _send(self, code: int, ctype: str, body: bytes) -> None:
+            def _send(self, code: int, ctype: str, body: bytes, cache: bool = False, gzip: bool = False) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-store")
+                self.send_header("Cache-Control", "max-age=3600" if cache else "no-store")
+                if gzip:
+                    self.send_header("Content-Encoding", "gzip")
                 self.end_headers()
                 self.wfile.write(body)
 
@@ -112,9 +211,58 @@ class WebView:
         self.server.daemon_threads = True
         self.address = f"http://{host}:{self.server.server_address[1]}/"
         self._thread = threading.Thread(target=self.server.serve_forever, name="web-view", daemon=True)
+        self._ticker = threading.Thread(target=self._tick, name="web-latency", daemon=True)
+
+    @property
+    def watching(self) -> bool:
+        """A page is connected: poses are worth packing."""
+        return self.clients > 0
 
     def start(self) -> None:
         self._thread.start()
+        self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stopping.wait(1.0):
+            self.latency.tick(time.monotonic())
+
+    def page_data(self) -> dict[str, Any]:
+        return page_data(self.ledger(), self.pipeline.refresh(), self.latency)
+
+    def publish_pose(self, posture_index: int | None, xpos: np.ndarray, xquat: np.ndarray) -> None:
+        if self.scene is not None:
+            self.poses.publish(self.scene.pose_bytes(posture_index, xpos, xquat))
+
+    def serve_poses(self, handler: BaseHTTPRequestHandler) -> None:
+        """One page's pose stream, until it goes away or the viewer stops."""
+        if not websocket.handshake(handler):
+            return
+        sock = handler.connection
+        with self._clients_lock:
+            self.clients += 1
+        seq = 0
+        try:
+            while not self._stopping.is_set():
+                new_seq, data = self.poses.next_after(seq, timeout=1.0)
+                if websocket.peer_closed(sock):
+                    break
+                if new_seq != seq and data:
+                    sock.sendall(websocket.frame(data))
+                    seq = new_seq
+        except OSError:
+            pass  # the page went away
+        finally:
+            with self._clients_lock:
+                self.clients -= 1
+            handler.close_connection = True
+
+    def static(self, name: str) -> bytes | None:
+        """A file of the page (inside static/ only)."""
+        parts = [p for p in name.split("/") if p]
+        if not parts or any(p in ("..", ".") for p in parts):
+            return None
+        target = STATIC.joinpath(*parts)
+        return target.read_bytes() if target.is_file() else None
 
     def plot_names(self) -> list[str]:
         """PNGs under the plots folder (recursively: a folder of takes works), relative paths."""
@@ -131,11 +279,9 @@ class WebView:
             return None
         return target.read_bytes()
 
-    def publish(self, rgb: np.ndarray) -> None:
-        png = encode_png(rgb)
-        with self._lock:
-            self._png = png
-
     def stop(self) -> None:
+        self._stopping.set()
+        with self.poses.cond:
+            self.poses.cond.notify_all()
         self.server.shutdown()
         self.server.server_close()

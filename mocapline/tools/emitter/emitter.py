@@ -12,12 +12,13 @@ import random
 import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mocapline.core.options import EnvArgumentParser, parse_index_list
+from mocapline.core.options import EnvArgumentParser, non_negative_float, non_negative_int, parse_index_list
 from mocapline.core.paths import DEMO_TAKE
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig, encode_datagram
@@ -107,7 +108,9 @@ def emit_take(
     with_displacement: bool = True,
     with_reference: bool = False,
     speed: float = 1.0,
+    stop: threading.Event | None = None,
 ) -> EmitStats:
+    """Send ``plan`` to ``dests``; ``stop`` (set by a Ctrl-C, for instance) ends it early."""
     config = config or AxisBvhConfig()
     skeleton = get_skeleton(config.skeleton)
     rng = random.Random(plan.seed)
@@ -123,6 +126,8 @@ def emit_take(
     last = None
     data = b""
     for k, index in enumerate(plan.indices()):
+        if stop is not None and stop.is_set():
+            break
         pacer.wait()
         if index != last:
             t = (index - plan.first_index) / fps
@@ -206,21 +211,21 @@ def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline emit", description=__doc__)
     p.add_argument("--dest", nargs="+", default=["127.0.0.1:7014"],
                    help="HOST:PORT destinations; the first is the main path, the second the side path")
-    p.add_argument("--frames", type=int, default=600, help="frames in the take (0 = until Ctrl-C)")
-    p.add_argument("--rate", type=float, default=60.0, help="frames per second; 0 = as fast as possible")
-    p.add_argument("--first-index", type=int, default=0, help="posture_index of the first frame")
+    p.add_argument("--frames", type=non_negative_int, default=600, help="frames in the take (0 = until Ctrl-C)")
+    p.add_argument("--rate", type=non_negative_float, default=60.0, help="frames per second; 0 = as fast as possible")
+    p.add_argument("--first-index", type=non_negative_int, default=0, help="posture_index of the first frame")
     p.add_argument("--duplicate", type=parse_index_list, default=[], help="indices sent twice, e.g. 5,9-12")
     p.add_argument("--duplicate-last", action="store_true", help="send the last frame twice (as Axis does)")
     p.add_argument("--skip", type=parse_index_list, default=[], help="indices sent to no destination")
     p.add_argument("--skip-main", type=parse_index_list, default=[], help="indices the first destination misses")
     p.add_argument("--skip-side", type=parse_index_list, default=[], help="indices the second destination misses")
-    p.add_argument("--garbage", type=int, default=0, help="non-BVH datagrams to mix into the main path")
+    p.add_argument("--garbage", type=non_negative_int, default=0, help="non-BVH datagrams to mix into the main path")
     p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ", help="BVH rotation order")
     p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio", help="skeleton")
     p.add_argument("--legacy-header", action="store_true", help="Axis Studio's 'use old header format'")
     p.add_argument("--no-displacement", action="store_true", help="send rotations only (no bone translations)")
     p.add_argument("--with-reference", action="store_true", help="prepend the 6-float reference block")
-    p.add_argument("--speed", type=float, default=1.0,
+    p.add_argument("--speed", type=non_negative_float, default=1.0,
                    help="motion tempo multiplier; with --replay, playback speed (0 = as fast as possible)")
     p.add_argument("--replay", type=Path, default=None, help="replay this .mlrec recording instead of generating")
     p.add_argument("--demo", action="store_true", help="replay the bundled demo take (assets/demo)")

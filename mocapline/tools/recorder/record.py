@@ -27,14 +27,13 @@ MOCAPLINE_RECORD_FRAMES), with the configuration written down by hand.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from mocapline.core.options import EnvArgumentParser, port_number
+from mocapline.core.options import EnvArgumentParser, non_negative_float, non_negative_int, port_number
 
 
 def build_parser() -> EnvArgumentParser:
@@ -43,10 +42,10 @@ def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline record", description=__doc__)
     p.add_argument("--dir", type=Path, required=True, help="the take folder to create")
     add_stack_options(p)
-    p.add_argument("--seconds", type=float, default=0.0, help="stop after this long (0 = until Ctrl-C)")
-    p.add_argument("--frames", type=int, default=0, help="stop once capture has this many unique frames (0 = off)")
+    p.add_argument("--seconds", type=non_negative_float, default=0.0, help="stop after this long (0 = until Ctrl-C)")
+    p.add_argument("--frames", type=non_negative_int, default=0, help="stop once capture has this many unique frames (0 = off)")
     p.add_argument("--replay", type=Path, default=None, help="feed this .mlrec through the pipeline, then stop")
-    p.add_argument("--replay-speed", type=float, default=1.0, help="with --replay: 1 = original timing, 0 = asap")
+    p.add_argument("--replay-speed", type=non_negative_float, default=1.0, help="with --replay: 1 = original timing, 0 = asap")
     p.add_argument("--no-viewer", action="store_true",
                    help="leave the streamer's port to an external consumer (lossless: without one, nothing is sent)")
     p.add_argument("--display", choices=("auto", "window", "web", "none"), default="none", help="viewer display")
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from mocapline.formats.mlmf import read_frame_file
     from mocapline.formats.mlrec import read_recording
     from mocapline.tools.pipeline.procs import free_tcp_port
-    from mocapline.tools.pipeline.stack import Stack, launch
+    from mocapline.tools.pipeline.stack import Stack, run_stack
     from mocapline.tools.pipeline.up import stack_config
 
     args = build_parser().parse_args(argv)
@@ -103,12 +102,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     (take / "config.json").write_text(json.dumps(description, indent=2, sort_keys=True) + "\n")
     stack = Stack(config)
-    if not launch(stack, "mocapline record"):
-        return 1
+    code = run_stack(stack, "mocapline record", lambda guard: record(stack, args, guard))
+    summary: dict[str, Any] = {"take": str(take)}
+    if raw.exists():
+        summary["datagrams"] = len(read_recording(raw).datagrams)
+    if frames.exists():
+        summary["mocap_frames"] = len(read_frame_file(frames).payloads)
+    print(json.dumps(summary))
+    return code
+
+
+def record(stack: Any, args: Any, guard: Any) -> int:
+    """The take: until Ctrl-C, --seconds, --frames or the end of --replay; then drain and ledger.json."""
+    from mocapline.tools.pipeline.interrupt import Interrupted, Phase
+
+    config, take = stack.config, args.dir
     print(f"mocapline record: recording into {take}; Axis Studio -> udp {config.main_port}; Ctrl-C ends the take",
           file=sys.stderr, flush=True)
-    stop = threading.Event()
-    old = [signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)]
+    stop = guard.stop
     sender = None
     if args.replay is not None:
         from mocapline.tools.emitter.emitter import replay
@@ -121,37 +132,30 @@ def main(argv: list[str] | None = None) -> int:
         sender = threading.Thread(target=feed, daemon=True)
         sender.start()
     t0 = time.monotonic()
-    code = 0
+    while not stop.wait(0.2):
+        if args.seconds and time.monotonic() - t0 >= args.seconds:
+            break
+        if args.frames:
+            try:
+                if int(stack.ask("capture", "status", timeout=2.0).get("source_unique_frames") or 0) >= args.frames:
+                    break
+            except Exception:  # noqa: BLE001 - ask again on the next tick
+                pass
+    guard.enter(Phase.DRAINING)
+    print("mocapline record: draining (Ctrl-C again stops at once)...", file=sys.stderr, flush=True)
     try:
-        while not stop.wait(0.2):
-            if args.seconds and time.monotonic() - t0 >= args.seconds:
-                break
-            if args.frames:
-                try:
-                    if int(stack.ask("capture", "status", timeout=2.0).get("source_unique_frames") or 0) >= args.frames:
-                        break
-                except Exception:  # noqa: BLE001 - ask again on the next tick
-                    pass
         if sender is not None:
             sender.join(timeout=5)
         time.sleep(0.3)  # the last datagrams reach capture
         finals = stack.drain()
         ledger = {"verdict": stack.verdict(finals), "stages": finals}
         (take / "ledger.json").write_text(json.dumps(ledger, indent=2, sort_keys=True, default=str) + "\n")
+    except Interrupted:
+        raise
     except Exception as exc:  # noqa: BLE001 - still stop everything and keep what was recorded
         print(f"mocapline record: drain failed: {exc}", file=sys.stderr)
-        code = 1
-    finally:
-        stack.stop()
-        for s, handler in zip((signal.SIGINT, signal.SIGTERM), old, strict=True):
-            signal.signal(s, handler)
-    summary: dict[str, Any] = {"take": str(take)}
-    if raw.exists():
-        summary["datagrams"] = len(read_recording(raw).datagrams)
-    if frames.exists():
-        summary["mocap_frames"] = len(read_frame_file(frames).payloads)
-    print(json.dumps(summary))
-    return code
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,217 @@
+// The mocapline web viewer: the G1 drawn with three.js from body poses streamed over a WebSocket
+// (drawn at the display's rate, whatever the stream's), and the live ledger beside it.
+// Everything is served by the viewer process from the installed package: nothing is fetched from
+// the network.
+import * as THREE from 'three';
+import { OrbitControls } from '/static/vendor/three/OrbitControls.js';
+
+const $ = (id) => document.getElementById(id);
+const state = { frames: 0, poses: 0, posture: null, bodies: [], pelvis: 1, ready: false, errors: [] };
+window.__viewer = state; // read by tests/test_web_viewer.py
+
+// ---- scene ---------------------------------------------------------------------------------
+const canvas = $('view');
+const renderer = new THREE.WebGLRenderer({ canvas, antialias: true });
+renderer.setPixelRatio(Math.min(window.devicePixelRatio || 1, 2));
+const scene = new THREE.Scene();
+scene.background = new THREE.Color(0x1b2027);
+const camera = new THREE.PerspectiveCamera(40, 1, 0.05, 100);
+camera.up.set(0, 0, 1); // MuJoCo is z-up
+camera.position.set(2.6, -2.6, 1.5);
+const controls = new OrbitControls(camera, canvas);
+controls.target.set(0, 0, 0.75);
+controls.enableDamping = true;
+controls.update();
+scene.add(new THREE.HemisphereLight(0xdfe8ff, 0x30343a, 1.6));
+const sun = new THREE.DirectionalLight(0xffffff, 1.8);
+sun.position.set(3, -2, 5);
+scene.add(sun);
+const grid = new THREE.GridHelper(20, 40, 0x4a5360, 0x2c323b);
+grid.rotation.x = Math.PI / 2; // into the xy plane
+scene.add(grid);
+const robot = new THREE.Group();
+scene.add(robot);
+
+function resize() {
+  const w = canvas.clientWidth, h = canvas.clientHeight;
+  if (canvas.width !== Math.floor(w * renderer.getPixelRatio()) || canvas.height !== Math.floor(h * renderer.getPixelRatio())) {
+    renderer.setSize(w, h, false);
+    camera.aspect = w / Math.max(h, 1);
+    camera.updateProjectionMatrix();
+  }
+}
+
+async function loadRobot() {
+  const desc = await (await fetch('/robot.json')).json();
+  const blob = await (await fetch('/robot.bin')).arrayBuffer();
+  const geometries = desc.meshes.map((m) => {
+    const g = new THREE.BufferGeometry();
+    g.setAttribute('position', new THREE.BufferAttribute(new Float32Array(blob, m.vert_offset, m.vert_count * 3), 3));
+    g.setIndex(new THREE.BufferAttribute(new Uint32Array(blob, m.face_offset, m.face_count * 3), 1));
+    g.computeVertexNormals();
+    return g;
+  });
+  const materials = new Map();
+  state.bodies = desc.bodies.map(() => { const b = new THREE.Group(); robot.add(b); return b; });
+  for (const geom of desc.geoms) {
+    const key = geom.rgba.join(',');
+    if (!materials.has(key)) {
+      materials.set(key, new THREE.MeshStandardMaterial({ color: new THREE.Color(geom.rgba[0], geom.rgba[1], geom.rgba[2]), roughness: 0.55, metalness: 0.15 }));
+    }
+    const mesh = new THREE.Mesh(geometries[geom.mesh], materials.get(key));
+    mesh.position.set(...geom.pos);
+    mesh.quaternion.set(geom.quat[1], geom.quat[2], geom.quat[3], geom.quat[0]);
+    state.bodies[geom.body].add(mesh);
+  }
+  state.pelvis = desc.pelvis;
+  state.ready = true;
+}
+
+function applyPose(buf) {
+  const a = new Float32Array(buf);
+  state.posture = a[0] >= 0 ? Math.round(a[0]) : null;
+  const n = Math.min(state.bodies.length, (a.length - 1) / 7);
+  for (let b = 0; b < n; b++) {
+    const o = 1 + 7 * b;
+    state.bodies[b].position.set(a[o], a[o + 1], a[o + 2]);
+    state.bodies[b].quaternion.set(a[o + 4], a[o + 5], a[o + 6], a[o + 3]);
+  }
+  state.poses++;
+}
+
+// The camera follows the pelvis: what the person turned or zoomed stays, the robot stays framed.
+const pelvis = new THREE.Vector3();
+function follow() {
+  if (!state.ready || !state.poses) return;
+  state.bodies[state.pelvis].getWorldPosition(pelvis);
+  const goal = new THREE.Vector3(pelvis.x, pelvis.y, 0.72);
+  const step = goal.sub(controls.target).multiplyScalar(0.12);
+  controls.target.add(step);
+  camera.position.add(step);
+}
+
+let rateFrames = 0, rateT0 = performance.now();
+function draw(now) {
+  resize();
+  follow();
+  controls.update();
+  renderer.render(scene, camera);
+  state.frames++;
+  rateFrames++;
+  if (now - rateT0 > 1000) {
+    $('hud-rate').textContent = `${Math.round(rateFrames * 1000 / (now - rateT0))} fps`;
+    rateFrames = 0; rateT0 = now;
+  }
+  requestAnimationFrame(draw);
+}
+
+// Where the robot is on the canvas, in normalised device coordinates (tests check it is inside).
+state.robotBox = () => {
+  const box = new THREE.Box3().setFromObject(robot);
+  if (box.isEmpty()) return null;
+  let lo = [Infinity, Infinity], hi = [-Infinity, -Infinity];
+  for (const x of [box.min.x, box.max.x]) for (const y of [box.min.y, box.max.y]) for (const z of [box.min.z, box.max.z]) {
+    const p = new THREE.Vector3(x, y, z).project(camera);
+    lo = [Math.min(lo[0], p.x), Math.min(lo[1], p.y)]; hi = [Math.max(hi[0], p.x), Math.max(hi[1], p.y)];
+  }
+  return { min: lo, max: hi, height_m: box.max.z - box.min.z };
+};
+
+function connect() {
+  const ws = new WebSocket(`ws://${location.host}/ws`);
+  ws.binaryType = 'arraybuffer';
+  ws.onmessage = (ev) => {
+    if (!state.ready) return;
+    applyPose(ev.data);
+    $('hud-index').textContent = state.posture === null ? 'no frame yet' : `posture_index ${state.posture}`;
+  };
+  ws.onclose = () => setTimeout(connect, 1000);
+}
+
+// ---- ledger --------------------------------------------------------------------------------
+const fmt = (v) => (v === null || v === undefined ? '–' : typeof v === 'number' ? v.toLocaleString('en-US') : String(v));
+function esc(s) { return String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c])); }
+function kv(id, rows, bad = () => false) {
+  $(id).innerHTML = rows.map(([k, v]) => `<tr><td>${esc(k)}</td><td class="${bad(k, v) ? 'bad' : ''}">${esc(fmt(v))}</td></tr>`).join('');
+}
+
+function drawLatency(lat) {
+  const c = $('latency'), g = c.getContext('2d');
+  const w = c.width, h = c.height;
+  g.clearRect(0, 0, w, h);
+  const values = [...lat.p50_ms, ...lat.p99_ms].filter((v) => v !== null);
+  const top = Math.max(5, ...values) * 1.15;
+  g.strokeStyle = '#262b33'; g.fillStyle = '#8d96a0'; g.font = '10px system-ui'; g.lineWidth = 1;
+  for (const f of [0.25, 0.5, 0.75]) {
+    const y = h - f * h; g.beginPath(); g.moveTo(0, y); g.lineTo(w, y); g.stroke();
+    g.fillText(`${(top * f).toFixed(1)} ms`, 4, y - 2);
+  }
+  const n = 60;
+  const line = (series, color) => {
+    g.strokeStyle = color; g.lineWidth = 1.6; g.beginPath();
+    let pen = false;
+    series.forEach((v, i) => {
+      const x = w - (series.length - 1 - i) * (w / (n - 1)), y = h - (v ?? 0) / top * h;
+      if (v === null) { pen = false; return; }
+      if (pen) g.lineTo(x, y); else g.moveTo(x, y);
+      pen = true;
+    });
+    g.stroke();
+  };
+  line(lat.p99_ms, '#f0883e');
+  line(lat.p50_ms, '#6cb6ff');
+  const last = (s) => { for (let i = s.length - 1; i >= 0; i--) if (s[i] !== null) return `${s[i].toFixed(1)} ms`; return '–'; };
+  $('p50').textContent = last(lat.p50_ms);
+  $('p99').textContent = last(lat.p99_ms);
+}
+
+async function refreshLedger() {
+  try {
+    const d = await (await fetch('/ledger.json', { cache: 'no-store' })).json();
+    $('stages').tBodies[0].innerHTML = d.stages.map((r) =>
+      `<tr><td>${r.stage}</td><td>${fmt(r.in)}</td><td>${fmt(r.out)}</td><td>${fmt(r.pending)}</td><td class="${r.rejected > 0 ? 'bad' : ''}">${fmt(r.rejected)}</td></tr>`).join('');
+    const v = d.verdict;
+    const badge = $('verdict');
+    if (v) {
+      badge.textContent = v.state;
+      badge.title = v.state;
+      badge.className = 'badge ' + (v.unique_frames_conserved ? 'ok' : v.state.startsWith('not') ? 'bad' : 'wait');
+      kv('source', [
+        ['unique frames', v.source_unique_frames], ['received datagrams', v.source_received],
+        ['missing indices', v.source_missing_indices], ['duplicate indices', v.source_duplicate_indices],
+        ['backward jumps (segments)', `${fmt(v.source_backward_indices)} (${fmt(v.segments)})`],
+        ['rejected datagrams', v.rejected_datagrams], ['last posture_index', v.last_posture_index],
+        ['unique_frames_conserved', v.unique_frames_conserved],
+      ], (k, x) => (k.startsWith('missing') || k.startsWith('rejected')) && x > 0);
+      const mp = v.missing_by_path || {};
+      const label = { main_only: 'main only (recoverable by merging)', both: 'both paths (upstream)', side_only: 'side only', main_no_side_data: 'main, no side data' };
+      const count = (r) => (r || []).reduce((n, [lo, hi]) => n + hi - lo + 1, 0);
+      kv('paths', Object.keys(label).map((k) => [label[k], v.missing_by_path ? count(mp[k]) : '–']), (k, x) => x > 0);
+      $('segments').tBodies[0].innerHTML = (v.per_segment || []).slice().reverse().map((s) =>
+        `<tr><td>${s.segment}</td><td>${fmt(s.first_index)}</td><td>${fmt(s.last_index)}</td><td>${fmt(s.unique_frames)}</td><td class="${s.missing_indices ? 'bad' : ''}">${fmt(s.missing_indices)}</td></tr>`).join('');
+    } else {
+      badge.textContent = 'viewer only (no pipeline on NATS)';
+      badge.className = 'badge wait';
+    }
+    kv('viewer', Object.entries(d.viewer), (k, x) => (k === 'crc_invalid' || k === 'frame_id_gaps') && x > 0);
+    $('durable-section').hidden = !d.durable.length;
+    kv('durable', d.durable);
+    drawLatency(d.latency);
+    state.ledger = d;
+  } catch (e) {
+    state.errors.push(String(e));
+  }
+  setTimeout(refreshLedger, 1000);
+}
+
+async function loadPlots() {
+  try {
+    const names = await (await fetch('/plots.json')).json();
+    if (names.length) $('plots').innerHTML = names.map((n) => `<a href="/plots/${encodeURI(n)}" target="_blank">${esc(n)}</a>`).join('');
+  } catch (e) { /* no plots */ }
+}
+
+loadRobot().then(connect).catch((e) => { state.errors.push(String(e)); $('hud-index').textContent = 'robot failed to load'; });
+refreshLedger();
+loadPlots();
+requestAnimationFrame(draw);

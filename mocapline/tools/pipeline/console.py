@@ -1,0 +1,127 @@
+"""What `mocapline up` shows in the terminal while it runs.
+
+The start-up lines (URL, logs, state folder, ports) are printed once and stay; below them the live
+table is redrawn in place (cursor up over the last table, clear to the end of the screen), so
+nothing above it is ever wiped. Notices (a service's warning or error from its log, a restart) are
+printed once, between the two, where they scroll up with the start-up lines.
+
+The table is one consistent picture: the stages are asked downstream first
+(``bus.request_in_order``), so no stage shows more frames than the one that feeds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from mocapline.core.bus import request_in_order
+from mocapline.services.auditor.audit import audit
+from mocapline.tools.pipeline.stack import STAGES, format_line, format_table
+
+# A service's log line (core/lifecycle.LOG_FORMAT) at WARNING or above.
+_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (\S+) (WARNING|ERROR|CRITICAL) (.*)$")
+# A line a service prints itself when it gives up ("mocapline viewer: cannot serve on ...").
+_SERVICE_SAYS = re.compile(r"^(mocapline \w+: .*)$")
+
+
+def snapshot(nats_url: str, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+    """Every stage's counts, read downstream first (one consistent picture); {} when NATS is down."""
+    try:
+        return asyncio.run(request_in_order(nats_url, list(reversed(STAGES)), "status", timeout))
+    except Exception:  # noqa: BLE001 - the next tick asks again
+        return {}
+
+
+def verdict_line(stages: dict[str, dict[str, Any]]) -> str:
+    """The live verdict in words, e.g. ``running, 3 in flight; segments 2, missing 0, duplicate 0``."""
+    if "capture" not in stages:
+        return "verdict: waiting for the stages"
+    v = audit({"services": stages, "side": None}, final=False)
+    return (f"verdict: {v['state']}; segments {v.get('segments') or 0}, missing {v['source_missing_indices']}, "
+            f"duplicate {v['source_duplicate_indices']}, last_posture_index {v['last_posture_index']}")
+
+
+@dataclass
+class LogWatch:
+    """Reads the services' logs as they grow; returns each new warning or error as one line."""
+
+    log_dir: Path
+    names: tuple[str, ...]
+    offsets: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.names:  # a restarted run appends: only what comes from now on
+            path = self.log_dir / f"{name}.log"
+            self.offsets[name] = path.stat().st_size if path.exists() else 0
+
+    def new_notices(self, limit: int = 20) -> list[str]:
+        out: list[str] = []
+        for name in self.names:
+            path = self.log_dir / f"{name}.log"
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(self.offsets[name])
+                    chunk = fh.read(1 << 20)
+            except OSError:
+                continue
+            complete = chunk[: chunk.rfind(b"\n") + 1]  # a half-written line waits for the next tick
+            self.offsets[name] += len(complete)
+            for raw in complete.decode(errors="replace").splitlines():
+                notice = self._notice(name, raw)
+                if notice is not None and len(out) < limit:
+                    out.append(notice)
+        return out
+
+    def _notice(self, name: str, line: str) -> str | None:
+        if m := _LOG_LINE.match(line):
+            return f"mocapline: {name}: {m.group(2).lower()}: {m.group(3)}"
+        if line.startswith("Traceback "):
+            return f"mocapline: {name}: error: a traceback in {self.log_dir / (name + '.log')}"
+        if m := _SERVICE_SAYS.match(line):
+            return m.group(1)
+        return None
+
+
+class LiveConsole:
+    """Notices above, the live table below, redrawn in place on a terminal; one line per tick
+    otherwise (a log file, a pipe)."""
+
+    FOOTER = "(Ctrl-C: drain, stop and print the final ledger)"
+
+    def __init__(self, out: TextIO | None = None, interactive: bool | None = None) -> None:
+        self.out = out or sys.stdout
+        self.interactive = self.out.isatty() if interactive is None else interactive
+        self._lines_drawn = 0
+        self._notices: list[str] = []
+        self._lock = threading.Lock()
+
+    def notice(self, line: str) -> None:
+        """Printed once, above the table, at the next draw (thread-safe)."""
+        with self._lock:
+            self._notices.append(line)
+
+    def draw(self, stages: dict[str, dict[str, Any]]) -> None:
+        with self._lock:
+            notices, self._notices = self._notices, []
+        if self.interactive:
+            text = format_table(stages) + "\n" + verdict_line(stages) + "\n" + self.FOOTER
+            erase = f"\x1b[{self._lines_drawn}F\x1b[J" if self._lines_drawn else ""
+            self.out.write(erase + "".join(n + "\n" for n in notices) + text + "\n")
+            self._lines_drawn = text.count("\n") + 1
+        else:
+            self.out.write("".join(n + "\n" for n in notices) + format_line(stages) + "\n")
+        self.out.flush()
+
+    def release(self) -> None:
+        """Leave the last table on screen; what is printed next goes below it."""
+        with self._lock:
+            notices, self._notices = self._notices, []
+        if notices:
+            self.out.write("".join(n + "\n" for n in notices))
+            self.out.flush()
+        self._lines_drawn = 0
