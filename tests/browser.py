@@ -6,6 +6,7 @@ is the `websockets` package's synchronous client; no browser is downloaded (apt:
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import shutil
 import subprocess
@@ -52,7 +53,9 @@ class Browser:
         devtools_port = int(port_file.read_text().split()[0])
         targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{devtools_port}/json", timeout=5).read())
         page = next(t for t in targets if t["type"] == "page")
-        self.ws = connect(page["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024, open_timeout=10)
+        self._exits = contextlib.ExitStack()
+        self.ws = self._exits.enter_context(connect(page["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024,
+                                                    open_timeout=10))
         self._id = 0
         self.errors: list[str] = []
         self.send("Runtime.enable")
@@ -105,11 +108,9 @@ class Browser:
         return png
 
     def close(self) -> None:
-        try:
-            if hasattr(self, "ws"):
-                self.ws.close()
-        except Exception:  # noqa: BLE001 - closing anyway
-            pass
+        if hasattr(self, "_exits"):
+            with contextlib.suppress(Exception):
+                self._exits.close()
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

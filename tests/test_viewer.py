@@ -1,6 +1,7 @@
 """The viewer as a real process: every valid frame applied, every bad one rejected by reason, and the
-headless web view serving a real rendering."""
+headless web view serving the robot's meshes and streaming its body poses over a WebSocket."""
 
+import contextlib
 import json
 import struct
 import subprocess
@@ -59,10 +60,10 @@ def test_viewer_applies_valid_and_rejects_bad_by_reason() -> None:
     sock = lossless_socket(ctx, zmq.PUSH, f"tcp://127.0.0.1:{port}", bind=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "mocapline.cli", "viewer", f"--input=tcp://127.0.0.1:{port}", "--display=web",
-         f"--web-port={web_port}", "--exit-on-end", "--nats=nats://127.0.0.1:1", "--log-level=WARNING",
-         "--width=160", "--height=120"],
+         f"--web-port={web_port}", "--exit-on-end", "--nats=nats://127.0.0.1:1", "--log-level=WARNING"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    stack = contextlib.ExitStack()
     try:
         deadline = time.monotonic() + 60
         while True:  # the web view answers once the viewer is up and connected
@@ -73,6 +74,9 @@ def test_viewer_applies_valid_and_rejects_bad_by_reason() -> None:
             except OSError:
                 assert time.monotonic() < deadline, "viewer did not start"
                 time.sleep(0.2)
+        from websockets.sync.client import connect
+
+        page_socket = stack.enter_context(connect(f"ws://127.0.0.1:{web_port}/ws", open_timeout=10))  # as the page
         sender = FrameSender(sock, MessageType.MOTION_FRAME, 29)
         for i in range(50):
             sender.send(motion(i).SerializeToString(), capture_timestamp_us=time.time_ns() // 1000)
@@ -81,18 +85,20 @@ def test_viewer_applies_valid_and_rejects_bad_by_reason() -> None:
         sender.next_frame_id += 3  # a frame_id gap of 3
         for i in range(50, 60):
             sender.send(motion(i).SerializeToString(), capture_timestamp_us=time.time_ns() // 1000)
-        png = b""
+        poses = []
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(png) < 2000:
-            try:
-                png = urllib.request.urlopen(f"http://127.0.0.1:{web_port}/frame.png", timeout=2).read()
-            except OSError:
-                time.sleep(0.2)
-        page = urllib.request.urlopen(f"http://127.0.0.1:{web_port}/", timeout=2).read().decode()
-        live = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{web_port}/ledger.json", timeout=2).read())
+        while time.monotonic() < deadline and (not poses or np.frombuffer(poses[-1], "<f4")[0] < 1059):
+            poses.append(page_socket.recv(timeout=30))
+        stack.close()
+        get = lambda path: urllib.request.urlopen(f"http://127.0.0.1:{web_port}{path}", timeout=10).read()  # noqa: E731
+        page = get("/").decode()
+        robot = json.loads(get("/robot.json"))
+        meshes = get("/robot.bin")  # urllib does not decode gzip: the page's browser does
+        live = json.loads(get("/ledger.json"))
         sender.send_end()
         out, err = proc.communicate(timeout=60)
     finally:
+        stack.close()
         if proc.poll() is None:
             proc.kill()
         sock.close(linger=0)
@@ -103,5 +109,9 @@ def test_viewer_applies_valid_and_rejects_bad_by_reason() -> None:
     assert final["crc_invalid"] == 1
     assert final["frame_id_gaps"] == 3
     assert final["last_posture_index"] == 1059
-    assert png.startswith(b"\x89PNG") and len(png) > 2000  # a real rendering, not the placeholder
-    assert "live ledger" in page and "viewer_applied" in live
+    pose = np.frombuffer(poses[-1], "<f4")
+    assert pose[0] == 1059 and len(pose) == 1 + 7 * len(robot["bodies"])  # posture_index, then each body
+    pelvis = pose[1 + 7 * robot["pelvis"]:][:3]
+    assert abs(pelvis[2] - 0.79) < 1e-4  # the frame's body_pos_w, applied
+    assert len(robot["geoms"]) > 20 and meshes[:2] == b"\x1f\x8b" and len(meshes) > 100_000
+    assert "/static/app.js" in page and live["viewer"]["viewer_applied"] >= 1

