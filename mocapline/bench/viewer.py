@@ -9,7 +9,8 @@ A real viewer process (``--display web``, with its own NATS server) is fed Mocap
 
 For each phase: the viewer's CPU (share of one core, from /proc: user + system time over wall
 time), its peak RSS, and the frames it applied and poses it sent. Targets (issue 15): <= 3% of a
-core with no page, <= 10% with one, RSS <= 200 MB.
+core with no page, <= 10% with one, RSS <= 200 MB. Beside them, the floor: a bare pyzmq PULL
+process that only receives the same frames (poll, recv) costs this much on the same machine.
 """
 
 from __future__ import annotations
@@ -114,6 +115,39 @@ class Page(threading.Thread):
                     next_ledger += 1.0
 
 
+FLOOR = """
+import sys, time, zmq
+s = zmq.Context().socket(zmq.PULL)
+s.connect(sys.argv[1])
+p = zmq.Poller()
+p.register(s, zmq.POLLIN)
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    if p.poll(10):
+        s.recv_multipart()
+"""
+
+
+def floor_cpu(rate: float, seconds: float) -> float:
+    """CPU share of one core of a process that only receives the frames (bare pyzmq PULL)."""
+    ctx = zmq.Context()
+    sock = lossless_socket(ctx, zmq.PUSH, "tcp://127.0.0.1:0", bind=True)
+    endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    proc = subprocess.Popen([sys.executable, "-c", FLOOR, endpoint, str(seconds + 4)])
+    feeder = Feeder(FrameSender(sock, MessageType.MOTION_FRAME, 29), rate)
+    try:
+        feeder.start()
+        time.sleep(2.0)
+        cpu, _, _ = measure(proc.pid, seconds, feeder)
+        return cpu
+    finally:
+        feeder.halt.set()
+        feeder.join(5)
+        stop_all([proc], 10.0)
+        sock.close(linger=0)
+        ctx.term()
+
+
 def measure(pid: int, seconds: float, feeder: Feeder) -> tuple[float, float, int]:
     """CPU share of one core, peak RSS (MB) and frames sent over ``seconds``."""
     cpu0, t0, sent0 = cpu_seconds(pid), time.monotonic(), feeder.sent
@@ -180,6 +214,7 @@ def run(rate: float, seconds: float) -> dict[str, object]:
             feeder.halt.set()
             feeder.join(5)
         applied = json.loads(urllib.request.urlopen(base + "ledger.json", timeout=10).read())["viewer"]
+    floor = floor_cpu(rate, seconds)
     none, one = phases
     checks = {
         "no_page_cpu_pct": none.cpu_pct_of_one_core <= TARGETS["no_page_cpu_pct"],
@@ -187,7 +222,8 @@ def run(rate: float, seconds: float) -> dict[str, object]:
         "rss_mb": max(none.rss_mb_peak, one.rss_mb_peak) <= TARGETS["rss_mb"],
     }
     return {"rate_hz": rate, "phases": [asdict(p) for p in phases], "viewer_applied": applied.get("viewer_applied"),
-            "frames_sent": feeder.sent, "targets": TARGETS, "within_targets": checks}
+            "frames_sent": feeder.sent, "bare_pull_floor_cpu_pct": round(floor, 2), "targets": TARGETS,
+            "within_targets": checks}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -206,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for ph in result["phases"]:  # type: ignore[union-attr]
         rate = ph["poses_received"] / ph["seconds"] if ph["name"] == "one page" else 0.0
         print(f"{ph['name']:<10} {ph['cpu_pct_of_one_core']:>16.1f} {ph['rss_mb_peak']:>12.0f} {rate:>13.0f}")
+    print(f"{'floor':<10} {result['bare_pull_floor_cpu_pct']:>16.1f} {'':>12} {'':>13}   "
+          "(a bare pyzmq PULL receiving the same frames)")
     t = TARGETS
     ok = result["within_targets"]
     print(f"targets: no page <= {t['no_page_cpu_pct']:g}% ({'ok' if ok['no_page_cpu_pct'] else 'MISSED'}), "  # type: ignore[index]

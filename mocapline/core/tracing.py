@@ -5,7 +5,7 @@ thread's timestamp) through parse, merge and FK to the HumanFrame sent. The W3C 
 each stage's span travels in the frame it sends (HumanFrame -> RobotFrame -> MocapFrame, through
 the interpolator's MotionSample), so the next stage's span is its child: ``retarget.ik``,
 ``streamer.interpolate_send`` (until the frame's last interpolated sample is sent) and
-``viewer.validate_apply`` (from the message's arrival to qpos written and ``mj_forward``). Every
+``viewer.validate_apply`` (from the message's arrival to qpos written and ``mj_kinematics``). Every
 span has the attribute ``mocapline.posture_index``; a trace is the chain capture -> retarget ->
 streamer -> viewer of one posture_index. A stage whose tracing is off passes the traceparent it
 received on unchanged, so the stages that do trace still join one trace. A frame that an

@@ -125,13 +125,22 @@ class FrameReceiver:
     message_type: MessageType
     joint_count: int | None
     rejects: Counter[str] = field(default_factory=Counter)
+    _poll: zmq.Poller | None = field(default=None, init=False, repr=False)
+
+    def _poller(self) -> zmq.Poller:
+        """One Poller for the socket's life: ``Socket.poll`` builds and registers a new one on every
+        call, which is most of an idle wait's cost in a loop that waits per frame."""
+        if self._poll is None:
+            self._poll = zmq.Poller()
+            self._poll.register(self.socket, zmq.POLLIN)
+        return self._poll
 
     def recv(self, timeout_ms: int | None = None) -> Received | None:
         """The next valid message, or None on timeout / a counted reject / end of stream marker.
 
         End-of-stream messages are returned too (header.message_type tells).
         """
-        if timeout_ms is not None and not self.socket.poll(timeout_ms):
+        if timeout_ms is not None and not self._poller().poll(timeout_ms):
             return None
         # Copying receive: for messages this small it is cheaper than zero-copy frames.
         return validate_message(self.socket.recv_multipart(), self.message_type, self.joint_count, self.rejects)

@@ -1,6 +1,6 @@
 """`mocapline viewer`: PULL MocapFrames, validate, apply every frame to the G1 in MuJoCo, show it.
 
-Every valid frame is applied (qpos written, ``mj_forward``) in arrival order. Where a display
+Every valid frame is applied (qpos written, ``mj_kinematics``) in arrival order. Where a display
 exists the MuJoCo window opens and is redrawn at ``--fps``, not once per frame. Headless (servers,
 containers, CI) the robot is drawn by the browser: a web page (default http://127.0.0.1:8080/)
 gets the body poses over a WebSocket, at most ``--fps`` times a second and only while a page is

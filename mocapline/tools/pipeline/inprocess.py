@@ -5,7 +5,7 @@ with the real 44-byte envelope, driven one datagram at a time on one thread.
 Each datagram goes through the same code the processes run: capture's CaptureCore (parse, ledger,
 merge, FK) and CaptureService._send (HumanFrame protobuf), retarget's on_message (IK, RobotFrame),
 the streamer's on_robot_frame / send_ready (interpolator, MocapFrame), the viewer's validation and
-apply (qpos, mj_forward). Only the sockets' transport (inproc instead of tcp) and the loop that
+apply (qpos, mj_kinematics). Only the sockets' transport (inproc instead of tcp) and the loop that
 polls them differ.
 """
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -155,8 +156,10 @@ class Stack:
         for name in services:
             if name in self.config.metrics_ports:
                 continue  # an explicit port is checked by preflight()
-            port = DEFAULT_PORTS[name]
-            if not port_free(port, host="0.0.0.0"):
+            # As the service picks it: MOCAPLINE_METRICS_PORT (0 = off) or its default.
+            env = {**os.environ, **self.config.extra_env}.get("MOCAPLINE_METRICS_PORT")
+            port = int(env) if env else DEFAULT_PORTS[name]
+            if port and not port_free(port, host="0.0.0.0"):
                 out.append(busy_port_message(port, what=f"{name} /metrics") + f"; {name} runs without /metrics")
         return out
 
