@@ -1,0 +1,95 @@
+"""The web viewer in a real browser (Debian's headless Chromium, driven over CDP by tests/browser.py)
+at 1280x800, on a running pipeline: the page loads without console errors, the whole robot is
+inside the canvas, the counts move between two screenshots, and nothing scrolls sideways."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mocapline.tools.emitter.emitter import TakePlan, emit_take
+from mocapline.tools.pipeline.stack import Stack, local_config
+from browser import Browser, chromium_binary
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def pipeline(tmp_path):
+    """The whole pipeline with the web viewer, fed a take at 60 Hz until the test ends."""
+    if chromium_binary() is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed: .ci/run installs it (apt-get install chromium)")
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium chromium-driver)")
+    stack = Stack(local_config(display="web", log_dir=tmp_path / "logs"))
+    stop = threading.Event()
+    try:
+        stack.start()
+        stack.wait_ready()
+        dests = [("127.0.0.1", stack.config.main_port), ("127.0.0.1", stack.config.side_port)]
+
+        def feed() -> None:
+            for _ in range(20):  # bounded: 20 loops of 10 s
+                if stop.is_set():
+                    return
+                emit_take(TakePlan(frames=600, first_index=1000), dests, rate_hz=60.0, stop=stop)
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        yield stack
+    finally:
+        stop.set()
+        stack.stop()
+
+
+def test_the_page_shows_the_whole_robot_moving_and_the_ledger(pipeline, tmp_path) -> None:
+    url = f"http://127.0.0.1:{pipeline.config.web_port}/"
+    with Browser(1280, 800) as browser:
+        browser.open(url)
+        browser.wait_for("window.__viewer && window.__viewer.ready && window.__viewer.poses > 10 "
+                         "&& window.__viewer.ledger && window.__viewer.ledger.verdict", timeout=120)
+        time.sleep(1.5)  # the camera has settled on the pelvis
+        first = browser.eval("JSON.stringify([window.__viewer.ledger, window.__viewer.robotBox(),"
+                             " window.__viewer.poses, window.__viewer.frames])")
+        shot1 = browser.screenshot(tmp_path / "viewer-1.png")
+        time.sleep(3.0)
+        second = browser.eval("JSON.stringify([window.__viewer.ledger, window.__viewer.robotBox(),"
+                              " window.__viewer.poses, window.__viewer.frames])")
+        shot2 = browser.screenshot(tmp_path / "viewer-2.png")
+        layout = browser.eval("[document.documentElement.scrollWidth, document.documentElement.clientWidth,"
+                              " document.getElementById('view').clientWidth, document.getElementById('view').clientHeight,"
+                              " document.getElementById('verdict').textContent]")
+        errors = list(browser.errors)
+    (ledger1, box1, poses1, frames1), (ledger2, box2, poses2, frames2) = json.loads(first), json.loads(second)
+    assert errors == []
+    # The whole robot is inside the canvas (normalised device coordinates -1..1), and big enough to see.
+    for box in (box1, box2):
+        assert -1 <= box["min"][0] and box["max"][0] <= 1 and -1 <= box["min"][1] and box["max"][1] <= 1, box
+        assert box["max"][1] - box["min"][1] > 0.4, box
+        assert 1.0 < box["height_m"] < 2.0, box
+    # It moves: poses keep arriving and are drawn; the stage counts go up.
+    assert poses2 > poses1 and frames2 > frames1
+    viewer1 = next(r for r in ledger1["stages"] if r["stage"] == "viewer")
+    viewer2 = next(r for r in ledger2["stages"] if r["stage"] == "viewer")
+    assert viewer2["out"] > viewer1["out"] > 0
+    # Every stage is listed, none above the one that feeds it (one consistent snapshot).
+    outs = [r["out"] for r in ledger2["stages"]]
+    assert [r["stage"] for r in ledger2["stages"]] == ["capture", "retarget", "streamer", "viewer"]
+    assert outs == sorted(outs, reverse=True), ledger2["stages"]
+    assert ledger2["verdict"]["state"].startswith(("running", "conserved")), ledger2["verdict"]
+    assert len(ledger2["latency"]["p50_ms"]) >= 2
+    # 1280x800 without sideways scrolling; the canvas takes the room beside the ledger.
+    scroll_width, client_width, canvas_w, canvas_h, badge = layout
+    assert scroll_width <= client_width == 1280
+    assert canvas_w >= 800 and canvas_h == 800
+    assert badge.startswith(("running", "conserved"))
+    assert shot1 != shot2 and len(shot1) > 20_000
+    if keep := os.environ.get("MOCAPLINE_SCREENSHOTS"):  # a folder: keep them for a person to look at
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        Path(keep, "viewer-1.png").write_bytes(shot1)
+        Path(keep, "viewer-2.png").write_bytes(shot2)
