@@ -421,9 +421,17 @@ def _n(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def print_ledger(ledger: dict[str, Any]) -> None:
+def print_ledger(ledger: dict[str, Any], *, segments_shown: int = 3) -> None:
+    """The ledger, one field a line; per_segment as one line per segment (the latest few)."""
     width = max(len(k) for k in ledger)
     for key, value in ledger.items():
+        if key == "per_segment" and isinstance(value, list):
+            earlier = max(0, (ledger.get("segments") or len(value)) - segments_shown)
+            print(f"{key:<{width}}  " + (f"({earlier} earlier segments not shown)" if earlier else ""))
+            for seg in value[-segments_shown:]:
+                print(f"  segment {seg['segment']}: {seg['first_index']}-{seg['last_index']}, "
+                      f"unique {seg['unique_frames']}, missing {seg['missing_indices']}")
+            continue
         if isinstance(value, (dict, list)):
             value = json.dumps(value)
         print(f"{key:<{width}}  {value}")

@@ -1,4 +1,9 @@
-"""`mocapline status`: the ledger and verdict of a running pipeline, from its auditor over NATS."""
+"""`mocapline status`: the ledger and verdict of a running pipeline.
+
+The stages are asked for their counts over NATS downstream first (viewer, streamer, retarget,
+capture), so the counts are one consistent picture (no stage above the one that feeds it); the
+auditor adds its side path. Mid-take the verdict says ``running, N in flight``, not a loss.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ import sys
 
 from mocapline.core.bus import DEFAULT_URL, request
 from mocapline.core.options import EnvArgumentParser
+from mocapline.services.auditor.audit import audit
+from mocapline.tools.pipeline.console import snapshot
 from mocapline.tools.pipeline.stack import print_ledger
 
 
@@ -20,13 +27,18 @@ def build_parser() -> EnvArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        reply = asyncio.run(request(args.nats, "auditor", "status", timeout=5.0))
-    except Exception as exc:  # noqa: BLE001 - any failure here means: no pipeline answering
-        print(f"mocapline status: no auditor answered at {args.nats} ({exc.__class__.__name__}); "
-              "is `mocapline up` running?", file=sys.stderr)
+    stages = snapshot(args.nats, timeout=3.0)  # downstream first: one consistent picture
+    if not stages:
+        print(f"mocapline status: no pipeline answered at {args.nats}; is `mocapline up` running?", file=sys.stderr)
         return 2
-    verdict = reply.get("verdict", reply)
+    side = None
+    try:  # the auditor's side path, for the classification of missing indices by path
+        side = asyncio.run(request(args.nats, "auditor", "status", timeout=3.0)).get("side")
+    except Exception:  # noqa: BLE001 - without the auditor the stages' counts still stand
+        pass
+    # Mid-take unequal counts are frames in flight; once the viewer has seen the end of the take, final.
+    ended = bool(stages.get("viewer", {}).get("ended"))
+    verdict = audit({"services": stages, "side": side}, final=ended)
     if args.json:
         print(json.dumps(verdict))
     else:
