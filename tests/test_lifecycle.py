@@ -199,4 +199,5 @@ def test_preflight_names_the_process_holding_a_port(tmp_path) -> None:
     finally:
         holder.kill()
         holder.wait()
-    assert any(f"TCP port {port} (streamer output) is in use by PID {holder.pid} (python" in p for p in problems), problems
+    named = f"TCP port {port} (streamer output) is in use by PID {holder.pid} (python"
+    assert any(named in p for p in problems), problems

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from browser import Browser, chromium_binary
 
 from mocapline.tools.emitter.emitter import TakePlan, emit_take
 from mocapline.tools.pipeline.stack import Stack, local_config
-from browser import Browser, chromium_binary
 
 pytestmark = pytest.mark.integration
 
@@ -62,14 +62,15 @@ def test_the_page_shows_the_whole_robot_moving_and_the_ledger(pipeline, tmp_path
                               " window.__viewer.poses, window.__viewer.frames])")
         shot2 = browser.screenshot(tmp_path / "viewer-2.png")
         layout = browser.eval("[document.documentElement.scrollWidth, document.documentElement.clientWidth,"
-                              " document.getElementById('view').clientWidth, document.getElementById('view').clientHeight,"
+                              " document.getElementById('view').clientWidth,"
+                              " document.getElementById('view').clientHeight,"
                               " document.getElementById('verdict').textContent]")
         errors = list(browser.errors)
     (ledger1, box1, poses1, frames1), (ledger2, box2, poses2, frames2) = json.loads(first), json.loads(second)
     assert errors == []
     # The whole robot is inside the canvas (normalised device coordinates -1..1), and big enough to see.
     for box in (box1, box2):
-        assert -1 <= box["min"][0] and box["max"][0] <= 1 and -1 <= box["min"][1] and box["max"][1] <= 1, box
+        assert box["min"][0] >= -1 and box["max"][0] <= 1 and box["min"][1] >= -1 and box["max"][1] <= 1, box
         assert box["max"][1] - box["min"][1] > 0.4, box
         assert 1.0 < box["height_m"] < 2.0, box
     # It moves: poses keep arriving and are drawn; the stage counts go up.

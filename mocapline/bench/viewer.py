@@ -193,7 +193,24 @@ def viewer_process(rate: float) -> Iterator[tuple[subprocess.Popen[bytes], Frame
         ctx.term()
 
 
-def run(rate: float, seconds: float) -> dict[str, object]:
+@dataclass
+class Result:
+    rate_hz: float
+    phases: list[Phase]
+    frames_sent: int
+    viewer_applied: int | None
+    bare_pull_floor_cpu_pct: float
+
+    def within_targets(self) -> dict[str, bool]:
+        none, one = self.phases
+        return {
+            "no_page_cpu_pct": none.cpu_pct_of_one_core <= TARGETS["no_page_cpu_pct"],
+            "one_page_cpu_pct": one.cpu_pct_of_one_core <= TARGETS["one_page_cpu_pct"],
+            "rss_mb": max(none.rss_mb_peak, one.rss_mb_peak) <= TARGETS["rss_mb"],
+        }
+
+
+def run(rate: float, seconds: float) -> Result:
     phases = []
     with viewer_process(rate) as (viewer, sender, base):
         feeder = Feeder(sender, rate)
@@ -215,15 +232,7 @@ def run(rate: float, seconds: float) -> dict[str, object]:
             feeder.join(5)
         applied = json.loads(urllib.request.urlopen(base + "ledger.json", timeout=10).read())["viewer"]
     floor = floor_cpu(rate, seconds)
-    none, one = phases
-    checks = {
-        "no_page_cpu_pct": none.cpu_pct_of_one_core <= TARGETS["no_page_cpu_pct"],
-        "one_page_cpu_pct": one.cpu_pct_of_one_core <= TARGETS["one_page_cpu_pct"],
-        "rss_mb": max(none.rss_mb_peak, one.rss_mb_peak) <= TARGETS["rss_mb"],
-    }
-    return {"rate_hz": rate, "phases": [asdict(p) for p in phases], "viewer_applied": applied.get("viewer_applied"),
-            "frames_sent": feeder.sent, "bare_pull_floor_cpu_pct": round(floor, 2), "targets": TARGETS,
-            "within_targets": checks}
+    return Result(rate, phases, feeder.sent, applied.get("viewer_applied"), round(floor, 2))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -234,21 +243,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="one JSON object")
     args = p.parse_args(argv)
     result = run(args.rate, args.seconds)
+    ok = result.within_targets()
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps({**asdict(result), "targets": TARGETS, "within_targets": ok}))
         return 0
-    print(f"viewer process at {args.rate:g} Hz ({result['viewer_applied']} of {result['frames_sent']} frames applied)")
+    print(f"viewer process at {args.rate:g} Hz ({result.viewer_applied} of {result.frames_sent} frames applied)")
     print(f"{'phase':<10} {'cpu % of a core':>16} {'peak RSS MB':>12} {'poses sent/s':>13}")
-    for ph in result["phases"]:  # type: ignore[union-attr]
-        rate = ph["poses_received"] / ph["seconds"] if ph["name"] == "one page" else 0.0
-        print(f"{ph['name']:<10} {ph['cpu_pct_of_one_core']:>16.1f} {ph['rss_mb_peak']:>12.0f} {rate:>13.0f}")
-    print(f"{'floor':<10} {result['bare_pull_floor_cpu_pct']:>16.1f} {'':>12} {'':>13}   "
+    for ph in result.phases:
+        sent = ph.poses_received / ph.seconds
+        print(f"{ph.name:<10} {ph.cpu_pct_of_one_core:>16.1f} {ph.rss_mb_peak:>12.0f} {sent:>13.0f}")
+    print(f"{'floor':<10} {result.bare_pull_floor_cpu_pct:>16.1f} {'':>12} {'':>13}   "
           "(a bare pyzmq PULL receiving the same frames)")
-    t = TARGETS
-    ok = result["within_targets"]
-    print(f"targets: no page <= {t['no_page_cpu_pct']:g}% ({'ok' if ok['no_page_cpu_pct'] else 'MISSED'}), "  # type: ignore[index]
-          f"one page <= {t['one_page_cpu_pct']:g}% ({'ok' if ok['one_page_cpu_pct'] else 'MISSED'}), "  # type: ignore[index]
-          f"RSS <= {t['rss_mb']:g} MB ({'ok' if ok['rss_mb'] else 'MISSED'})")  # type: ignore[index]
+    verdict = {k: "ok" if v else "MISSED" for k, v in ok.items()}
+    print(f"targets: no page <= {TARGETS['no_page_cpu_pct']:g}% ({verdict['no_page_cpu_pct']}), "
+          f"one page <= {TARGETS['one_page_cpu_pct']:g}% ({verdict['one_page_cpu_pct']}), "
+          f"RSS <= {TARGETS['rss_mb']:g} MB ({verdict['rss_mb']})")
     return 0
 
 

@@ -332,7 +332,7 @@ async def request_in_order(url: str, services: list[str], cmd: str = "status",
                 body = json.dumps({"cmd": cmd, "timeout": timeout}).encode()
                 try:
                     msg = await nc.request(control_subject(service), body, timeout=timeout)
-                except (asyncio.TimeoutError, NatsError):
+                except (TimeoutError, NatsError):
                     continue  # not answering (restarting): left out of the picture
                 out[service] = json.loads(msg.data)
         finally:

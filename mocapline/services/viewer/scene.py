@@ -17,6 +17,7 @@ reorders the quaternions, so no conversion happens here.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -44,7 +45,8 @@ class RobotScene:
     @cached_property
     def _visual_geoms(self) -> list[int]:
         m = self.model
-        return [g for g in range(m.ngeom) if m.geom_group[g] == VISUAL_GROUP and m.geom_type[g] == mujoco.mjtGeom.mjGEOM_MESH]
+        mesh = mujoco.mjtGeom.mjGEOM_MESH
+        return [g for g in range(m.ngeom) if m.geom_group[g] == VISUAL_GROUP and m.geom_type[g] == mesh]
 
     @cached_property
     def _meshes(self) -> list[int]:
@@ -58,7 +60,7 @@ class RobotScene:
             nv, nf = int(m.mesh_vertnum[k]), int(m.mesh_facenum[k])
             meshes.append({"vert_offset": offset, "vert_count": nv})
             offset += nv * 3 * 4
-        for entry, k in zip(meshes, self._meshes):
+        for entry, k in zip(meshes, self._meshes, strict=True):
             nf = int(m.mesh_facenum[k])
             entry.update(face_offset=offset, face_count=nf)
             offset += nf * 3 * 4
@@ -138,10 +140,8 @@ class RobotAssets:
                 try:
                     subprocess.run([sys.executable, "-m", "mocapline.services.viewer.scene", str(tmp)],
                                    check=True, timeout=self.timeout_s, stdout=subprocess.DEVNULL)
-                    try:
-                        tmp.rename(self.folder)  # whole or not at all; another viewer may have won
-                    except OSError:
-                        pass
+                    with contextlib.suppress(OSError):  # whole or not at all; another viewer may have won
+                        tmp.rename(self.folder)
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
             return self.folder

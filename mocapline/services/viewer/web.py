@@ -92,10 +92,7 @@ class LatencyHistory:
 def readable_rows(value: Any, prefix: str = "") -> list[list[str]]:
     """A nested dict (the durable state) as [key path, value] rows a person can read."""
     if isinstance(value, dict):
-        rows: list[list[str]] = []
-        for key, sub in value.items():
-            rows.extend(readable_rows(sub, f"{prefix}{key}." if not isinstance(sub, dict) or sub else f"{prefix}{key}"))
-        return rows
+        return [row for key, sub in value.items() for row in readable_rows(sub, f"{prefix}{key}.")]
     label = prefix.rstrip(".")
     if isinstance(value, float):
         return [[label, f"{value:.3f}"]]
@@ -143,7 +140,8 @@ def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency
         verdict["per_segment"] = (verdict.get("per_segment") or [])[-6:]
     viewer_rows = {k: v for k, v in viewer.items() if k != "durable" and not isinstance(v, (list, dict))}
     return {
-        "stages": [dict(zip(("stage", "in", "out", "pending", "rejected"), row)) for row in stage_rows(stages)],
+        "stages": [dict(zip(("stage", "in", "out", "pending", "rejected"), row, strict=True))
+                   for row in stage_rows(stages)],
         "verdict": verdict,
         "viewer": viewer_rows,
         "latency": latency.as_dict(),

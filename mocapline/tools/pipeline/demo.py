@@ -40,7 +40,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--drop-both", type=parse_index_list, default=[], help="indices missing on both paths")
     p.add_argument("--garbage", type=non_negative_int, default=0, help="non-BVH datagrams mixed into the main path")
     p.add_argument("--merge", action="store_true", help="capture merges main + side (recovers main-only losses)")
-    p.add_argument("--input-fps", type=positive_float, default=None, help="Axis rate for the interpolator (default --rate)")
+    p.add_argument("--input-fps", type=positive_float, default=None,
+                   help="Axis rate for the interpolator (default --rate)")
     p.add_argument("--output-fps", type=positive_float, default=None, help="output stream rate (default = input)")
     p.add_argument("--no-viewer", action="store_true", help="run without the viewer stage")
     p.add_argument("--log-dir", default=None, help="keep the services' logs here")

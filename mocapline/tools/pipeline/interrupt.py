@@ -57,7 +57,7 @@ class SignalGuard:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for s, handler in zip(SIGNALS, self._previous):
+        for s, handler in zip(SIGNALS, self._previous, strict=True):
             signal.signal(s, handler)
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -124,10 +125,8 @@ def signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def stop_all(procs: list[subprocess.Popen[Any]], timeout: float) -> None:
@@ -173,10 +172,8 @@ def kill_children(timeout: float = 3.0) -> list[int]:
         if _alive(pid):
             signal_group(pid, signal.SIGKILL)
     for pid in pids:
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
     return pids
 
 

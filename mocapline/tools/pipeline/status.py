@@ -8,6 +8,7 @@ auditor adds its side path. Mid-take the verdict says ``running, N in flight``, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 
@@ -32,10 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mocapline status: no pipeline answered at {args.nats}; is `mocapline up` running?", file=sys.stderr)
         return 2
     side = None
-    try:  # the auditor's side path, for the classification of missing indices by path
+    # The auditor's side path, for the classification of missing indices by path; without the
+    # auditor the stages' counts still stand.
+    with contextlib.suppress(Exception):
         side = asyncio.run(request(args.nats, "auditor", "status", timeout=3.0)).get("side")
-    except Exception:  # noqa: BLE001 - without the auditor the stages' counts still stand
-        pass
     # Mid-take unequal counts are frames in flight; once the viewer has seen the end of the take, final.
     ended = bool(stages.get("viewer", {}).get("ended"))
     verdict = audit({"services": stages, "side": side}, final=ended)

@@ -313,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mocapline export: {exc}", file=sys.stderr)
         return 2
     # Beside the take, as `plot` writes (never into the current directory unless told to).
-    out = args.output or (path.parent / f"{path.parent.name}.npz" if path.name == "raw.mlrec" else path.with_suffix(".npz"))
+    out = args.output or (path.parent / f"{path.parent.name}.npz" if path.name == "raw.mlrec"
+                          else path.with_suffix(".npz"))
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out, **clip)
     summary = {"npz": str(out), "samples": len(clip["time"]), "fps": args.fps,

@@ -1,0 +1,127 @@
+"""The terminal side of `mocapline up`: the live table redrawn under the start-up lines, notices
+from the services' logs, signals by phase, and the numbers flags accept."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from mocapline.core.options import EnvArgumentParser, non_negative_float, parse_index_list, positive_int
+from mocapline.tools.pipeline.console import LiveConsole, LogWatch, verdict_line
+from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
+from mocapline.tools.pipeline.procs import busy_port_message, child_pids, kill_children
+
+STAGES = {
+    "capture": {"source_received": 10, "human_frames_sent": 10, "source_unique_frames": 10, "source_missing_indices": 0,
+                "source_duplicate_indices": 0, "source_backward_indices": 1, "last_posture_index": 4, "segments": 2,
+                "input_pending": 0},
+    "retarget": {"frames_in": 10, "robot_frames_sent": 9, "gmr_processed": 9, "pending": 1},
+    "streamer": {"frames_in": 9, "zmq_sent": 8, "motion_generated": 8, "pending": 1},
+    "viewer": {"viewer_received": 8, "viewer_applied": 8, "viewer_pending": 0},
+}
+
+
+def test_the_table_is_redrawn_in_place_below_what_was_printed() -> None:
+    out = io.StringIO()
+    console = LiveConsole(out, interactive=True)
+    console.draw(STAGES)
+    first = out.getvalue()
+    assert "\x1b[" not in first  # nothing above is erased the first time
+    console.notice("mocapline: viewer: warning: /metrics is off")
+    console.draw(STAGES)
+    second = out.getvalue()[len(first):]
+    table_lines = first.count("\n")
+    # cursor up exactly over the last table, clear below it: the start-up lines above stay
+    assert second.startswith(f"\x1b[{table_lines}F\x1b[J")
+    assert second.index("/metrics is off") < second.index("stage ")
+    assert "\x1b[2J" not in out.getvalue()
+
+
+def test_not_a_terminal_gets_one_line_per_tick() -> None:
+    out = io.StringIO()
+    LiveConsole(out, interactive=False).draw(STAGES)
+    assert out.getvalue().count("\n") == 1 and "\x1b" not in out.getvalue()
+
+
+def test_verdict_line_says_frames_in_flight() -> None:
+    assert verdict_line(STAGES).startswith("verdict: running, 2 in flight; segments 2, missing 0")
+    assert verdict_line({}) == "verdict: waiting for the stages"
+
+
+def test_log_watch_reports_warnings_errors_and_tracebacks_once(tmp_path) -> None:
+    log = tmp_path / "viewer.log"
+    log.write_text("2026-12-01 01:00:00,000 old WARNING before the start\n")
+    watch = LogWatch(tmp_path, ("viewer", "capture"))
+    with open(log, "a") as fh:
+        fh.write("2026-12-01 01:00:01,000 mocapline.metrics WARNING metrics: cannot serve on 0.0.0.0:9104; "
+                 "/metrics is off\n2026-12-01 01:00:01,500 mocapline.viewer INFO fine\n"
+                 "Traceback (most recent call last):\n2026-12-01 01:00:02,000 x ERROR half a li")
+    notices = watch.new_notices()
+    assert notices[0] == "mocapline: viewer: warning: metrics: cannot serve on 0.0.0.0:9104; /metrics is off"
+    assert notices[1].startswith("mocapline: viewer: error: a traceback in")
+    assert len(notices) == 2  # the INFO line is not news; the half line waits for its end
+    with open(log, "a") as fh:
+        fh.write("ne\n")
+    assert watch.new_notices() == ["mocapline: viewer: error: half a line"]
+    assert watch.new_notices() == []
+
+
+def test_a_signal_while_starting_raises_and_while_running_only_asks_to_stop() -> None:
+    with SignalGuard() as guard:
+        with pytest.raises(Interrupted) as info:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # the handler runs between bytecodes
+                pass
+        assert info.value.phase is Phase.STARTING
+        guard.enter(Phase.RUNNING)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert guard.stop.is_set()  # no exception: the main loop drains
+        guard.enter(Phase.DRAINING)
+        with pytest.raises(Interrupted):  # the next one while draining: stop at once
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        guard.enter(Phase.STOPPING)
+        os.kill(os.getpid(), signal.SIGINT)  # noted, ignored
+        assert guard.signals == 4
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_stray_children_are_found_and_stopped() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    assert child.pid in child_pids()
+    assert child.pid in kill_children(timeout=5)
+    assert child.wait(5) is not None and child.pid not in child_pids()
+
+
+def test_a_busy_port_is_named_with_its_process() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        message = busy_port_message(port, what="web viewer")
+    assert message.startswith(f"TCP port {port} (web viewer) is in use by PID {os.getpid()} (")
+
+
+@pytest.mark.parametrize(("flag", "value", "says"), [
+    ("--frames", "-5", "argument --frames: -5 is not allowed: must be 1 or more"),
+    ("--frames", "x", "argument --frames: 'x' is not a whole number"),
+    ("--rate", "-1", "argument --rate: -1 is not allowed: must be 0 or a number above 0"),
+    ("--rate", "nan", "argument --rate: nan is not allowed"),
+    ("--drop", "5-x", "argument --drop: '5-x' is not a posture index or a range of them"),
+    ("--drop", "9-3", "argument --drop: range '9-3' runs backwards"),
+])
+def test_nonsense_values_are_refused_naming_the_flag(capsys, flag, value, says) -> None:
+    p = EnvArgumentParser(prog="t")
+    p.add_argument("--frames", type=positive_int, default=1)
+    p.add_argument("--rate", type=non_negative_float, default=1.0)
+    p.add_argument("--drop", type=parse_index_list, default=[])
+    with pytest.raises(SystemExit):
+        p.parse_args([flag, value])
+    assert says in capsys.readouterr().err

@@ -1,0 +1,80 @@
+"""The web viewer's server side without a browser: the WebSocket handshake and frames, what the page
+gets in ledger.json, and that nothing is packed for display while no page is open."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+from websockets.sync.client import connect
+
+from mocapline.services.viewer import websocket
+from mocapline.services.viewer.scene import RobotScene
+from mocapline.services.viewer.web import LatencyHistory, WebView, page_data, readable_rows
+
+
+def test_accept_key_and_frame_lengths_follow_rfc_6455() -> None:
+    assert websocket.accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+    assert websocket.frame(b"abc")[:2] == bytes([0x82, 3])
+    assert websocket.frame(b"x" * 300)[:4] == bytes([0x82, 126]) + struct.pack("!H", 300)
+    assert websocket.frame(b"x" * 70000)[:10] == bytes([0x82, 127]) + struct.pack("!Q", 70000)
+
+
+def test_durable_state_reads_as_rows() -> None:
+    rows = readable_rows({"input_link": {"welcomed": True, "last": 41}, "log_bytes": 1024, "lag_s": 0.12345,
+                          "acked": list(range(12))})
+    assert rows == [["input_link.welcomed", "True"], ["input_link.last", "41"], ["log_bytes", "1024"],
+                    ["lag_s", "0.123"], ["acked", "0, 1, 2, 3, 4, 5, 6, 7 ..."]]
+
+
+def test_page_data_has_every_stage_and_the_verdict() -> None:
+    stages = {
+        "capture": {"source_received": 5, "human_frames_sent": 5, "source_unique_frames": 5,
+                    "source_missing_indices": 0,
+                    "segments": 1, "per_segment": [{"segment": 0, "first_index": 0, "last_index": 4,
+                                                    "unique_frames": 5, "missing_indices": 0}]},
+        "retarget": {"frames_in": 5, "robot_frames_sent": 5, "gmr_processed": 5},
+        "streamer": {"frames_in": 5, "zmq_sent": 5, "motion_generated": 5},
+        "viewer": {"viewer_received": 5, "viewer_applied": 5},
+        "auditor": {"verdict": {"missing_by_path": {"main_only": [], "both": [[7, 8]]}}},
+    }
+    d = page_data({"viewer_applied": 6, "durable": {"a": 1}}, stages, LatencyHistory(list))
+    assert [r["stage"] for r in d["stages"]] == ["capture", "retarget", "streamer", "viewer"]
+    assert d["stages"][3]["out"] == 5  # the snapshot's, not the newer own count: never above streamer
+    assert d["verdict"]["state"] == "conserved" and d["verdict"]["missing_by_path"]["both"] == [[7, 8]]
+    assert d["durable"] == [["a", "1"]] and d["viewer"] == {"viewer_applied": 6}
+
+
+def test_poses_stream_only_to_an_open_page() -> None:
+    view = WebView("127.0.0.1", 0, lambda: {"viewer_applied": 1}, fps=60)
+    view.start()
+    try:
+        assert not view.watching  # nobody: the viewer's loop packs nothing
+        with connect(view.address.replace("http", "ws") + "ws", open_timeout=10) as ws:
+            for _ in range(100):
+                if view.watching:
+                    break
+                time.sleep(0.05)
+            assert view.watching
+            xpos, xquat = np.arange(9.0).reshape(3, 3), np.tile([1.0, 0, 0, 0], (3, 1))
+            view.publish_pose(1234, xpos, xquat)
+            pose = np.frombuffer(ws.recv(timeout=10), "<f4")
+        assert pose[0] == 1234 and pose[1:4].tolist() == [0, 1, 2] and pose[4:8].tolist() == [1, 0, 0, 0]
+        assert len(pose) == len(RobotScene.pose_bytes(None, xpos, xquat)) // 4
+        page = urllib.request.urlopen(view.address, timeout=5).read()
+        assert b"/static/app.js" in page and b"importmap" in page
+        js = urllib.request.urlopen(view.address + "static/vendor/three/three.module.min.js", timeout=5).read()
+        assert len(js) > 500_000
+        assert json.loads(urllib.request.urlopen(view.address + "ledger.json", timeout=5).read())["viewer"]
+        for bad in ("static/../web.py", "static/%2e%2e/web.py"):
+            try:
+                urllib.request.urlopen(view.address + bad, timeout=5)
+                raise AssertionError(f"{bad} was served")
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 404
+    finally:
+        view.stop()
