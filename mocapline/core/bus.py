@@ -129,12 +129,17 @@ class Bus:
         self._thread.start()
         return self
 
+    def _call(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the bus loop; nothing once the loop has ended (a second stop, a late publish)."""
+        with contextlib.suppress(RuntimeError):  # "Event loop is closed"
+            self._loop.call_soon_threadsafe(fn)
+
     def stop(self, timeout: float = 2.0) -> None:
         self._stopping = True
         if self._task is not None and not self.connected.is_set():
-            self._loop.call_soon_threadsafe(self._task.cancel)  # still trying to connect
+            self._call(self._task.cancel)  # still trying to connect
         elif self._wake is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
+            self._call(self._wake.set)
         if self._thread.is_alive():
             self._thread.join(timeout)
         elif self._thread.ident is None:  # never started
@@ -144,7 +149,7 @@ class Bus:
         """Queue a JSON message; never blocks the caller."""
         self._outbox.append((subject, json.dumps(payload).encode()))
         if self._wake is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
+            self._call(self._wake.set)
 
     def subscribe(self, subject: str, handler: Callable[[str, dict[str, Any]], None]) -> None:
         """Call ``handler(subject, payload)`` from the bus thread for every JSON message (before start)."""
