@@ -125,3 +125,12 @@ def test_nonsense_values_are_refused_naming_the_flag(capsys, flag, value, says) 
     with pytest.raises(SystemExit):
         p.parse_args([flag, value])
     assert says in capsys.readouterr().err
+
+
+def test_demo_says_in_one_line_why_it_exits_1() -> None:
+    from mocapline.tools.pipeline.demo import why_not_conserved
+
+    line = why_not_conserved({"state": "not conserved: 4 posture indices missing at the source",
+                              "missing_by_path": {"main_only": [[80, 80]], "both": [[50, 52]], "side_only": []}})
+    assert line == ("exit 1, frames not conserved: 4 posture indices missing at the source "
+                    "(missing by path: main_only 1, both 3)")

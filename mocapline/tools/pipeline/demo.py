@@ -82,7 +82,7 @@ def why_not_conserved(ledger: dict[str, Any]) -> str:
     by_path = ledger.get("missing_by_path") or {}
     lost = {k: sum(hi - lo + 1 for lo, hi in v) for k, v in by_path.items() if v}
     where = f" (missing by path: {', '.join(f'{k} {n}' for k, n in lost.items())})" if lost else ""
-    return f"mocapline demo: exit 1, frames not conserved: {reason}{where}"
+    return f"exit 1, frames not conserved: {reason}{where}"
 
 
 def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
@@ -101,7 +101,7 @@ def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
     if guard.stop.is_set():
         return EXIT_INTERRUPTED
     if not ledger["unique_frames_conserved"]:
-        print(why_not_conserved(ledger), file=sys.stderr, flush=True)
+        guard.closing = why_not_conserved(ledger)  # the last line: why the exit status is 1
         return 1
     return 0
 

@@ -49,6 +49,7 @@ class SignalGuard:
         self.phase = Phase.STARTING
         self.stop = threading.Event()
         self.signals = 0
+        self.closing: str | None = None  # what the last line says when the run ends normally
         self._signals_at_drain = 0
         self._previous: list[Any] = []
 

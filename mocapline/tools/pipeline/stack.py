@@ -372,6 +372,7 @@ def run_stack(stack: Stack, prog: str, body: Callable[[SignalGuard], int], *, pr
                 return code
             guard.enter(Phase.RUNNING)
             code = body(guard)
+            closing = guard.closing or closing
             return code
         except Interrupted as exc:
             guard.enter(Phase.STOPPING)
