@@ -121,6 +121,12 @@ FAMILIES: tuple[Family, ...] = (
            "Copies of an index already taken from another path (merge).", services=("capture",)),
     Family("mocapline_source_late_frames_total", "counter",
            "Copies that arrived after their gap was declared final (merge).", services=("capture",)),
+    Family("mocapline_source_connects_total", "counter",
+           "Axis over TCP: connections capture made to Axis Studio's server (the first and every "
+           "reconnect).", services=("capture",)),
+    Family("mocapline_source_connected", "gauge",
+           "Axis over TCP: 1 while capture is connected to Axis Studio's server, 0 while it reconnects.",
+           services=("capture",)),
     Family("mocapline_ik_failed_total", "counter",
            "Frames whose IK solve failed (sent with the last good pose, flagged).", services=("retarget",)),
     Family("mocapline_link_frame_id_gaps_total", "counter",
@@ -166,6 +172,7 @@ _HEARTBEAT_FIELDS: dict[str, dict[str, str]] = {
         "mocapline_source_backward_indices_total": "source_backward_indices",
         "mocapline_source_cross_path_copies_total": "cross_path_copies",
         "mocapline_source_late_frames_total": "late_frames",
+        "mocapline_source_connects_total": "tcp.connects",
     },
     "retarget": {
         "in": "frames_in", "out": "robot_frames_sent", "pending": "pending", "last": "last_sent_posture_index",
@@ -187,6 +194,8 @@ _DURABLE_GAUGES: dict[str, str] = {
     "mocapline_unacked": "durable.output_link.unacked",
     "mocapline_durable_log_bytes": "durable.log_bytes",
 }
+# The source's connection (capture over TCP; absent over UDP: the gauge stays unset).
+_SOURCE_GAUGES: dict[str, str] = {"mocapline_source_connected": "tcp.connected"}
 # Ledger fields the auditor exports as mocapline_ledger{field} (the verdict has its own gauge).
 LEDGER_GAUGE_FIELDS: tuple[str, ...] = (
     "source_received", "source_unique_frames", "source_missing_indices", "source_duplicate_indices",
@@ -338,9 +347,10 @@ class ServiceMetrics:
                 fam = self._families[name]
                 child = fam.labels(stage=stage) if FAMILY_BY_NAME[name].labels else fam
                 self._mirrors[name] = _Mirror(child)
-        for name in (*_DURABLE_COUNTERS, *_DURABLE_GAUGES):
+        for name in (*_DURABLE_COUNTERS, *_DURABLE_GAUGES, *_SOURCE_GAUGES):
             if name in self._families:
-                child = self._families[name].labels(stage=stage)
+                fam = self._families[name]
+                child = fam.labels(stage=stage) if FAMILY_BY_NAME[name].labels else fam
                 if name in _DURABLE_COUNTERS:
                     self._mirrors[name] = _Mirror(child)
                 else:
@@ -435,7 +445,7 @@ class ServiceMetrics:
         for name, key in _DURABLE_COUNTERS.items():
             if name in self._mirrors:
                 self._mirrors[name].update(_lookup(hb, key))
-        for name, key in _DURABLE_GAUGES.items():
+        for name, key in {**_DURABLE_GAUGES, **_SOURCE_GAUGES}.items():
             value = _lookup(hb, key)
             if name in self._gauges and value is not None:
                 self._gauges[name].set(value)
