@@ -21,8 +21,10 @@ arrived for a poll interval) or ``close()`` (the connection ended), so it never 
 from __future__ import annotations
 
 import re
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
+from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import (
     DEFAULT_CONFIG,
     HEADER_SIZE,
@@ -144,3 +146,34 @@ class AxisStreamSplitter:
         out.append(piece)
         self.stats.rejected_chunks += 1
         self.stats.junk_bytes += len(piece)
+
+
+def stream_datagrams(
+    pieces: Iterable[tuple[Hashable, int, bytes | None]],
+    port: int,
+    config: AxisBvhConfig = DEFAULT_CONFIG,
+) -> Iterator[Datagram]:
+    """Recorded TCP streams as capture would have received them: ``(connection, recv_ns, bytes)``
+    pieces in stream order per connection, ``bytes`` None where a connection ended. Each datagram
+    (or rejected chunk) carries the time of the piece that completed it; ``connection`` is any key
+    (a pcap's flow; its first element, when a tuple, is the peer address used as the source)."""
+    splitters: dict[Hashable, AxisStreamSplitter] = {}
+    last_ns: dict[Hashable, int] = {}
+
+    def source(key: Hashable) -> str:
+        return str(key[0]) if isinstance(key, tuple) and key else ""
+
+    for key, recv_ns, data in pieces:
+        splitter = splitters.setdefault(key, AxisStreamSplitter(config))
+        last_ns[key] = recv_ns
+        for chunk in splitter.feed(data) if data is not None else splitter.close():
+            yield Datagram(recv_ns, port, source(key), chunk)
+    for key, splitter in splitters.items():
+        for chunk in splitter.close():
+            yield Datagram(last_ns[key], port, source(key), chunk)
+
+
+def is_stream_dump(head: bytes) -> bool:
+    """Whether a file starting with ``head`` looks like a raw Axis TCP byte dump (``nc HOST 7001 >
+    dump``): it starts with a BVH or calculation-data token."""
+    return _TOKEN.match(head) is not None
