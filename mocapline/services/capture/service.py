@@ -148,9 +148,10 @@ def make_source(settings: CaptureSettings, journal: RawJournal | None = None) ->
 def source_reject_reasons(source: str) -> tuple[str, ...]:
     """The reasons a source's datagrams can be rejected for (pre-created as metric labels)."""
     if source == "xsens":
+        from mocapline.formats.mxtp02 import FRAGMENT_INCOMPLETE
         from mocapline.formats.mxtp02 import REJECT_REASONS as XSENS_REASONS
 
-        return XSENS_REASONS
+        return (*XSENS_REASONS, FRAGMENT_INCOMPLETE)
     from mocapline.formats.axis_bvh import REJECT_REASONS as AXIS_REASONS
 
     return AXIS_REASONS
@@ -317,14 +318,17 @@ class CaptureService:
         return led
 
     def report_gaps(self, bus: Bus) -> None:
-        """Publish each newly recorded missing range once, per path and merged."""
-        merger = self.source.core.merger
-        ledgers = {"merged": merger.merged, **{str(p): s.ledger for p, s in merger.paths.items()}}
-        for path, ledger in ledgers.items():
-            done = self._gaps_reported.get(path, 0)
-            for lo, hi in ledger.missing_ranges[done:]:
-                bus.publish(GAPS_SUBJECT, {"service": "capture", "path": path, "range": [lo, hi]})
-            self._gaps_reported[path] = len(ledger.missing_ranges)
+        """Publish each newly recorded missing range once, per performer, per path and merged."""
+        for performer in self.source.core.performers.values():
+            merger = performer.merger
+            ledgers = {"merged": merger.merged, **{str(p): s.ledger for p, s in merger.paths.items()}}
+            for path, ledger in ledgers.items():
+                key = f"{performer.index}:{path}"
+                done = self._gaps_reported.get(key, 0)
+                for lo, hi in ledger.missing_ranges[done:]:
+                    bus.publish(GAPS_SUBJECT, {"service": "capture", "path": path, "range": [lo, hi],
+                                               "performer": performer.index})
+                self._gaps_reported[key] = len(ledger.missing_ranges)
 
 
 @dataclass

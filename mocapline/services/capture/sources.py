@@ -156,7 +156,7 @@ class UdpMotionInput:
         self.core = CaptureCore(
             old.decoder,
             self.paths,
-            merge_window_s=old.merger.window_s,
+            merge_window_s=old.window_s,
             allowed_sources=old.allowed_sources,
             session_id=old.session_id,
         )
@@ -188,7 +188,7 @@ class UdpMotionInput:
     def poll_frame(self, timeout_s: float) -> HumanFrame | None:
         deadline = time.monotonic() + timeout_s
         while not self._ready:
-            wait = min(deadline - time.monotonic(), self.core.merger.window_s / 2)
+            wait = min(deadline - time.monotonic(), self.core.window_s / 2)
             try:
                 first = self.fifo.get(timeout=max(wait, 0.0))
             except queue.Empty:
