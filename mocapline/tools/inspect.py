@@ -93,7 +93,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ", help="Axis BVH rotation order")
     p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio", help="skeleton")
     p.add_argument("--header-format", choices=("current", "legacy"), default="current", help="Axis header format")
-    p.add_argument("--position-unit", choices=("m", "cm"), default="m", help="Xsens position unit")
+    p.add_argument("--position-unit", choices=("m", "cm", "auto"), default="m",
+                   help="Xsens position unit (auto: the first frame's pelvis height decides)")
     return p
 
 
