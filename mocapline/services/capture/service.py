@@ -1,4 +1,5 @@
-"""`mocapline capture`: receive Axis binary BVH (or Xsens MXTP02) over UDP, push HumanFrames.
+"""`mocapline capture`: receive Axis binary BVH (UDP, or TCP as the client of Axis Studio's
+server) or Xsens MXTP02 (UDP), push HumanFrames.
 
 One HumanFrame per unique posture_index, in order, on a lossless ZeroMQ PUSH socket (bound, so
 retarget connects). The live ledger goes to stderr once a second; the final ledger is printed to
@@ -42,15 +43,25 @@ from mocapline.services.capture.sources import (
     axis_udp_source,
     xsens_udp_source,
 )
+from mocapline.services.capture.tcp import DEFAULT_AXIS_TCP_PORT, parse_endpoint
+
+# Where each source sends over UDP by default: Axis Studio's BVH broadcast, MVN's network streamer.
+DEFAULT_UDP_PORTS: dict[str, int] = {"axis": 7014, "xsens": 9763}
 
 log = logging.getLogger("mocapline.capture")
 
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline capture", description=__doc__)
-    p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sends the UDP stream")
-    p.add_argument("--ports", type=port_number, nargs="+", default=[7014],
-                   help="UDP ports of the same source, merged by posture_index (e.g. 7014 7015)")
+    p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sends the stream")
+    p.add_argument("--transport", choices=("udp", "tcp"), default="udp",
+                   help="Axis Studio over UDP (capture listens on --ports) or TCP (capture connects to --axis)")
+    p.add_argument("--axis", default=f"127.0.0.1:{DEFAULT_AXIS_TCP_PORT}", metavar="HOST[:PORT]",
+                   help="--transport tcp: Axis Studio's TCP server (the main path; reconnects with back-off)")
+    p.add_argument("--ports", type=port_number, nargs="*", default=None,
+                   help="UDP ports of the same source, merged by posture_index (e.g. 7014 7015); default "
+                        f"{DEFAULT_UDP_PORTS['axis']} for Axis, {DEFAULT_UDP_PORTS['xsens']} for Xsens, none with "
+                        "--transport tcp (then these are UDP side paths merged with the TCP stream)")
     p.add_argument("--host", default="0.0.0.0", help="local address to bind the UDP ports on")
     p.add_argument("--output", default="tcp://127.0.0.1:5556", help="ZeroMQ endpoint to bind the HumanFrame PUSH on")
     p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ",
@@ -59,7 +70,9 @@ def build_parser() -> EnvArgumentParser:
                    help="Axis skeleton: axis_studio (59 bones) or the legacy pn_pro")
     p.add_argument("--header-format", choices=("current", "legacy"), default="current",
                    help="'legacy' when Axis Studio's 'use old header format' is ticked")
-    p.add_argument("--position-unit", choices=("m", "cm"), default="m", help="Xsens position unit")
+    p.add_argument("--position-unit", choices=("m", "cm", "auto"), default="m",
+                   help="Xsens position unit; the first frame's pelvis height is checked (a warning names the "
+                        "right one); auto: that height decides")
     p.add_argument("--merge-window-ms", type=float, default=50.0,
                    help="how long a gap may wait for another path to fill it")
     p.add_argument("--allow-source", nargs="*", default=None,
@@ -96,6 +109,8 @@ class CaptureSettings:
     """`mocapline capture`'s flags."""
 
     source: str
+    transport: str
+    axis: tuple[str, int] | None  # --transport tcp: Axis Studio's TCP server
     ports: list[int]
     host: str
     output: str
@@ -115,15 +130,24 @@ class CaptureSettings:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CaptureSettings:
+        if args.transport == "tcp" and args.source != "axis":
+            raise ValueError("--transport tcp is for Axis Studio (Xsens MVN streams over UDP)")
+        axis = parse_endpoint(args.axis) if args.transport == "tcp" else None
+        if args.ports is None:
+            args.ports = [] if axis is not None else [DEFAULT_UDP_PORTS[args.source]]
+        if axis is None and not args.ports:
+            raise ValueError("no UDP port to listen on (--ports)")
+        if axis is not None and axis[1] in args.ports:
+            raise ValueError(f"--ports {axis[1]} is also the Axis TCP port: paths are told apart by port")
         if args.source == "axis" and args.header_format == "legacy":
-            if len(args.ports) > 1:
+            if len(args.ports) + (axis is not None) > 1:
                 raise ValueError("the legacy Axis header has no frame index, so paths cannot be merged; "
                                  "use one port or turn off 'use old header format' in Axis Studio")
             log.warning("legacy Axis header: no frame index in the stream; frames are numbered on "
                         "arrival and losses upstream cannot be detected")
         if args.udp_fds is not None and len(args.udp_fds) != len(args.ports):
             raise ValueError(f"--udp-fds gives {len(args.udp_fds)} sockets for {len(args.ports)} --ports")
-        return settings_from(cls, args, stage=StageSettings.from_args(args))
+        return settings_from(cls, args, axis=axis, stage=StageSettings.from_args(args))
 
 
 def make_source(settings: CaptureSettings, journal: RawJournal | None = None) -> UdpMotionInput:
@@ -142,7 +166,7 @@ def make_source(settings: CaptureSettings, journal: RawJournal | None = None) ->
         rotation_order=settings.rotation_order,
         header_format=settings.header_format,
     )
-    return axis_udp_source(config, settings.ports, **common)
+    return axis_udp_source(config, settings.ports, tcp=settings.axis, **common)
 
 
 def source_reject_reasons(source: str) -> tuple[str, ...]:
@@ -405,7 +429,9 @@ def main(argv: list[str] | None = None) -> int:
             source.open()
         except OSError as exc:
             return stage.fail(f"cannot bind UDP {settings.host}:{settings.ports}: {exc}")
-        log.info("capture %s on udp %s -> %s%s", source.name, settings.ports, settings.output,
+        inputs = [f"tcp client of {settings.axis[0]}:{settings.axis[1]}"] if settings.axis else []
+        inputs += [f"udp {settings.ports}"] if settings.ports else []
+        log.info("capture %s on %s -> %s%s", source.name, " + ".join(inputs), settings.output,
                  f" (durable, state in {settings.stage.state_dir})" if links.durable is not None else "")
         return stage.run(CaptureLoop(service, links, lambda: stage.bus, settings.exit_on_idle))
 

@@ -117,18 +117,26 @@ class AxisTcpReceiver:
                 self._stop.wait(delay)
                 delay = self.backoff.next(delay)
                 continue
-            delay = self.backoff.initial_s
             self.stats.connects += 1
             self.stats.connected = True
             log.info("axis tcp %s:%d: connected%s", self.host, self.port,
                      f" (reconnect {self.stats.connects - 1})" if self.stats.connects > 1 else "")
+            before = self.stats.bytes
             reason = self._read(sock)
             self.stats.connected = False
             self._hand_on(self.splitter.close())
-            if not self._stop.is_set():
-                self.stats.disconnects += 1
-                self.stats.last_error = reason
+            if self._stop.is_set():
+                break
+            self.stats.disconnects += 1
+            self.stats.last_error = reason
+            if self.stats.bytes > before:  # a working connection that ended: reconnect at once
+                delay = self.backoff.initial_s
                 log.warning("axis tcp %s:%d: connection lost (%s); reconnecting", self.host, self.port, reason)
+            else:  # a server that accepts and closes at once must not make this loop spin
+                log.warning("axis tcp %s:%d: connection lost (%s) before any data; reconnecting in %.1f s",
+                            self.host, self.port, reason, delay)
+                self._stop.wait(delay)
+                delay = self.backoff.next(delay)
 
     def _read(self, sock: socket.socket) -> str:
         """Read until the connection ends or capture stops; returns why it ended."""

@@ -74,13 +74,14 @@ class AxisTcpServer:
             self._drop(client)
 
     def close(self) -> None:
+        """Stop listening first (a client reconnecting at once is refused), then end every connection."""
         self._stop.set()
         self._thread.join(timeout=1 + ACCEPT_POLL_S)
+        self._listener.close()
         with self._lock:
             clients, self._clients = self._clients, []
         for client in clients:
             _close(client)
-        self._listener.close()
 
     def _drop(self, client: socket.socket) -> None:
         with self._lock:
