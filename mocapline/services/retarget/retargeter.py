@@ -618,6 +618,8 @@ def robot_frame_from(frame: HumanFrame, qpos: np.ndarray, ik_failed: bool) -> Ro
         traceparent=frame.traceparent,
         segment=frame.segment,
         session_id=frame.session_id,
+        avatar_index=frame.avatar_index,
+        avatar_name=frame.avatar_name,
     )
 
 
