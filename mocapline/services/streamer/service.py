@@ -70,7 +70,26 @@ class StreamerCounters:
     last_posture_index: int | None = None  # of the last MocapFrame sent
 
 
+@dataclass
+class PerformerStream:
+    """One performer's resampling (its own interpolator: poses of two performers are never
+    interpolated into each other) and counts."""
+
+    interp: MotionStreamInterpolator
+    name: str = ""
+    frames_in: int = 0
+    motion_generated: int = 0
+    zmq_sent: int = 0
+
+    def counts(self) -> dict[str, Any]:
+        return {"avatar_name": self.name, "frames_in": self.frames_in, "motion_generated": self.motion_generated,
+                "zmq_sent": self.zmq_sent, "pending": self.interp.pending}
+
+
 class Streamer:
+    """Resamples each performer's RobotFrames on its own and sends the MocapFrames of all of them
+    on one stream, each carrying its performer (``avatar_index``, ``avatar_name``)."""
+
     def __init__(
         self,
         sender: FrameSink,
@@ -85,12 +104,12 @@ class Streamer:
         self.tracer = tracer
         self.input_fps = input_fps
         self.output_fps = output_fps
-        self.interp = MotionStreamInterpolator(input_fps, output_fps)
+        self.performers: dict[int, PerformerStream] = {}
         self.builder = MocapFrameBuilder()
         self.counters = StreamerCounters()
         # (payload, capture_timestamp_us or -1 for END_OF_STREAM, taken in at (time_ns),
-        #  posture_index, the span to end once this, the frame's last sample, is sent)
-        self.outbox: deque[tuple[bytes, int, int, int, Any]] = deque()
+        #  posture_index, the span to end once this, the frame's last sample, is sent, avatar_index)
+        self.outbox: deque[tuple[bytes, int, int, int, Any, int]] = deque()
         self.recorder: Any = None  # a FrameFileWriter: every MocapFrame sent, as sent (--record-frames)
         self.ended = False
 
@@ -103,15 +122,26 @@ class Streamer:
         self.counters.frames_in += 1
         self.counters.ik_failed_in += int(frame.ik_failed)
         self.ended = False
-        self._queue(self.interp.push(frame), t_in_ns, span)
+        performer = self.performer(frame.avatar_index, frame.avatar_name)
+        performer.frames_in += 1
+        self._queue(performer.interp.push(frame), t_in_ns, span, frame.avatar_index)
+
+    def performer(self, avatar_index: int, name: str = "") -> PerformerStream:
+        stream = self.performers.get(avatar_index)
+        if stream is None:
+            interp = MotionStreamInterpolator(self.input_fps, self.output_fps)
+            stream = self.performers[avatar_index] = PerformerStream(interp, name)
+        return stream
 
     def on_end(self) -> None:
-        self._queue(self.interp.flush(), time.time_ns())
-        self.outbox.append((b"", -1, 0, -1, None))  # END_OF_STREAM marker, in order
+        for avatar_index, stream in self.performers.items():
+            self._queue(stream.interp.flush(), time.time_ns(), None, avatar_index)
+        self.outbox.append((b"", -1, 0, -1, None, -1))  # END_OF_STREAM marker, in order
         self.ended = True
         self.counters.takes_ended += 1
 
-    def _queue(self, samples: list[Any], t_in_ns: int, span: Any = None) -> None:
+    def _queue(self, samples: list[Any], t_in_ns: int, span: Any = None, avatar_index: int = 0) -> None:
+        performer = self.performer(avatar_index)
         if span is not None and not samples:
             span.end()  # downsampled: the frame is folded into the next sample
         last = len(samples) - 1
@@ -131,20 +161,24 @@ class Streamer:
                 time_s=s.time_s,
                 traceparent=s.traceparent,
                 session_id=s.session_id,
+                avatar_index=avatar_index,
+                avatar_name=performer.name,
             )
             self.outbox.append((msg.SerializeToString(), s.capture_timestamp_us, t_in_ns, s.posture_index,
-                                span if k == last else None))
+                                span if k == last else None, avatar_index))
             self.counters.motion_generated += 1
+            performer.motion_generated += 1
 
     def send_ready(self, timeout_ms: int) -> None:
         """Send queued frames while the socket can take them (blocking sends, never dropped)."""
         while self.outbox and self.sender.writable(timeout_ms):
-            payload, cap_us, t_in_ns, posture_index, span = self.outbox[0]
+            payload, cap_us, t_in_ns, posture_index, span, avatar_index = self.outbox[0]
             if cap_us < 0:
                 self.sender.send_end()
             else:
                 self.sender.send(payload, capture_timestamp_us=cap_us)
                 self.counters.zmq_sent += 1
+                self.performers[avatar_index].zmq_sent += 1
                 if self.recorder is not None:
                     self.recorder.write(payload, time.time_ns())
                 self.counters.last_posture_index = posture_index
@@ -157,18 +191,22 @@ class Streamer:
 
     @property
     def pending(self) -> int:
-        return sum(1 for entry in self.outbox if entry[1] >= 0) + self.interp.pending
+        queued = sum(1 for entry in self.outbox if entry[1] >= 0)
+        return queued + sum(p.interp.pending for p in self.performers.values())
 
     def heartbeat(self) -> dict[str, Any]:
         return {**asdict(self.counters), "pending": self.pending, "ended": self.ended,
-                "input_fps": self.input_fps, "output_fps": self.output_fps}
+                "input_fps": self.input_fps, "output_fps": self.output_fps,
+                "performers": {str(k): p.counts() for k, p in self.performers.items()}}
 
     def reset(self) -> None:
         self.counters = StreamerCounters()
-        self.interp = MotionStreamInterpolator(self.input_fps, self.output_fps)
+        self.performers.clear()
 
     def durable_state(self) -> dict[str, Any]:
-        return {**asdict(self.counters), "ended": self.ended}
+        counts = {str(k): {"name": p.name, "frames_in": p.frames_in, "motion_generated": p.motion_generated,
+                           "zmq_sent": p.zmq_sent} for k, p in self.performers.items()}
+        return {**asdict(self.counters), "ended": self.ended, "performers": counts}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Counters as they were before a restart; the resampling clock starts again at the next
@@ -177,6 +215,12 @@ class Streamer:
         self.ended = bool(state.pop("ended", False))
         known = StreamerCounters.__dataclass_fields__
         self.counters = StreamerCounters(**{k: v for k, v in state.items() if k in known})
+        self.performers.clear()
+        for key, saved in (state.get("performers") or {}).items():
+            stream = self.performer(int(key), saved.get("name", ""))
+            stream.frames_in = int(saved.get("frames_in", 0))
+            stream.motion_generated = int(saved.get("motion_generated", 0))
+            stream.zmq_sent = int(saved.get("zmq_sent", 0))
 
 
 @dataclass(frozen=True)

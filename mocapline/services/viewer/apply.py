@@ -31,6 +31,7 @@ class ViewerCounters:
 
     viewer_received: int = 0
     viewer_applied: int = 0
+    applied_by_performer: Counter[int] = field(default_factory=Counter)  # avatar_index -> frames applied
     rejected: Counter[str] = field(default_factory=Counter)
     frame_ids: SequenceLedger = field(default_factory=SequenceLedger)
     last_posture_index: int | None = None
@@ -51,13 +52,16 @@ class ViewerCounters:
     def durable_state(self, applied: int | None) -> dict[str, object]:
         """The viewer's record per input frame: counts, and the posture_index it applied (or None)."""
         return {"viewer_received": self.viewer_received, "viewer_applied": self.viewer_applied,
-                "last_posture_index": self.last_posture_index, "rejected": dict(self.rejected), "applied": applied}
+                "last_posture_index": self.last_posture_index, "rejected": dict(self.rejected), "applied": applied,
+                "applied_by_performer": {str(k): n for k, n in self.applied_by_performer.items()}}
 
     def restore(self, state: dict[str, object]) -> None:
         self.viewer_received = int(state.get("viewer_received", 0))  # type: ignore[arg-type]
         self.viewer_applied = int(state.get("viewer_applied", 0))  # type: ignore[arg-type]
         self.last_posture_index = state.get("last_posture_index")  # type: ignore[assignment]
         self.rejected.update(state.get("rejected", {}))  # type: ignore[arg-type]
+        by_performer = state.get("applied_by_performer") or {}
+        self.applied_by_performer.update({int(k): int(n) for k, n in by_performer.items()})  # type: ignore[union-attr]
 
     @property
     def crc_invalid(self) -> int:
@@ -75,6 +79,7 @@ class ViewerCounters:
             "frame_id_missing_ranges": [list(r) for r in self.frame_ids.missing_ranges],
             "last_posture_index": self.last_posture_index,
             **self.latency_percentiles_ms(),
+            "performers": {str(k): {"viewer_applied": n} for k, n in sorted(self.applied_by_performer.items())},
         }
 
 
@@ -166,6 +171,7 @@ class FrameApplier:
         mujoco.mj_forward(self.model, self.data)
         c = self.counters
         c.viewer_applied += 1
+        c.applied_by_performer[msg.avatar_index] += 1
         c.last_posture_index = msg.posture_index
         now_ns = time.time_ns()
         latency_s = (now_ns // 1000 - msg.capture_timestamp_us) / 1e6  # capture receive -> applied
