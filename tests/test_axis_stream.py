@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mocapline.formats.axis_bvh import (
+    DEFAULT_CONFIG,
     AxisBvhConfig,
     BvhReject,
     declared_length,
@@ -25,7 +26,7 @@ from mocapline.formats.skeleton import SkeletonKind, get_skeleton
 SKELETON = get_skeleton(SkeletonKind.AXIS_STUDIO)
 
 
-def datagram(index: int, config: AxisBvhConfig = AxisBvhConfig(), avatar: int = 0) -> bytes:
+def datagram(index: int, config: AxisBvhConfig = DEFAULT_CONFIG, avatar: int = 0) -> bytes:
     channels = np.zeros((len(SKELETON.bones), 6))
     channels[:, :3] = SKELETON.offsets_cm
     channels[:, 3] = (index % 360) - 180.0

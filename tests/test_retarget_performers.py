@@ -62,12 +62,12 @@ def test_interleaved_performers_match_each_alone(takes, filter_name):
 
     alone_a, _ = run(a)
     alone_b, _ = run(b)
-    mixed, service = run([f for pair in zip(a, b) for f in pair])
+    mixed, service = run([f for pair in zip(a, b, strict=True) for f in pair])
     got_a = [f for f in mixed if f.avatar_index == 0]
     got_b = [f for f in mixed if f.avatar_index == 2]
     assert [f.posture_index for f in got_a] == [f.posture_index for f in alone_a] == list(range(100, 100 + n))
     assert {f.avatar_name for f in got_b} == {"Performer3"}
-    for x, y in zip(got_a + got_b, alone_a + alone_b):
+    for x, y in zip(got_a + got_b, alone_a + alone_b, strict=True):
         np.testing.assert_allclose(x.joint_pos, y.joint_pos, atol=1e-9)
     hb = service.heartbeat()
     assert hb["gmr_processed"] == 2 * n

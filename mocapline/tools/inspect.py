@@ -22,9 +22,9 @@ from mocapline.core.bodies import GMR_BODIES
 from mocapline.core.frames import HumanFrame
 from mocapline.core.options import EnvArgumentParser
 from mocapline.core.udp import Datagram
-from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
-from mocapline.formats.mlrec import RecordingError, is_recording, read_recording
+from mocapline.formats.axis_bvh import DEFAULT_CONFIG, ROTATION_ORDERS, AxisBvhConfig
 from mocapline.formats.axis_stream import is_stream_dump, stream_datagrams
+from mocapline.formats.mlrec import RecordingError, is_recording, read_recording
 from mocapline.formats.pcap import PcapError, is_pcap, iter_tcp, iter_udp
 from mocapline.formats.skeleton import SkeletonKind
 from mocapline.services.capture.core import (
@@ -47,7 +47,7 @@ def frame_json(frame: HumanFrame) -> dict[str, Any]:
 
 
 def load_datagrams(
-    path: Path, port: int | None, tcp: int | None = None, config: AxisBvhConfig = AxisBvhConfig()
+    path: Path, port: int | None, tcp: int | None = None, config: AxisBvhConfig = DEFAULT_CONFIG
 ) -> list[Datagram]:
     """The datagrams capture would have taken from FILE; ``tcp``: the Axis TCP server's port (a
     pcap's TCP stream from it, or FILE is a raw dump of such a stream)."""

@@ -86,7 +86,7 @@ def audit(snapshot: dict[str, Any]) -> dict[str, Any]:
     services = snapshot.get("services", {})
     side = snapshot.get("side")
     verdict = judge(services, side)
-    keys = list((services.get("capture", {}).get("performers") or {}))
+    keys = list(services.get("capture", {}).get("performers") or {})
     if not keys:
         return verdict
     side_performers = (side or {}).get("performers") or {}

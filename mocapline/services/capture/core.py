@@ -19,10 +19,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from mocapline.core.bodies import GMR_BODY_INDEX
 from mocapline.core.frames import HumanFrame
+from mocapline.core.ledger import combine
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import AxisBvhConfig, BvhReject, parse_datagram
-from mocapline.core.ledger import combine
 from mocapline.formats.mxtp02 import (
     FRAGMENT_INCOMPLETE,
     POSITION_UNITS,
@@ -32,14 +33,13 @@ from mocapline.formats.mxtp02 import (
     guess_position_unit,
     parse_mxtp02,
 )
-
-PELVIS_HEIGHT_M = (0.3, 2.0)  # a standing or crouching person's pelvis
-from mocapline.core.bodies import GMR_BODY_INDEX
 from mocapline.formats.skeleton import get_skeleton
 from mocapline.services.capture.fk import AxisForwardKinematics
 from mocapline.services.capture.merge import PathMerger
 
 log = logging.getLogger(__name__)
+
+PELVIS_HEIGHT_M = (0.3, 2.0)  # a standing or crouching person's pelvis
 
 
 class Decoder(Protocol):

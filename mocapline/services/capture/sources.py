@@ -33,7 +33,7 @@ from mocapline.services.capture.core import (
     Decoder,
     XsensDecoder,
 )
-from mocapline.services.capture.tcp import AxisTcpReceiver, Backoff
+from mocapline.services.capture.tcp import DEFAULT_BACKOFF, AxisTcpReceiver, Backoff
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class UdpMotionInput:
         journal: Any = None,
         udp_fds: list[int] | None = None,
         tcp: tuple[str, int] | None = None,
-        tcp_backoff: Backoff = Backoff(),
+        tcp_backoff: Backoff = DEFAULT_BACKOFF,
     ) -> None:
         if udp_fds is not None and len(udp_fds) != len(ports):
             raise ValueError(f"{len(udp_fds)} inherited UDP sockets for {len(ports)} ports")

@@ -47,6 +47,9 @@ class Backoff:
         return min(max(delay_s * 2.0, self.initial_s), self.maximum_s)
 
 
+DEFAULT_BACKOFF = Backoff()
+
+
 @dataclass
 class TcpStats:
     connected: bool = False
@@ -81,7 +84,7 @@ class AxisTcpReceiver:
         fifo: queue.SimpleQueue[Datagram],
         config: AxisBvhConfig,
         journal: Callable[[Datagram], Datagram] | None = None,
-        backoff: Backoff = Backoff(),
+        backoff: Backoff = DEFAULT_BACKOFF,
     ) -> None:
         self.host = host
         self.port = port

@@ -8,6 +8,7 @@ datagram (``cut``), as a crashed server or a pulled cable would.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -67,10 +68,8 @@ class AxisTcpServer:
         with self._lock:
             clients = list(self._clients)
         for client in clients:
-            try:
+            with contextlib.suppress(OSError):
                 client.sendall(data[:at])
-            except OSError:
-                pass
             self._drop(client)
 
     def close(self) -> None:
@@ -109,8 +108,6 @@ class AxisTcpServer:
 
 
 def _close(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()
