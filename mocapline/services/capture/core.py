@@ -213,12 +213,13 @@ class CaptureCore:
         if self.allowed_sources is not None and dgram.source not in self.allowed_sources:
             self.counters.rejected["source_not_allowed"] += 1
             return []
-        data: bytes | None = dgram.data
+        data = dgram.data
         assembler = self._assembler(dgram.port)
         if assembler is not None:
-            data = assembler.push(dgram.data)
-            if data is None:
+            assembled = assembler.push(dgram.data)
+            if assembled is None:
                 return []  # one part of a split sample, held until the rest is in
+            data = assembled
         try:
             index, decoded = self.decoder.decode(data)
         except (BvhReject, XsensReject) as exc:

@@ -60,8 +60,8 @@ class ViewerCounters:
         self.viewer_applied = int(state.get("viewer_applied", 0))  # type: ignore[arg-type]
         self.last_posture_index = state.get("last_posture_index")  # type: ignore[assignment]
         self.rejected.update(state.get("rejected", {}))  # type: ignore[arg-type]
-        by_performer = state.get("applied_by_performer") or {}
-        self.applied_by_performer.update({int(k): int(n) for k, n in by_performer.items()})  # type: ignore[union-attr]
+        by_performer: dict[str, int] = state.get("applied_by_performer") or {}  # type: ignore[assignment]
+        self.applied_by_performer.update({int(k): int(n) for k, n in by_performer.items()})
 
     @property
     def crc_invalid(self) -> int:

@@ -134,9 +134,10 @@ def emit_take(
     rng = random.Random(plan.seed)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
-    paths: list[tuple[str, Callable[[bytes], object]]] = [
-        (f"{h}:{p}", lambda data, to=(h, p): sock.sendto(data, to)) for h, p in dests
-    ]
+    def udp_send(to: tuple[str, int]) -> Callable[[bytes], object]:
+        return lambda data: sock.sendto(data, to)
+
+    paths: list[tuple[str, Callable[[bytes], object]]] = [(f"{h}:{p}", udp_send((h, p))) for h, p in dests]
     if tcp is not None:
         paths.insert(0, (f"tcp:{tcp.port}", tcp.send))
     stats = EmitStats(datagrams={name: 0 for name, _ in paths})
