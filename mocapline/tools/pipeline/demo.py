@@ -13,7 +13,8 @@ import sys
 from typing import Any
 
 from mocapline.core.options import EnvArgumentParser, parse_index_list
-from mocapline.tools.emitter.emitter import TakePlan, emit_take
+from mocapline.tools.emitter.emitter import TakePlan, emit_take, parse_performer_skip
+from mocapline.tools.emitter.tcp_server import AxisTcpServer
 from mocapline.tools.pipeline.stack import (
     PreflightError,
     Stack,
@@ -32,6 +33,11 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--drop-side", type=parse_index_list, default=[], help="indices missing on the side path only")
     p.add_argument("--drop-both", type=parse_index_list, default=[], help="indices missing on both paths")
     p.add_argument("--garbage", type=int, default=0, help="non-BVH datagrams mixed into the main path")
+    p.add_argument("--transport", choices=("udp", "tcp"), default="udp",
+                   help="main path over UDP, or over TCP from a server as Axis Studio runs one")
+    p.add_argument("--performers", type=int, default=1, help="avatars per frame (avatar_index 0..N-1)")
+    p.add_argument("--drop-performer", type=parse_performer_skip, action="append", default=[],
+                   metavar="AVATAR:INDICES", help="indices one performer misses on every path, e.g. 1:100-103")
     p.add_argument("--merge", action="store_true", help="capture merges main + side (recovers main-only losses)")
     p.add_argument("--input-fps", type=float, default=None, help="Axis rate for the interpolator (default --rate)")
     p.add_argument("--output-fps", type=float, default=None, help="output stream rate (default = input)")
@@ -49,6 +55,7 @@ def run_demo(args: Any) -> dict[str, Any]:
     fps = args.input_fps or (args.rate if args.rate > 0 else 60.0)
     config = local_config(
         merge=args.merge,
+        transport=args.transport,
         viewer=not args.no_viewer,
         input_fps=fps,
         output_fps=args.output_fps or fps,
@@ -59,6 +66,7 @@ def run_demo(args: Any) -> dict[str, Any]:
     state = tempfile.TemporaryDirectory(prefix="mocapline-demo-") if args.durable else None
     config.state_dir = Path(state.name) if state is not None else None
     stack = Stack(config)
+    server = AxisTcpServer("127.0.0.1", config.axis_port) if args.transport == "tcp" else None
     try:
         stack.start()
         stack.wait_ready()
@@ -71,12 +79,20 @@ def run_demo(args: Any) -> dict[str, Any]:
             skip_main=set(args.drop_main),
             skip_side=set(args.drop_side),
             garbage=args.garbage,
+            performers=args.performers,
+            skip_performer={avatar: set(indices) for avatar, indices in args.drop_performer},
         )
-        emit_take(plan, [("127.0.0.1", config.main_port), ("127.0.0.1", config.side_port)], rate_hz=args.rate)
+        side = ("127.0.0.1", config.side_port)
+        if server is not None:
+            emit_take(plan, [side], rate_hz=args.rate, tcp=server)
+        else:
+            emit_take(plan, [("127.0.0.1", config.main_port), side], rate_hz=args.rate)
         finals = stack.drain()
         return stack.verdict(finals)
     finally:
         stack.stop()
+        if server is not None:
+            server.close()
         if state is not None:
             state.cleanup()
 
