@@ -182,11 +182,17 @@ def source_reject_reasons(source: str) -> tuple[str, ...]:
 
 
 def status_line(ledger: dict[str, Any]) -> str:
+    extra = ""
+    if len(ledger.get("performers") or {}) > 1:
+        extra += f" performers={len(ledger['performers'])}"
+    tcp = ledger.get("tcp")
+    if tcp is not None:
+        extra += f" tcp={'connected' if tcp['connected'] else 'reconnecting'} connects={tcp['connects']}"
     return (
         f"capture received={ledger['source_received']} unique={ledger['source_unique_frames']} "
         f"missing={ledger['source_missing_indices']} dup={ledger['source_duplicate_indices']} "
         f"backward={ledger['source_backward_indices']} rejected={ledger['rejected_datagrams']} "
-        f"last={ledger['last_posture_index']} pending={ledger['input_pending']}"
+        f"last={ledger['last_posture_index']} pending={ledger['input_pending']}{extra}"
     )
 
 
