@@ -86,3 +86,22 @@ def test_durable_state_restores_every_performer(takes):
     assert sorted(again.tracks) == [0, 1]
     assert again.tracks[1].last_posture_index == 104 and again.tracks[1].gmr_processed == 5
     np.testing.assert_allclose(again.tracks[1].qpos, service.tracks[1].qpos)
+
+
+def test_each_performer_gets_its_height_by_avatar_name(takes):
+    model, cfg, ((pos, quat), _) = takes
+    service = RetargetService(G1Retargeter(cfg, model=model), Sink(), heights={"Performer2": 1.55})
+    for avatar in (0, 1):
+        service.on_frame(frames_of(pos[:1], quat[:1], avatar)[0])
+    assert service.tracks[1].retargeter.human_height == 1.55
+    assert service.tracks[0].retargeter.human_height is None  # the config's assumed height
+
+
+def test_performer_height_flag():
+    from mocapline.services.retarget.service import build_parser, parse_performer_height
+
+    assert parse_performer_height("Performer2=1.62") == ("Performer2", 1.62)
+    args = build_parser().parse_args(["--performer-height", "A=1.7", "--performer-height", "B=1.5"])
+    assert dict(args.performer_height) == {"A": 1.7, "B": 1.5}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--performer-height", "A=tall"])

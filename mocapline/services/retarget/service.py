@@ -56,6 +56,18 @@ log = logging.getLogger("mocapline.retarget")
 FILTERS = ("none", "smooth3")
 
 
+def parse_performer_height(text: str) -> tuple[str, float]:
+    """``NAME=METRES`` -> (avatar name, height in m)."""
+    name, sep, height = text.rpartition("=")
+    try:
+        value = float(height)
+    except ValueError:
+        value = 0.0
+    if not sep or not name or not 0.5 < value < 3.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=METRES (a height in metres), e.g. Performer2=1.62")
+    return name, value
+
+
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline retarget", description=__doc__)
     p.add_argument("--input", default="tcp://127.0.0.1:5556", help="capture's HumanFrame endpoint (connect)")
@@ -64,6 +76,10 @@ def build_parser() -> EnvArgumentParser:
                    help=f"IK config: a shipped name ({', '.join(sorted(SHIPPED_CONFIGS))}) or a JSON file")
     p.add_argument("--human-height", type=float, default=None,
                    help="the performer's height in m (default: the config's human_height_assumption)")
+    p.add_argument("--performer-height", type=parse_performer_height, action="append", default=[],
+                   metavar="NAME=METRES",
+                   help="several performers: the height of the one whose avatar name is NAME (repeat the flag); "
+                        "the others use --human-height")
     p.add_argument("--ground-offset", type=float, default=0.0, help="m subtracted from every target's height")
     p.add_argument("--input-fps", type=float, default=DEFAULT_FPS,
                    help="rate of the HumanFrames (the Axis rate): the joint velocity limit is per frame")
@@ -150,10 +166,13 @@ class RetargetService:
         filter: str = "none",
         metrics: ServiceMetrics | None = None,
         tracer: StageTracer | None = None,
+        heights: dict[str, float] | None = None,
     ) -> None:
         if filter not in FILTERS:
             raise ValueError(f"filter {filter!r}: choose from {FILTERS}")
         self.retargeter = retargeter
+        self.heights = dict(heights or {})  # avatar name -> human height (m); others: the options'
+        self.default_height = retargeter.options.human_height
         self.sender = sender
         self.metrics = metrics
         self.stage_seconds = metrics.stage_seconds if metrics is not None else None
@@ -168,6 +187,7 @@ class RetargetService:
         if track is None:
             base = self.retargeter
             retargeter = base if not self.tracks else G1Retargeter(base.config, replace(base.options), model=base.model)
+            retargeter.set_human_height(self.heights.get(name, self.default_height))
             smoother = OneFrameSmoother() if self.filter == "smooth3" else None
             track = self.tracks[avatar_index] = PerformerTrack(retargeter, smoother, name)
         return track
@@ -336,6 +356,7 @@ class RetargetSettings:
     output: str
     ik_config: str
     options: RetargetOptions
+    performer_height: dict[str, float]
     filter: str
     max_takes: int
     status_interval: float
@@ -357,7 +378,8 @@ class RetargetSettings:
         if args.state_dir is not None and args.filter != "none":
             raise ValueError("--filter smooth3 holds a frame in memory, which a crash would lose; "
                              "it cannot be combined with --state-dir")
-        return settings_from(cls, args, options=options, stage=StageSettings.from_args(args))
+        return settings_from(cls, args, options=options, performer_height=dict(args.performer_height),
+                             stage=StageSettings.from_args(args))
 
 
 @dataclass
@@ -416,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         except StageError as exc:
             return stage.fail(str(exc))
         service = RetargetService(retargeter, links.tx, filter=settings.filter, metrics=stage.metrics,
-                                  tracer=stage.tracer)
+                                  tracer=stage.tracer, heights=settings.performer_height)
         if links.durable is not None and links.durable.restored is not None:
             service.restore(links.durable.restored)
         log.info("retarget %s -> %s (config %s, %d steps/frame, lm_damping %s, filter %s)", settings.input,
