@@ -175,3 +175,21 @@ def test_fuzz_random_reads_garbage_cuts_and_reconnects(connections, seed, cut_at
                 raise AssertionError("a rejected chunk parsed")
             except BvhReject:
                 pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=5000), cuts=st.lists(st.integers(min_value=0, max_value=5000), max_size=20),
+       flips=st.lists(st.tuples(st.integers(min_value=0, max_value=10**6), st.integers(0, 255)), max_size=8))
+def test_fuzz_any_bytes_never_raise_and_are_all_accounted_for(data, cuts, flips):
+    # arbitrary bytes, and valid datagrams with random bytes overwritten, in random reads
+    stream = bytearray(data + b"".join(datagram(i) for i in range(3)))
+    for pos, value in flips:
+        stream[pos % len(stream)] = value
+    splitter = AxisStreamSplitter()
+    out: list[bytes] = []
+    bounds = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        out += splitter.feed(bytes(stream[lo:hi]))
+        out += splitter.idle()
+    out += splitter.close()
+    assert b"".join(out) == bytes(stream) and splitter.buffered == 0
