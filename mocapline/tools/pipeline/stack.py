@@ -30,7 +30,8 @@ STAGES = ("capture", "retarget", "streamer", "viewer")
 class StackConfig:
     source: str = "axis"  # or "xsens"
     rotation_order: str = "YXZ"
-    transport: str = "udp"  # "tcp": capture is the client of Axis Studio's TCP server on axis_port
+    transport: str = "udp"  # "tcp": capture is the client of Axis Studio's TCP server
+    axis_host: str = "127.0.0.1"
     axis_port: int = 7001
     main_port: int = 7014
     side_port: int = 7015
@@ -95,7 +96,7 @@ class Stack:
         """Everything that would make a start fail, as clear messages (empty: good to go)."""
         c = self.config
         problems: list[str] = []
-        udp = [c.main_port, c.side_port]
+        udp = [c.side_port] if c.transport == "tcp" else [c.main_port, c.side_port]
         for port in udp:
             if not port_free(port, socket.SOCK_DGRAM, "0.0.0.0"):
                 problems.append(f"UDP port {port} is in use (another capture or auditor running?)")
@@ -155,7 +156,7 @@ class Stack:
         plan: list[tuple[str, list[str]]] = [
             ("auditor", [f"--side-port={0 if c.merge else c.side_port}"]),
             ("capture", [*(["--ports", *map(str, capture_ports)] if capture_ports else []),
-                         *([f"--transport={c.transport}", f"--axis=127.0.0.1:{c.axis_port}"]
+                         *([f"--transport={c.transport}", f"--axis={c.axis_host}:{c.axis_port}"]
                            if c.transport == "tcp" else []),
                          f"--output=tcp://127.0.0.1:{c.human_port}",
                          "--status-interval=0", f"--source={c.source}", f"--rotation-order={c.rotation_order}"]),

@@ -18,6 +18,7 @@ from typing import Any
 
 from mocapline.core.bus import DEFAULT_URL, PREFIX, Bus
 from mocapline.core.options import EnvArgumentParser, port_number
+from mocapline.services.capture.tcp import parse_endpoint
 from mocapline.tools.pipeline.stack import (
     Stack,
     StackConfig,
@@ -32,6 +33,10 @@ def add_stack_options(p: EnvArgumentParser) -> None:
     p.add_argument("--source", choices=("axis", "xsens"), default="axis",
                    help="Axis Studio binary BVH, or Xsens MVN MXTP02 (then use --main-port 9763)")
     p.add_argument("--rotation-order", default="YXZ", help="Axis Studio's BVH rotation order setting")
+    p.add_argument("--transport", choices=("udp", "tcp"), default="udp",
+                   help="Axis Studio over UDP (to --main-port) or TCP (capture connects to --axis)")
+    p.add_argument("--axis", default="127.0.0.1:7001", metavar="HOST[:PORT]",
+                   help="--transport tcp: Axis Studio's TCP server")
     p.add_argument("--main-port", type=port_number, default=7014, help="UDP port Axis Studio sends to (main path)")
     p.add_argument("--side-port", type=port_number, default=7015, help="UDP port of the side path (audit / merge)")
     p.add_argument("--merge", action="store_true",
@@ -54,9 +59,13 @@ def add_stack_options(p: EnvArgumentParser) -> None:
 
 def stack_config(args: Any, **overrides: Any) -> StackConfig:
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="mocapline-"))
+    axis_host, axis_port = parse_endpoint(args.axis)
     config = StackConfig(
         source=args.source,
         rotation_order=args.rotation_order,
+        transport=args.transport,
+        axis_host=axis_host,
+        axis_port=axis_port,
         main_port=args.main_port,
         side_port=args.side_port,
         merge=args.merge,
@@ -110,12 +119,22 @@ class LiveCounts:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    config = stack_config(args, viewer=not args.no_viewer, display=args.display, web_port=args.web_port)
+    if args.demo and args.transport == "tcp":
+        print("mocapline up: --demo replays over UDP; with --transport tcp serve a take with "
+              "`mocapline emit --tcp-listen PORT` and point --axis at it", file=sys.stderr)
+        return 2
+    try:
+        config = stack_config(args, viewer=not args.no_viewer, display=args.display, web_port=args.web_port)
+    except ValueError as exc:
+        print(f"mocapline up: {exc}", file=sys.stderr)
+        return 2
     stack = Stack(config)
     if not launch(stack, "mocapline up"):
         return 1
-    print(f"mocapline: pipeline up; Axis Studio -> udp {config.main_port}"
-          f"{' + ' + str(config.side_port) if config.merge else ''}; robots/viewers -> tcp {config.output_port}; "
+    main_path = (f"capture -> tcp {config.axis_host}:{config.axis_port}" if config.transport == "tcp"
+                 else f"Axis Studio -> udp {config.main_port}")
+    print(f"mocapline: pipeline up; {main_path}"
+          f"{' + udp ' + str(config.side_port) if config.merge else ''}; robots/viewers -> tcp {config.output_port}; "
           f"logs in {config.log_dir}")
     print("mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
                            if config.state_dir is not None else "plain links (--plain): nothing kept on disk"))
