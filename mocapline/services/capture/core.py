@@ -198,6 +198,16 @@ class CaptureCore:
             return PathMerger(self.ports, window_s=self.window_s)
         return next(iter(self.performers.values())).merger
 
+    def paths_live(self, now: float) -> None:
+        """Count every path as live from ``now`` (capture starts listening): a gap then waits, up to
+        the merge window, for a path whose backlog is still being read. After a restart over TCP the
+        TCP path resumes at the current index at once, while the UDP side path, whose socket was
+        held, still has the missed indices queued; without this the side path looks long dead
+        (its last datagram was before the crash) and the gap would be final at once."""
+        for performer in self.performers.values():
+            for state in performer.merger.paths.values():
+                state.last_arrival = max(state.last_arrival, now)
+
     def feed(self, dgram: Datagram, now: float) -> list[HumanFrame]:
         return self._frames(self._push(dgram, now))
 

@@ -131,6 +131,7 @@ class UdpMotionInput:
                 self.record_path, {"source": self.name, "ports": self.paths, "session_id": self.core.session_id,
                                    **({"tcp": f"{self.tcp[0]}:{self.tcp[1]}"} if self.tcp else {})}
             )
+        self.core.paths_live(time.monotonic())
         for receiver in self.receivers:
             receiver.start()
 
