@@ -127,6 +127,11 @@ FAMILIES: tuple[Family, ...] = (
     Family("mocapline_source_connected", "gauge",
            "Axis over TCP: 1 while capture is connected to Axis Studio's server, 0 while it reconnects.",
            services=("capture",)),
+    Family("mocapline_performer_frames_total", "counter",
+           "Frames per performer (Axis avatar_index / Xsens character ID) and stage: capture unique frames "
+           "released, retarget frames through the IK, streamer MocapFrames sent, viewer frames applied. "
+           "Performers beyond the first MAX_PERFORMER_LABELS indices are summed under performer=\"other\".",
+           ("stage", "performer")),
     Family("mocapline_ik_failed_total", "counter",
            "Frames whose IK solve failed (sent with the last good pose, flagged).", services=("retarget",)),
     Family("mocapline_link_frame_id_gaps_total", "counter",
@@ -196,6 +201,20 @@ _DURABLE_GAUGES: dict[str, str] = {
 }
 # The source's connection (capture over TCP; absent over UDP: the gauge stays unset).
 _SOURCE_GAUGES: dict[str, str] = {"mocapline_source_connected": "tcp.connected"}
+# Per performer: which count of each stage's ``performers`` entries the performer counter mirrors,
+# and how many performer label values there are at most (bounded cardinality).
+_PERFORMER_FIELDS: dict[str, str] = {
+    "capture": "source_unique_frames", "retarget": "gmr_processed", "streamer": "zmq_sent",
+    "viewer": "viewer_applied",
+}
+MAX_PERFORMER_LABELS = 16
+
+
+def performer_label(key: str) -> str:
+    """The ``performer`` label of an avatar index: itself below MAX_PERFORMER_LABELS, else "other"."""
+    return key if key.isdigit() and int(key) < MAX_PERFORMER_LABELS else "other"
+
+
 # Ledger fields the auditor exports as mocapline_ledger{field} (the verdict has its own gauge).
 LEDGER_GAUGE_FIELDS: tuple[str, ...] = (
     "source_received", "source_unique_frames", "source_missing_indices", "source_duplicate_indices",
@@ -355,6 +374,7 @@ class ServiceMetrics:
                     self._mirrors[name] = _Mirror(child)
                 else:
                     self._gauges[name] = child
+        self._performer_mirror("0")  # the first performer's series exists from the start
         self._gauges["pending"] = self._families["mocapline_pending"].labels(stage=stage)
         self._gauges["last_posture_index"] = self._families["mocapline_last_posture_index"].labels(stage=stage)
         self._gauges["last_posture_index"].set(-1)
@@ -449,12 +469,32 @@ class ServiceMetrics:
             value = _lookup(hb, key)
             if name in self._gauges and value is not None:
                 self._gauges[name].set(value)
+        self._sync_performers(hb)
         pending = _lookup(hb, fields["pending"])
         if pending is not None:
             self._gauges["pending"].set(pending)
         last = _lookup(hb, fields.get("last", "last_posture_index"))
         if last is not None:  # kept after an end of stream (which some stages mark with None)
             self._gauges["last_posture_index"].set(last)
+
+    def _sync_performers(self, hb: dict[str, Any]) -> None:
+        performers = hb.get("performers")
+        if not isinstance(performers, dict):
+            return
+        totals: dict[str, int] = {}
+        field_name = _PERFORMER_FIELDS[self.service]
+        for key, counts in performers.items():
+            label = performer_label(str(key))
+            totals[label] = totals.get(label, 0) + int((counts or {}).get(field_name) or 0)
+        for label, value in totals.items():
+            self._performer_mirror(label).update(value)
+
+    def _performer_mirror(self, label: str) -> _Mirror:
+        mirror = self._mirrors.get(f"performer:{label}")
+        if mirror is None:
+            child = self._families["mocapline_performer_frames_total"].labels(stage=self.service, performer=label)
+            mirror = self._mirrors[f"performer:{label}"] = _Mirror(child)
+        return mirror
 
     def _sync_verdict(self, verdict: dict[str, Any]) -> None:
         self._gauges["conserved"].set(int(verdict.get("unique_frames_conserved") or 0))
