@@ -6,10 +6,11 @@ and ZYX on others), namespaced joint names (``mixamorig:Hips``), ``End Site`` le
 of the joint list, their offsets are not needed for FK of the joints), any ``Frame Time``,
 tabs or spaces, blank lines, Windows line endings.
 
-Conventions (the BVH ones, as bvhio and Blender read them): a joint's local rotation is the
-product of its rotation channels in the order they are listed (``Zrotation Xrotation Yrotation``:
-R = Rz Rx Ry), angles in degrees; its local translation is its OFFSET, plus its position channels
-when it has any; world pose = parent world pose * local pose. Units are the file's (no scaling).
+Conventions (the BVH ones, as bvhio reads them): a joint's local rotation is the product of its
+rotation channels in the order they are listed (``Zrotation Xrotation Yrotation``: R = Rz Rx Ry),
+angles in degrees; its local translation is its OFFSET, except along the axes it has position
+channels for, where the channel's value is the translation (exporters that key positions on every
+joint write the whole translation there); world pose = parent world pose * local pose. Units are the file's (no scaling).
 ``tests/test_bvh.py`` checks the forward kinematics against bvhio.
 
 :func:`gmr_bodies` turns a motion into HumanFrame arrays (the 23 :data:`GMR_BODIES`, Z-up metres)
@@ -103,7 +104,7 @@ class BvhMotion:
                 axis = _AXES[name[0]]
                 v = self.values[:, col]
                 if name.endswith("position"):
-                    trans[:, k, axis] += v
+                    trans[:, k, axis] = v
                 else:
                     half = np.radians(v) * 0.5
                     q = np.zeros((n_frames, 4))
@@ -284,7 +285,7 @@ def format_bvh(motion: BvhMotion, decimals: int = 4) -> str:
         for c in kids:
             emit(c, depth + 1)
         if not kids:
-            out += [f"{pad}\tEnd Site", f"{pad}\t{{", f"{pad}\t\tOFFSET 0 0 0", f"{pad}\t}}"]
+            out.extend([f"{pad}\tEnd Site", f"{pad}\t{{", f"{pad}\t\tOFFSET 0 0 0", f"{pad}\t}}"])
         out.append(f"{pad}}}")
 
     for root in children.get(-1, []):
