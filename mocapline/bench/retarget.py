@@ -204,13 +204,19 @@ def run_take(take: Take, model: mujoco.MjModel, options: RetargetOptions | None 
                quality_base, ours.stats.failures, base.failures if base else 0, ours.stats.steps / max(n, 1))
 
 
+def _smoother(r: Run) -> bool:
+    """Jerk below the baseline's; on the known answer both track the true motion, whose jerk it is."""
+    if r.kind == "g1":
+        return r.ours.err_mm < 0.01 and abs(r.ours.jerk - r.base.jerk) <= 0.01 * r.base.jerk
+    return r.ours.jerk < r.base.jerk
+
+
 def _summary(runs: list[Run]) -> dict:
     frames = sum(r.frames for r in runs)
     fps = frames / sum(r.frames / r.fps for r in runs)
     base_fps = frames / sum(r.frames / r.baseline_fps for r in runs)
     ok = [r for r in runs if r.speedup >= 10 and r.ours.err_mm <= r.base.err_mm and r.ours.hands_mm <= r.base.hands_mm
-          and r.ours.jerk < r.base.jerk and r.ours.jumps == 0
-          and r.ours.range_violations == 0 and r.ours.velocity_violations == 0]
+          and _smoother(r) and r.ours.jumps == 0 and r.ours.range_violations == 0 and r.ours.velocity_violations == 0]
     return {
         "fps": round(fps, 1), "baseline_fps": round(base_fps, 1), "speedup": round(fps / base_fps, 2),
         "min_speedup": round(min(r.speedup for r in runs), 2),
