@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("mocapline.tools.pipeline.demo", "run the pipeline on an emitted take and print the final ledger"),
     "status": ("mocapline.tools.pipeline.status", "ask a running pipeline for its ledger and verdict"),
     "bench": ("mocapline.bench.cli", "benchmarks: capture, retarget, e2e"),
+    "retarget-file": ("mocapline.tools.retarget_file", "a BVH take (Axis, CMU, Mixamo) as a G1 reference clip"),
     "export": ("mocapline.tools.recorder.export", "a take as a 50 Hz G1 reference clip (.npz + .csv)"),
     "replay": ("mocapline.tools.recorder.replay", "a recorded take through the pipeline, offline, deterministic"),
     "record": ("mocapline.tools.recorder.record", "record a live take: datagrams, MocapFrames, config, ledger"),

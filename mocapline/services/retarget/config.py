@@ -66,13 +66,18 @@ import numpy as np
 
 from mocapline.core.bodies import GMR_BODIES
 from mocapline.core.paths import IK_CONFIG_DIR
+from mocapline.formats.bvh import BvhMotion, SkeletonMap
 from mocapline.robot import g1 as robot_model
 
 SHIPPED_CONFIGS: dict[str, str] = {
     "axis_studio": "axis_studio_to_g1.json",
     "axis": "axis_studio_to_g1.json",
     "xsens": "xsens_to_g1.json",
+    "cmu": "cmu_to_g1.json",
+    "mixamo": "mixamo_to_g1.json",
 }
+# Shipped configs with BVH skeletons, in detection order (ties go to the first).
+BVH_SKELETONS = ("axis", "mixamo", "cmu")
 DEFAULT_CONFIG = "axis_studio"
 
 _REQUIRED = (
@@ -120,6 +125,7 @@ class IKConfig:
     ik_match_table2: tuple[MatchEntry, ...]
     joint_velocity_limits: dict[str, float] = field(default_factory=dict)
     source: str = ""
+    bvh: tuple[SkeletonMap, ...] = ()
 
     def scaled(self, human_height: float | None) -> dict[str, float]:
         """The scale table for a human of ``human_height`` m (None: the assumed height).
@@ -310,4 +316,60 @@ def parse_ik_config(raw: dict[str, Any], *, model: mujoco.MjModel | None = None,
         ik_match_table2=tables[1],
         joint_velocity_limits=velocity,
         source=source,
+        bvh=_bvh_skeletons(raw.get("bvh", []), where),
+    )
+
+
+def _bvh_skeletons(raw: Any, where: str) -> tuple[SkeletonMap, ...]:
+    if not isinstance(raw, list):
+        raise IKConfigError(f"{where}: bvh must be a list of skeleton variants")
+    out = []
+    for i, v in enumerate(raw):
+        ctx = f"{where}: bvh[{i}]"
+        if not isinstance(v, dict) or not {"name", "unit_m", "joints"} <= v.keys():
+            raise IKConfigError(f"{ctx}: expected {{\"name\", \"unit_m\", \"joints\"}}")
+        unit, joints = v["unit_m"], v["joints"]
+        if not isinstance(unit, (int, float)) or not unit > 0:
+            raise IKConfigError(f"{ctx}: unit_m must be a number > 0, got {unit!r}")
+        if not isinstance(joints, dict) or "Hips" not in joints:
+            raise IKConfigError(f"{ctx}: joints must map GMR bodies to BVH joints, Hips included")
+        bad = sorted(set(joints) - set(GMR_BODIES))
+        if bad:
+            raise IKConfigError(f"{ctx}: unknown GMR bodies {bad}; valid: {', '.join(GMR_BODIES)}")
+        out.append(SkeletonMap(str(v["name"]), {str(k): str(n) for k, n in joints.items()}, float(unit)))
+    return tuple(out)
+
+
+def required_bodies(config: IKConfig) -> tuple[str, ...]:
+    """The human bodies the config's enabled tables use, root first."""
+    used = {e.human_body for t in config.tables() for e in t}
+    return (config.human_root_name, *sorted(used - {config.human_root_name}))
+
+
+def detect_bvh_skeleton(
+    motion: BvhMotion, name: str = "auto", *, model: mujoco.MjModel | None = None
+) -> tuple[IKConfig, SkeletonMap]:
+    """The config and skeleton variant to read ``motion`` with: ``name`` is a shipped config
+    (``axis``, ``cmu``, ``mixamo``), a config file with a ``bvh`` section, or ``auto`` (the shipped
+    variant that has every body the IK needs and the most mapped joints)."""
+    names = BVH_SKELETONS if name == "auto" else (name,)
+    candidates = []
+    for n in names:
+        config = load_ik_config(n, model=model)
+        if not config.bvh:
+            raise IKConfigError(f"{config.source}: no 'bvh' section (skeletons with BVH support: {', '.join(BVH_SKELETONS)})")
+        for skeleton in config.bvh:
+            missing = skeleton.missing(motion, required_bodies(config))
+            found = len(skeleton.joints) - len(skeleton.missing(motion))
+            candidates.append((not missing, found, n, config, skeleton, missing))
+    usable = [c for c in candidates if c[0]]
+    if usable:
+        best = max(usable, key=lambda c: c[1])  # max keeps the first of equals
+        return best[3], best[4]
+    closest = max(candidates, key=lambda c: c[1])
+    raise IKConfigError(
+        f"{motion.source}: no {'known ' if name == 'auto' else name + ' '}skeleton fits its joints; closest is "
+        f"{closest[4].name} ({closest[2]}), which lacks {', '.join(closest[5])}. "
+        f"The file's joints: {', '.join(j.name for j in motion.joints[:40])}"
+        + (" ..." if len(motion.joints) > 40 else "")
     )
