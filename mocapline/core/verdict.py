@@ -37,6 +37,7 @@ MAIN_ONLY = "main_only"  # our receiver or host load; merging the side path reco
 BOTH = "both"  # upstream of both paths (suit Wi-Fi, Axis): not recoverable
 SIDE_ONLY = "side_only"  # ordinary UDP loss on the side path; main has it
 UNKNOWN = "main_no_side_data"  # missing on main while no side path covered that index
+LATE = "late"  # a path had it, but its copy arrived after the merge declared the gap final
 
 
 def conserved(counts: dict[str, Any]) -> bool:
@@ -82,15 +83,19 @@ def classify_missing(
     main_missing: Iterable[Iterable[int]],
     side_missing: Iterable[Iterable[int]] | None,
     side_span: tuple[int, int] | None,
+    late: Iterable[Iterable[int]] = (),
 ) -> dict[str, list[list[int]]]:
     """Classify missing indices given each path's missing ranges and the span the side path covered.
 
-    ``side_missing`` None means no side path was observed at all.
+    ``side_missing`` None means no side path was observed at all. ``late``: indices missing from
+    the merged stream although a path delivered them, too late (capture's ``late_ranges``); they
+    are classified ``late`` and nothing else.
     """
-    main = _indices(main_missing)
-    side = _indices(side_missing) if side_missing is not None else set()
+    late_set = _indices(late)
+    main = _indices(main_missing) - late_set
+    side = (_indices(side_missing) if side_missing is not None else set()) - late_set
     covered = (lambda i: side_span[0] <= i <= side_span[1]) if side_span else (lambda i: False)
-    out: dict[str, set[int]] = {MAIN_ONLY: set(), BOTH: set(), SIDE_ONLY: set(), UNKNOWN: set()}
+    out: dict[str, set[int]] = {MAIN_ONLY: set(), BOTH: set(), SIDE_ONLY: set(), UNKNOWN: set(), LATE: late_set}
     for i in main:
         if side_missing is None or not covered(i):
             out[UNKNOWN].add(i)

@@ -61,6 +61,7 @@ def judge(services: dict[str, dict[str, Any]], side: dict[str, Any] | None) -> d
             main.get("source_missing_ranges", []),
             side.get("source_missing_ranges", []) if side is not None else None,
             span,
+            late=services.get("capture", {}).get("late_ranges", []),
         )
         counts["merge_on"] = len(paths) > 1
     return with_verdict(counts)

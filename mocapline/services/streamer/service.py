@@ -67,6 +67,7 @@ class StreamerCounters:
     motion_generated: int = 0
     zmq_sent: int = 0
     takes_ended: int = 0
+    bridged_frames: int = 0  # frames standing in for a missing posture_index (MocapFrame.bridged)
     last_posture_index: int | None = None  # of the last MocapFrame sent
 
 
@@ -163,11 +164,13 @@ class Streamer:
                 session_id=s.session_id,
                 avatar_index=avatar_index,
                 avatar_name=performer.name,
+                bridged=s.bridged,
             )
             self.outbox.append((msg.SerializeToString(), s.capture_timestamp_us, t_in_ns, s.posture_index,
                                 span if k == last else None, avatar_index))
             self.counters.motion_generated += 1
             performer.motion_generated += 1
+            self.counters.bridged_frames += int(s.bridged)
 
     def send_ready(self, timeout_ms: int) -> None:
         """Send queued frames while the socket can take them (blocking sends, never dropped)."""
