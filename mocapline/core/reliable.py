@@ -32,6 +32,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 from urllib.parse import urlsplit
 
 import zmq
@@ -59,18 +60,47 @@ def ack_endpoint(endpoint: str) -> str:
     return f"tcp://{host}:{parts.port + ACK_PORT_OFFSET}"
 
 
-def encode_control(kind: int, epoch: bytes, seq: int) -> bytes:
-    return CONTROL.pack(CONTROL_MAGIC, kind, epoch, seq)
+MAX_NAME = 64  # bytes of consumer name a HELLO may carry after the fixed part
 
 
-def decode_control(body: bytes) -> tuple[int, bytes, int] | None:
-    """(kind, epoch, seq), or None for anything that is not a well-formed control message."""
-    if len(body) != CONTROL.size:
+class Control(NamedTuple):
+    kind: int
+    epoch: bytes
+    seq: int
+    name: str = ""  # HELLO on a fan-out port: the consumer's stable name
+
+
+def encode_control(kind: int, epoch: bytes, seq: int, name: str = "") -> bytes:
+    return CONTROL.pack(CONTROL_MAGIC, kind, epoch, seq) + name.encode()[:MAX_NAME]
+
+
+def decode_control(body: bytes) -> Control | None:
+    """The control message, or None for anything that is not well-formed."""
+    if not CONTROL.size <= len(body) <= CONTROL.size + MAX_NAME:
         return None
-    magic, kind, epoch, seq = CONTROL.unpack(body)
+    magic, kind, epoch, seq = CONTROL.unpack_from(body)
     if magic != CONTROL_MAGIC or kind not in (HELLO, ACK, WELCOME) or seq < -1:
         return None
-    return kind, epoch, seq
+    try:
+        name = body[CONTROL.size:].decode()
+    except UnicodeDecodeError:
+        return None
+    return Control(kind, epoch, seq, name)
+
+
+def header_epoch(epoch: bytes) -> int:
+    """The 16-bit link epoch a frame's header carries: the first two bytes of the sender's epoch
+    (its log identity). A frame_id that goes back under a new header epoch is a new sender, not
+    a replay (docs/protocol.md)."""
+    return int.from_bytes(epoch[:2], "little")
+
+
+def encode_output(out: Output, seq: int, joint_count: int, epoch: bytes) -> bytes:
+    """One logged output as it goes on the wire: the 44-byte header (frame_id = seq) + payload."""
+    is_end = out.message_type is MessageType.END_OF_STREAM
+    return encode_frame(out.message_type, seq, out.payload, capture_timestamp_us=out.capture_timestamp_us,
+                        send_timestamp_us=now_us(), joint_count=0 if is_end else joint_count,
+                        epoch=header_epoch(epoch))
 
 
 # --- the sending end --------------------------------------------------------------------------
@@ -143,11 +173,7 @@ class ReliableSender:
                 log.error("frames %d..%d are gone (log retention); sending from %d", self.cursor, seq - 1, seq)
                 self.counters.unrecoverable += seq - self.cursor
                 self.cursor = seq
-            frame = encode_frame(
-                out.message_type, seq, out.payload,
-                capture_timestamp_us=out.capture_timestamp_us, send_timestamp_us=now_us(),
-                joint_count=0 if out.message_type is MessageType.END_OF_STREAM else self.joint_count,
-            )
+            frame = encode_output(out, seq, self.joint_count, self.epoch)
             try:
                 self.data.send_multipart((TOPICS[out.message_type], frame), zmq.NOBLOCK)
             except zmq.Again:  # no consumer connected, or its queue is full: later
@@ -181,7 +207,7 @@ class ReliableSender:
             msg = decode_control(parts[-1]) if len(parts) == 2 else None
             if msg is None:
                 continue
-            kind, epoch, seq = msg
+            kind, epoch, seq, _ = msg
             same = epoch == self.epoch
             if kind == ACK:
                 if same and seq > self.counters.acked:
@@ -253,9 +279,18 @@ class ReliableReceiver:
         *,
         epoch: bytes = NO_EPOCH,
         last: int = -1,
+        name: str = "",
+        before_ack: Callable[[bytes, int], None] | None = None,
     ) -> None:
+        """``control`` may be ``data`` itself: one DEALER on a fan-out port (``mocapline.core.fanout``),
+        where one-part messages are control and two-part messages are frames. ``name`` goes with
+        every HELLO (the consumer's identity there); ``before_ack(epoch, seq)`` runs before each
+        ACK, so a caller can store its position first (``mocapline.client``)."""
         self.data = data
         self.control = control
+        self.single = control is data
+        self.name = name
+        self.before_ack = before_ack
         self.message_type = message_type
         self.joint_count = joint_count
         self.epoch = epoch
@@ -269,13 +304,15 @@ class ReliableReceiver:
         self._hello_at = 0.0
         self._poller = zmq.Poller()
         self._poller.register(data, zmq.POLLIN)
-        self._poller.register(control, zmq.POLLIN)
+        if not self.single:
+            self._poller.register(control, zmq.POLLIN)
         self._wake: list[zmq.Socket] = []
         self._hello()
 
     def _send_control(self, kind: int) -> bool:
         try:  # IMMEDIATE: with no sender connected this fails and the timer asks again later
-            self.control.send(encode_control(kind, self.epoch, self.last), zmq.NOBLOCK)
+            name = self.name if kind == HELLO else ""
+            self.control.send(encode_control(kind, self.epoch, self.last, name), zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False
@@ -292,8 +329,11 @@ class ReliableReceiver:
 
     def ack(self) -> None:
         """Acknowledge everything handed out so far (call after it is committed)."""
-        if self.welcomed and self.last > self._acked and self._send_control(ACK):
-            self._acked = self.last
+        if self.welcomed and self.last > self._acked:
+            if self.before_ack is not None:
+                self.before_ack(self.epoch, self.last)
+            if self._send_control(ACK):
+                self._acked = self.last
         self._ack_at = time.monotonic()
 
     def recv(self, timeout_ms: int) -> Received | None:
@@ -306,7 +346,7 @@ class ReliableReceiver:
             self.ack()
         if self.welcomed:  # the common case, a frame already waiting: no poll
             try:
-                got = self._decode(self.data.recv_multipart(zmq.NOBLOCK))
+                got = self._on_message(self.data.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 got = None
             if got is not None:
@@ -318,10 +358,10 @@ class ReliableReceiver:
             if self.last > self._acked:  # wake up in time to acknowledge
                 wait = min(wait, self._ack_at + self.ACK_INTERVAL_S - time.monotonic())
             events = dict(self._poller.poll(max(0, math.ceil(wait * 1000))))  # ceil: no spin at the end
-            if self.control in events:
+            if not self.single and self.control in events:
                 self._read_control()
             if self.data in events:
-                got = self._decode(self.data.recv_multipart())
+                got = self._on_message(self.data.recv_multipart())
                 if got is not None:
                     self._progress()
                     return got
@@ -338,25 +378,35 @@ class ReliableReceiver:
         self._wake.append(sock)
         self._poller.register(sock, zmq.POLLIN)
 
+    def _on_message(self, parts: list[bytes]) -> Received | None:
+        if self.single and len(parts) == 1:
+            self._on_control(parts[0])
+            return None
+        return self._decode(parts)
+
     def _read_control(self) -> None:
         while self.control.poll(0):
-            msg = decode_control(self.control.recv())
-            if msg is None or msg[0] != WELCOME:
-                continue
-            _, epoch, next_seq = msg
-            if epoch != self.epoch:
-                if self.epoch != NO_EPOCH:
-                    log.warning("new sender on the link (epoch %s, was %s): taking its numbering from %d",
-                                epoch.hex()[:8], self.epoch.hex()[:8], next_seq)
-                    self.counters.epoch_changes += 1
-                self.epoch = epoch
-                self.last = next_seq - 1
-                self._acked = self.last
-            elif next_seq > self.last + 1:
-                log.error("frames %d..%d are no longer held by the sender: lost", self.last + 1, next_seq - 1)
-                self.counters.lost += next_seq - 1 - self.last
-                self.last = next_seq - 1
-            self.welcomed = True
+            self._on_control(self.control.recv())
+
+    def _on_control(self, body: bytes) -> None:
+        msg = decode_control(body)
+        if msg is not None and msg.kind == WELCOME:
+            self._welcome(msg.epoch, msg.seq)
+
+    def _welcome(self, epoch: bytes, next_seq: int) -> None:
+        if epoch != self.epoch:
+            if self.epoch != NO_EPOCH:
+                log.warning("new sender on the link (epoch %s, was %s): taking its numbering from %d",
+                            epoch.hex()[:8], self.epoch.hex()[:8], next_seq)
+                self.counters.epoch_changes += 1
+            self.epoch = epoch
+            self.last = next_seq - 1
+            self._acked = self.last
+        elif next_seq > self.last + 1:
+            log.error("frames %d..%d are no longer held by the sender: lost", self.last + 1, next_seq - 1)
+            self.counters.lost += next_seq - 1 - self.last
+            self.last = next_seq - 1
+        self.welcomed = True
 
     def _progress(self) -> None:
         self._backoff = self.IDLE_HELLO_S
