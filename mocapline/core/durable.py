@@ -21,10 +21,11 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import zmq
 
+from mocapline.core.fanout import DEFAULT_MAX_BACKLOG, FanoutSender
 from mocapline.core.header import MessageType
 from mocapline.core.reliable import (
     DEFAULT_WINDOW,
@@ -36,6 +37,7 @@ from mocapline.core.reliable import (
 )
 from mocapline.core.segmentlog import FSYNC_POLICIES, LogConfig
 from mocapline.core.stagelog import Output, StageLog, StageRecord
+from mocapline.core.transport import server_link
 
 log = logging.getLogger("mocapline.core.durable")
 
@@ -94,6 +96,27 @@ class LinkSpec:
     endpoint: str
     message_type: MessageType
     joint_count: int | None
+    # Output only. "link": one acknowledged receiver (PUSH + ROUTER on port + 1000, between
+    # stages); "fanout": any number of named acknowledged consumers on one ROUTER (the robot port,
+    # mocapline/core/fanout.py); "push": a plain PUSH fed from the log (consumers that cannot
+    # acknowledge; what they are handed is counted unconfirmed).
+    kind: str = "link"
+    curve_server_key: str = ""
+    curve_clients: str = ""
+    max_backlog: int = DEFAULT_MAX_BACKLOG
+
+
+class OutputLink(Protocol):
+    """What a durable stage sends through: ReliableSender (one receiver) or FanoutSender."""
+
+    def commit(self, record: StageRecord) -> None: ...
+
+    def pump(self, timeout_ms: int = 0) -> int: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    @property
+    def unacked(self) -> int: ...
 
 
 class DurableStage:
@@ -114,12 +137,23 @@ class DurableStage:
         self.restored: dict[str, Any] | None = self.stage_log.state
         if self.stage_log.log.torn_bytes:
             log.warning("%s: cut %d bytes of a record torn by a crash", state_dir, self.stage_log.log.torn_bytes)
-        self.sender: ReliableSender | None = None
+        self.sender: ReliableSender | FanoutSender | None = None
         self.out: DurableOutput | None = None
         self.rx: ReliableReceiver | None = None
-        if output is not None:
+        self.curve_auth: Any = None
+        self._sockets_owned: list[zmq.Socket] = []
+        if output is not None and output.kind == "link":
             data, control = sender_sockets(ctx, output.endpoint)
+            self._sockets_owned += [data, control]
             self.sender = ReliableSender(data, control, self.stage_log, output.joint_count or 0, window=window)
+        elif output is not None:
+            sock, self.curve_auth = server_link(
+                ctx, zmq.PUSH if output.kind == "push" else zmq.ROUTER, output.endpoint,
+                curve_server_key=output.curve_server_key, curve_clients=output.curve_clients)
+            self._sockets_owned.append(sock)
+            self.sender = FanoutSender(sock, self.stage_log, output.joint_count or 0, window=window,
+                                       max_backlog=output.max_backlog, push=output.kind == "push")
+        if output is not None:
             self.out = DurableOutput(output.message_type)
         if input is not None:
             data, control = receiver_sockets(ctx, input.endpoint)
@@ -128,11 +162,21 @@ class DurableStage:
                 epoch=last.in_epoch if last is not None else NO_EPOCH,
                 last=last.in_seq if last is not None else -1,
             )
-            if self.sender is not None:
-                self.rx.wake_on(self.sender.control)
+            self._sockets_owned += [data, control]
+            if self.wake_socket is not None:
+                self.rx.wake_on(self.wake_socket)
         if last is not None:
             log.info("resuming from %s: input through %d, %d outputs written", state_dir, last.in_seq,
                      self.stage_log.next_seq)
+
+    @property
+    def wake_socket(self) -> zmq.Socket | None:
+        """The output's socket that receives ACKs and HELLOs (None for a push output)."""
+        if isinstance(self.sender, ReliableSender):
+            return self.sender.control
+        if isinstance(self.sender, FanoutSender) and not self.sender.push:
+            return self.sender.sock
+        return None
 
     @property
     def in_epoch(self) -> bytes:
@@ -156,8 +200,12 @@ class DurableStage:
         if self.sender is None:
             return True
         deadline = time.monotonic() + timeout_s
+        wake = self.wake_socket
         while self.sender.unacked and time.monotonic() < deadline:
-            self.sender.control.poll(10)
+            if wake is not None:
+                wake.poll(10)
+            else:
+                time.sleep(0.01)
             self.sender.pump()
         return self.sender.unacked == 0
 
@@ -174,14 +222,10 @@ class DurableStage:
         return out
 
     def close(self) -> None:
-        for sock in self._sockets():
+        if isinstance(self.sender, FanoutSender):
+            self.sender.close()
+        for sock in self._sockets_owned:
             sock.close(linger=0)
+        if self.curve_auth is not None:
+            self.curve_auth.stop()
         self.stage_log.close()
-
-    def _sockets(self) -> list[zmq.Socket]:
-        socks = []
-        if self.sender is not None:
-            socks += [self.sender.data, self.sender.control]
-        if self.rx is not None:
-            socks += [self.rx.data, self.rx.control]
-        return socks

@@ -29,16 +29,16 @@ import logging
 import math
 import struct
 import time
-from collections import Counter, deque
-from collections.abc import Iterator
+from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import zmq
 
 from mocapline.core.header import TOPICS, MessageType, encode_frame
-from mocapline.core.stagelog import Output, StageLog, StageRecord
+from mocapline.core.stagelog import DiskStream, Outbox, Output, StageLog, StageRecord
 from mocapline.core.transport import Received, lossless_socket, now_us, validate_message
 
 log = logging.getLogger("mocapline.core.reliable")
@@ -137,9 +137,8 @@ class ReliableSender:
         self.cursor = stage_log.next_seq  # the next sequence number to send
         self.high_water = stage_log.next_seq  # every seq below was sent at least once
         self.peer: bytes | None = None
-        self._cache: deque[tuple[int, Output]] = deque(maxlen=cache)
-        self._disk: Iterator[tuple[int, Output]] | None = None  # a resend streaming from the log
-        self._disk_next = -1
+        self.outbox = Outbox(stage_log, cache)
+        self._disk = DiskStream()  # a resend streaming from the log
         self._dropped_to = -1
         self._last_trim = 0.0
 
@@ -153,9 +152,7 @@ class ReliableSender:
 
     def commit(self, record: StageRecord) -> None:
         """The durable step: append the record; its outputs are sent by ``pump``."""
-        first = self.stage_log.append(record)
-        for k, out in enumerate(record.outputs):
-            self._cache.append((first + k, out))
+        self.outbox.append(self.stage_log.append(record), record.outputs)
 
     def pump(self, timeout_ms: int = 0) -> int:
         """Handle control messages, then send what the window allows; returns frames sent."""
@@ -168,7 +165,7 @@ class ReliableSender:
             if timeout_ms and not self.data.poll(timeout_ms, zmq.POLLOUT):
                 break
             timeout_ms = 0
-            seq, out = self._fetch(self.cursor)
+            seq, out = self.outbox.fetch(self.cursor, self._disk)
             if seq != self.cursor:  # no longer on disk: skip ahead, loudly
                 log.error("frames %d..%d are gone (log retention); sending from %d", self.cursor, seq - 1, seq)
                 self.counters.unrecoverable += seq - self.cursor
@@ -185,21 +182,6 @@ class ReliableSender:
             self.high_water = max(self.high_water, self.cursor)
             sent += 1
         return sent
-
-    def _fetch(self, seq: int) -> tuple[int, Output]:
-        if self._cache and self._cache[0][0] <= seq < self._cache[0][0] + len(self._cache):
-            entry = self._cache[seq - self._cache[0][0]]
-            if entry[0] == seq:
-                return entry
-        # Older than the cache: stream the log from disk, one pass for a whole backlog.
-        if self._disk_next != seq or self._disk is None:
-            self._disk = self.stage_log.outputs_from(seq)
-        item = next(self._disk, None)
-        if item is None:
-            self._disk = None
-            raise RuntimeError(f"frame {seq} is neither cached nor on disk")
-        self._disk_next = item[0] + 1
-        return item
 
     def _read_control(self) -> None:
         while self.control.poll(0):
