@@ -73,9 +73,15 @@ class DurableOutput:
     """FrameSender's ``send``/``send_end``, gathering the outputs of the input being processed;
     they are written with it by ``DurableStage.done`` and sent by the ReliableSender."""
 
-    def __init__(self, message_type: MessageType) -> None:
+    def __init__(self, message_type: MessageType, stage_log: StageLog | None = None) -> None:
         self.message_type = message_type
+        self.stage_log = stage_log
         self.pending: list[Output] = []
+
+    @property
+    def next_frame_id(self) -> int:
+        """The frame_id the next output will have on the link (its position in the log)."""
+        return (self.stage_log.next_seq if self.stage_log is not None else 0) + len(self.pending)
 
     def send(self, payload: bytes, *, capture_timestamp_us: int) -> None:
         self.pending.append(Output(self.message_type, payload, capture_timestamp_us))
@@ -154,7 +160,7 @@ class DurableStage:
             self.sender = FanoutSender(sock, self.stage_log, output.joint_count or 0, window=window,
                                        max_backlog=output.max_backlog, push=output.kind == "push")
         if output is not None:
-            self.out = DurableOutput(output.message_type)
+            self.out = DurableOutput(output.message_type, self.stage_log)
         if input is not None:
             data, control = receiver_sockets(ctx, input.endpoint)
             self.rx = ReliableReceiver(

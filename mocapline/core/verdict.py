@@ -1,8 +1,14 @@
 """The conservation verdict and the dual-path classification of missing indices (docs/ledger.md).
 
-Conserved: source_unique_frames == gmr_processed == motion_generated == zmq_sent (== viewer_applied
-when a viewer is part of the run), source_missing_indices == 0, source_backward_indices == 0,
-input_pending == 0, robot_pending == 0.
+Conserved: source_unique_frames == gmr_processed == motion_generated == zmq_sent + unconfirmed
+(== viewer_applied when a viewer is part of the run), source_missing_indices == 0,
+source_backward_indices == 0, input_pending == 0, robot_pending == 0.
+
+The streamer's output balances at every moment: ``motion_generated == zmq_sent + streamer_pending +
+unconfirmed`` (``output_balanced``), where zmq_sent counts frames a consumer acknowledged (in plain
+mode without --state-dir, frames handed to ZeroMQ: nothing acknowledges there), unconfirmed frames
+handed to the wire and not (or never: ``--plain-output``) acknowledged, and streamer_pending frames
+not handed to anyone yet. ``delivery`` says which: ``acknowledged`` when nothing is unconfirmed.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ LATE = "late"  # a path had it, but its copy arrived after the merge declared th
 
 def conserved(counts: dict[str, Any]) -> bool:
     stages = [counts.get(k) for k in ("source_unique_frames", "gmr_processed", "motion_generated", "zmq_sent")]
+    if stages[-1] is not None:
+        stages[-1] += counts.get("unconfirmed") or 0
     if counts.get("viewer_applied") is not None:
         stages.append(counts["viewer_applied"])
     return (
@@ -59,6 +67,13 @@ def with_verdict(counts: dict[str, Any]) -> dict[str, Any]:
     out = {key: counts.get(key) for key in LEDGER_FIELDS}
     out["unique_frames_conserved"] = int(conserved(counts))
     extra = {k: v for k, v in counts.items() if k not in out}
+    parts = [counts.get(k) for k in ("motion_generated", "zmq_sent", "streamer_pending")]
+    if None not in parts:
+        produced, sent, pending = parts
+        extra["output_balanced"] = int(produced == sent + pending + (counts.get("unconfirmed") or 0))
+        unconfirmed = counts.get("unconfirmed") or 0
+        extra["delivery"] = ("acknowledged" if not unconfirmed else
+                             f"unconfirmed: {unconfirmed} frames handed to consumers without an acknowledgement")
     return {**out, **extra}
 
 

@@ -137,7 +137,7 @@ class Streamer:
     def on_end(self) -> None:
         for avatar_index, stream in self.performers.items():
             self._queue(stream.interp.flush(), time.time_ns(), None, avatar_index)
-        self.outbox.append((b"", -1, 0, -1, None, -1))  # END_OF_STREAM marker, in order
+        self.outbox.append((b"drain", -1, 0, -1, None, -1))  # END_OF_STREAM marker, in order
         self.ended = True
         self.counters.takes_ended += 1
 
@@ -177,7 +177,7 @@ class Streamer:
         while self.outbox and self.sender.writable(timeout_ms):
             payload, cap_us, t_in_ns, posture_index, span, avatar_index = self.outbox[0]
             if cap_us < 0:
-                self.sender.send_end()
+                self.sender.send_end(self.end_of_stream(payload.decode()))
             else:
                 self.sender.send(payload, capture_timestamp_us=cap_us)
                 self.counters.zmq_sent += 1
@@ -191,6 +191,14 @@ class Streamer:
                     span.end()
             self.outbox.popleft()
             timeout_ms = 0
+
+    def end_of_stream(self, reason: str) -> bytes:
+        """END_OF_STREAM's payload: the frame_id of the last MocapFrame before it (the marker itself
+        takes the next one), the MocapFrames made this take, and why."""
+        from mocapline.core import pb
+
+        return pb.EndOfStream(last_frame_id=max(0, self.sender.next_frame_id - 1),
+                              frames_sent=self.counters.motion_generated, reason=reason).SerializeToString()
 
     @property
     def pending(self) -> int:
