@@ -154,7 +154,7 @@ FAMILIES: tuple[Family, ...] = (
            services=("streamer",)),
     Family("mocapline_unconfirmed", "gauge",
            "Frames handed to the robot port without an acknowledgement yet (or ever, --plain-output).",
-           ("stage",), ("streamer",)),
+           services=("streamer",)),
     Family("mocapline_durable_log_bytes", "gauge",
            "Durable mode: bytes of the stage's logs on disk (capture: its raw journal included).", ("stage",)),
     Family("mocapline_pending", "gauge",
@@ -484,7 +484,7 @@ class ServiceMetrics:
         if pending is not None:
             self._gauges["pending"].set(pending)
         if self.service == "streamer":
-            self._families["mocapline_unconfirmed"].labels(stage="streamer").set(hb.get("unconfirmed") or 0)
+            self._families["mocapline_unconfirmed"].set(hb.get("unconfirmed") or 0)
             consumers = (hb.get("consumers") or {}).values()
             self._families["mocapline_consumer_backlog_max"].set(max((c.get("backlog", 0) for c in consumers),
                                                                      default=0))
