@@ -102,14 +102,33 @@ class LinkSpec:
     endpoint: str
     message_type: MessageType
     joint_count: int | None
-    # Output only. "link": one acknowledged receiver (PUSH + ROUTER on port + 1000, between
-    # stages); "fanout": any number of named acknowledged consumers on one ROUTER (the robot port,
-    # mocapline/core/fanout.py); "push": a plain PUSH fed from the log (consumers that cannot
-    # acknowledge; what they are handed is counted unconfirmed).
+    # "link": one acknowledged receiver (PUSH + ROUTER on port + 1000, between stages);
+    # "fanout": any number of named acknowledged consumers on one ROUTER (the robot port,
+    # mocapline/core/fanout.py; as an input: a named consumer of it, through mocapline.client);
+    # "push" (output only): a plain PUSH fed from the log, for consumers that cannot acknowledge
+    # (what they are handed is counted unconfirmed).
     kind: str = "link"
-    curve_server_key: str = ""
+    curve_server_key: str = ""  # fanout / push output: CURVE server
     curve_clients: str = ""
     max_backlog: int = DEFAULT_MAX_BACKLOG
+    name: str = ""  # fanout input: this consumer's name
+    curve_client_key: str = ""  # fanout input: CURVE client
+    curve_server_public: str = ""
+
+
+class StagePosition:
+    """A consumer's position kept in the stage's own log: each record holds its input's (epoch,
+    seq), written before the input is acknowledged; nothing else to save."""
+
+    def __init__(self, stage_log: StageLog) -> None:
+        self.stage_log = stage_log
+
+    def load(self) -> tuple[bytes, int] | None:
+        last = self.stage_log.last
+        return None if last is None else (last.in_epoch, last.in_seq)
+
+    def save(self, epoch: bytes, frame_id: int) -> None:
+        pass
 
 
 class OutputLink(Protocol):
@@ -161,7 +180,17 @@ class DurableStage:
                                        max_backlog=output.max_backlog, push=output.kind == "push")
         if output is not None:
             self.out = DurableOutput(output.message_type, self.stage_log)
-        if input is not None:
+        self.client: Any = None
+        if input is not None and input.kind == "fanout":
+            from mocapline.client import ClientSettings, MocapClient
+
+            self.client = MocapClient(
+                ClientSettings(input.endpoint, name=input.name, joint_count=input.joint_count or 0,
+                               curve_client_key=input.curve_client_key,
+                               curve_server_public=input.curve_server_public),
+                store=StagePosition(self.stage_log), ctx=ctx)
+            self.rx = self.client.rx
+        elif input is not None:
             data, control = receiver_sockets(ctx, input.endpoint)
             self.rx = ReliableReceiver(
                 data, control, input.message_type, input.joint_count,
@@ -230,6 +259,8 @@ class DurableStage:
     def close(self) -> None:
         if isinstance(self.sender, FanoutSender):
             self.sender.close()
+        if self.client is not None:
+            self.client.close()
         for sock in self._sockets_owned:
             sock.close(linger=0)
         if self.curve_auth is not None:

@@ -331,11 +331,14 @@ class FanoutSender:
         return {"delivered": self._frames(base, delivered_to), "unconfirmed": self._frames(delivered_to, handed_to),
                 "pending": self._frames(handed_to, next_seq)}
 
-    def waiting(self) -> int:
-        """Messages (END_OF_STREAM included) some connected consumer has not acknowledged yet."""
+    @property
+    def unacked(self) -> int:
+        """Messages (END_OF_STREAM included) the furthest-behind connected consumer has not
+        acknowledged yet: 0 means every consumer there is has everything (a drain is complete;
+        frames nobody is connected for wait in the log and show as pending)."""
         next_seq = self.stage_log.next_seq
         live = [c for c in self.consumers.values() if c.acknowledges and c.route is not None and not c.evicted]
-        return max([next_seq - c.acked - 1 for c in live], default=next_seq - self._taken())
+        return max([next_seq - c.acked - 1 for c in live], default=0)
 
     def snapshot(self, base: int = 0) -> dict[str, Any]:
         next_seq = self.stage_log.next_seq
@@ -351,5 +354,7 @@ class FanoutSender:
             "sent": sum(c.sent for c in self.consumers.values()),
             "resent": sum(c.resent for c in self.consumers.values()),
             "unrecoverable": self.unrecoverable,
-            "unacked": self.waiting(),
+            "unacked": self.unacked,
+            "in_flight": max([c.cursor - c.acked - 1 for c in self.consumers.values()
+                              if c.acknowledges and c.route is not None], default=0),
         }
