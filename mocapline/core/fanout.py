@@ -116,7 +116,7 @@ class FanoutSender:
         self.outbox = Outbox(stage_log, cache)
         self.consumers: dict[str, Consumer] = {}
         self._by_route: dict[bytes, Consumer] = {}
-        self._ends: list[int] = []  # seqs of END_OF_STREAM messages still counted (not frames)
+        self._ends: list[int] = []  # seqs of every END_OF_STREAM message (one per take: few)
         self.unrecoverable = 0
         self.state_path = Path(stage_log.directory) / "consumers.json"
         self._dirty = False
@@ -309,8 +309,6 @@ class FanoutSender:
         if trim > self._trimmed_to + 1:
             self.stage_log.log.drop_before(trim)
             self._trimmed_to = trim - 1
-            cut = bisect.bisect_left(self._ends, trim)
-            del self._ends[:cut]
 
     # --- the ledger --------------------------------------------------------------------------
 
