@@ -19,7 +19,7 @@ from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.reliable import NO_EPOCH
 from mocapline.core.segmentlog import LogConfig
 from mocapline.core.stagelog import Output, StageLog, StageRecord
-from mocapline.core.transport import lossless_socket
+from mocapline.core.transport import lossless_socket, server_link
 from mocapline.tools.pipeline.procs import free_tcp_port
 
 
@@ -32,10 +32,15 @@ def mocap(i: int) -> bytes:
 class Port:
     """A FanoutSender pumped from a thread (as the streamer's loop does)."""
 
-    def __init__(self, state: Path, endpoint: str, push: bool = False, max_backlog: int = 10_000) -> None:
+    def __init__(self, state: Path, endpoint: str, push: bool = False, max_backlog: int = 10_000,
+                 curve: dict[str, str] | None = None, segment_bytes: int = 64 << 20) -> None:
         self.ctx = zmq.Context()
-        sock = lossless_socket(self.ctx, zmq.PUSH if push else zmq.ROUTER, endpoint, bind=True)
-        self.log = StageLog(state, "stage", LogConfig(fsync="never"))
+        self.auth = None
+        if curve:
+            sock, self.auth = server_link(self.ctx, zmq.ROUTER, endpoint, **curve)
+        else:
+            sock = lossless_socket(self.ctx, zmq.PUSH if push else zmq.ROUTER, endpoint, bind=True)
+        self.log = StageLog(state, "stage", LogConfig(fsync="never", max_segment_bytes=segment_bytes))
         self.sender = FanoutSender(sock, self.log, G1_JOINT_COUNT, window=64, push=push, max_backlog=max_backlog)
         self.lock = threading.Lock()
         self.halt = threading.Event()
@@ -65,6 +70,8 @@ class Port:
         self.sender.close()
         self.sender.sock.close(linger=0)
         self.log.close()
+        if self.auth is not None:
+            self.auth.stop()
         self.ctx.term()
 
 
@@ -168,4 +175,62 @@ def test_push_output_counts_what_it_hands_out_as_unconfirmed(tmp_path, endpoint)
     finally:
         pull.close(0)
         ctx.term()
+        port.close()
+
+
+def test_curve_on_the_acknowledged_port(tmp_path, endpoint) -> None:
+    """CURVE on the fan-out: an admitted client gets every frame through the handshake; a client
+    with a key the port does not admit gets nothing (its HELLO never arrives)."""
+    from mocapline.core.keys import generate
+
+    generate(tmp_path / "keys", ["robot1"])
+    generate(tmp_path / "theirs", ["intruder"])
+    k = tmp_path / "keys"
+    port = Port(tmp_path / "port", endpoint,
+                curve={"curve_server_key": str(k / "server.key_secret"), "curve_clients": str(k / "clients")})
+    good = MocapClient(ClientSettings(endpoint, name="robot1", curve_client_key=str(k / "robot1.key_secret"),
+                                      curve_server_public=str(k / "server.key")))
+    bad = MocapClient(ClientSettings(endpoint, name="intruder",
+                                     curve_client_key=str(tmp_path / "theirs" / "intruder.key_secret"),
+                                     curve_server_public=str(k / "server.key")))
+    try:
+        port.produce(range(100))
+        assert collect(good, 100) == [1000 + i for i in range(100)]
+        assert collect(bad, 1, 1.0) == [] and not bad.welcomed
+        assert set(port.sender.snapshot()["consumers"]) == {"robot1"}
+    finally:
+        good.close()
+        bad.close()
+        port.close()
+
+
+def test_a_consumer_far_behind_is_evicted_and_told_where_frames_resume(tmp_path, endpoint, monkeypatch) -> None:
+    """Backlog bound: a consumer that stops acknowledging beyond ``max_backlog`` no longer holds the
+    log; the others go on; when it returns, WELCOME skips it to the oldest frame kept and its
+    receiver counts the rest as lost (never silently)."""
+    import mocapline.core.fanout as fanout
+
+    monkeypatch.setattr(fanout, "PERSIST_INTERVAL_S", 0.0)
+    port = Port(tmp_path / "port", endpoint, max_backlog=50, segment_bytes=4096)
+    state = tmp_path / "slow.pos"
+    try:
+        port.produce(range(10))
+        with MocapClient(ClientSettings(endpoint, name="slow", state=state)) as slow:
+            assert collect(slow, 10) == [1000 + i for i in range(10)]
+        fast = MocapClient(ClientSettings(endpoint, name="fast"))
+        port.produce(range(10, 400))
+        assert collect(fast, 390)[-1] == 1399
+        fast.commit()
+        deadline = time.monotonic() + 10
+        while not port.sender.snapshot()["consumers"]["slow"]["evicted"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert port.sender.snapshot()["consumers"]["slow"]["evicted"]
+        with port.lock:  # the log was trimmed past the evicted consumer (segments permitting)
+            oldest = port.log.first_seq()
+        with MocapClient(ClientSettings(endpoint, name="slow", state=state)) as slow:
+            got = collect(slow, 400 - max(oldest, 10), 10.0)
+            assert oldest > 10 and got == [1000 + i for i in range(oldest, 400)]
+            assert slow.rx.counters.lost == oldest - 10
+        fast.close()
+    finally:
         port.close()
