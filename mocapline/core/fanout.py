@@ -54,7 +54,16 @@ from typing import Any
 import zmq
 
 from mocapline.core.header import TOPICS, MessageType
-from mocapline.core.reliable import ACK, DEFAULT_WINDOW, HELLO, NO_EPOCH, WELCOME, decode_control, encode_control, encode_output
+from mocapline.core.reliable import (
+    ACK,
+    DEFAULT_WINDOW,
+    HELLO,
+    NO_EPOCH,
+    WELCOME,
+    decode_control,
+    encode_control,
+    encode_output,
+)
 from mocapline.core.stagelog import DiskStream, Outbox, StageLog, StageRecord
 
 log = logging.getLogger("mocapline.core.fanout")

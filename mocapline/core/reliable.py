@@ -30,8 +30,8 @@ import math
 import struct
 import time
 from collections import Counter
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 from urllib.parse import urlsplit
 

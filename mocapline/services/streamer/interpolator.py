@@ -229,7 +229,9 @@ class MotionStreamInterpolator:
                 first = prev.posture_index if self._uncovered is None else min(prev.posture_index, self._uncovered)
                 failed = bool(cur.meta.get("ik_failed", False) or prev.meta.get("ik_failed", False))
             # the first index at or after this sample's time; before cur's, it is one that never arrived
-            nominal = self._first_index + math.ceil(t * self._in) if self._first_index is not None else cur.posture_index
+            nominal = cur.posture_index
+            if self._first_index is not None:
+                nominal = self._first_index + math.ceil(t * self._in)
             bridged = prev is not None and nominal < cur.posture_index
             self.stats.bridged += int(bridged)
             samples.append(

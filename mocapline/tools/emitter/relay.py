@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import random
 import socket
-from collections import deque
 import sys
 import threading
 import time
+from collections import deque
 
 from mocapline.core.options import EnvArgumentParser, port_number
 
