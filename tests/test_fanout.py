@@ -234,3 +234,25 @@ def test_a_consumer_far_behind_is_evicted_and_told_where_frames_resume(tmp_path,
         fast.close()
     finally:
         port.close()
+
+
+def test_a_port_with_new_state_is_a_new_epoch_for_the_client(tmp_path, endpoint) -> None:
+    """The streamer's state wiped (a new epoch, numbering from 0 again): a client holding a position
+    of the old epoch takes the new numbering from WELCOME and misses nothing of it."""
+    state = tmp_path / "robot.pos"
+    port = Port(tmp_path / "old", endpoint)
+    try:
+        port.produce(range(50))
+        with MocapClient(ClientSettings(endpoint, name="robot", state=state)) as c:
+            assert collect(c, 50) == [1000 + i for i in range(50)]
+            old_epoch = c.rx.epoch
+    finally:
+        port.close()
+    port = Port(tmp_path / "new", endpoint)
+    try:
+        port.produce(range(20))
+        with MocapClient(ClientSettings(endpoint, name="robot", state=state)) as c:
+            assert collect(c, 20) == [1000 + i for i in range(20)]
+            assert c.rx.epoch != old_epoch and c.rx.counters.epoch_changes == 1 and c.rx.last == 19
+    finally:
+        port.close()

@@ -195,9 +195,11 @@ def check_stream(got: Got, last_index: int, first_index: int | None = None, brid
 # --- the stack and its consumers ---------------------------------------------------------------
 
 
-def make_stack(tmp_path: Path, *, viewer: bool, merge: bool = False, env: dict[str, str] | None = None) -> Stack:
+def make_stack(tmp_path: Path, *, viewer: bool, merge: bool = False, env: dict[str, str] | None = None,
+               plain_output: bool = False) -> Stack:
     config = local_config(merge=merge, viewer=viewer, input_fps=RATE, output_fps=RATE, log_dir=tmp_path / "logs",
-                          state_dir=tmp_path / "state", fsync="never", extra_env=env or {})
+                          state_dir=tmp_path / "state", fsync="never", extra_env=env or {},
+                          plain_output=plain_output)
     stack = Stack(config)
     stack.start()
     stack.wait_ready()
@@ -444,6 +446,29 @@ def test_a_bridged_gap_is_labelled(tmp_path, stacks) -> None:
     assert v["bridged_frames"] == 3 and v["motion_generated"] == FRAMES and v["zmq_sent"] == FRAMES
     assert v["source_missing_indices"] == 3 and v["unique_frames_conserved"] == 0  # a gap is not conserved
     assert got.ends[0][2] == FRAMES  # END_OF_STREAM.frames_sent
+
+
+def test_a_consumer_that_cannot_acknowledge_gets_unconfirmed_frames(tmp_path, stacks) -> None:
+    """--plain-output: a PUSH fed from the streamer's log. A raw PULL gets every frame (it is the
+    only peer), and the ledger says they went out unconfirmed: zmq_sent 0, unconfirmed = all."""
+    made, _ = stacks
+    stack = make_stack(tmp_path, viewer=False, plain_output=True)
+    made.append(stack)
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.connect(endpoint(stack))
+    got = Got()
+    emitter = emit_in_background(stack, TakePlan(frames=FRAMES, first_index=FIRST))
+    emitter.join(timeout=60)
+    v = finish(stack)
+    while pull.poll(1000) and not got.ends:
+        frame_id, mtype, _, payload = decode(pull.recv_multipart()[1])
+        got.add(frame_id, mtype, payload)
+    pull.close(0)
+    ctx.term()
+    check_stream(got, FIRST + FRAMES - 1, first_index=FIRST)
+    assert v["zmq_sent"] == 0 and v["unconfirmed"] == FRAMES and v["delivery"].startswith("unconfirmed"), v
+    assert v["unique_frames_conserved"] == 1  # every frame made it onto the wire, unconfirmed
 
 
 def test_up_binds_the_robot_port_on_loopback_and_warns_otherwise(tmp_path) -> None:
