@@ -178,7 +178,7 @@ class CaptureCore:
         decoder: Decoder,
         ports: list[int],
         *,
-        merge_window_s: float = 0.05,
+        merge_window_s: float = 0.25,
         allowed_sources: frozenset[str] | None = None,
         session_id: str | None = None,
     ) -> None:

@@ -7,9 +7,10 @@ another by any amount (150 ms, 500 ms, seconds) is still live and is waited for:
 a timer while a path that can still bring it is delivering.
 
 Silence: a path is *silent* when no datagram has arrived on it for ``window_s`` (``--merge-window-ms``,
-50 ms by default, three frame periods at 60 Hz), measured on the arrival clock the caller passes in
-(``now``: the receive loop's monotonic time, or the recorded arrival time when a journal is
-replayed). A silent path is not waited for, so the window only bounds how long a gap waits on a
+250 ms by default: 15 frame periods at 60 Hz, well above the scheduling and network jitter of a
+loaded host, where 50 ms made a lagging path look silent now and then and turned its copies into
+late frames), measured on the arrival clock the caller passes in (``now``: the receive loop's
+monotonic time, or the recorded arrival time when a journal is replayed). A silent path is not waited for, so the window only bounds how long a gap waits on a
 path that has stopped (unplugged, Axis stopped sending there); the capture loop calls ``poll`` to
 release frames once that happens. A path that was never heard from is silent. As a memory bound,
 more than ``max_pending`` frames waiting also makes the oldest gap final (a path stuck far behind).
@@ -46,7 +47,7 @@ class PathState:
 
 
 class PathMerger(Generic[T]):
-    def __init__(self, paths: list[int], window_s: float = 0.05, max_pending: int = MAX_PENDING) -> None:
+    def __init__(self, paths: list[int], window_s: float = 0.25, max_pending: int = MAX_PENDING) -> None:
         if not paths:
             raise ValueError("at least one path is needed")
         self.paths: dict[int, PathState] = {p: PathState() for p in paths}
