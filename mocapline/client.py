@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import zmq
 
 from mocapline.core import pb
-from mocapline.core.frames import ProtobufDecodeError, parse_mocap_frame
+from mocapline.core.frames import parse_mocap_frame
 from mocapline.core.header import G1_JOINT_COUNT, MessageType, MotionFrameHeader
 from mocapline.core.reliable import NO_EPOCH, ReliableReceiver
 from mocapline.core.transport import client_link
@@ -166,13 +166,10 @@ class MocapClient:
                     frame.end = pb.EndOfStream.FromString(frame.payload)
                 else:
                     frame.mocap = parse_mocap_frame(frame.payload)
-            except (ValueError, ProtobufDecodeError) as exc:
-                self.rejects[getattr(exc, "reason", "protobuf")] += 1
+            except Exception as exc:  # noqa: BLE001 - FrameFieldError, ProtobufDecodeError, protobuf's DecodeError
+                self.rejects[getattr(exc, "reason", "protobuf")] += 1  # counted, skipped, never raised
                 if time.monotonic() >= deadline:
                     return None
-                continue
-            except Exception:  # noqa: BLE001 - protobuf's DecodeError on an END_OF_STREAM payload
-                self.rejects["protobuf"] += 1
                 continue
             self.delivered += 1
             return frame

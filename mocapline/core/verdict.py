@@ -47,9 +47,9 @@ LATE = "late"  # a path had it, but its copy arrived after the merge declared th
 
 
 def conserved(counts: dict[str, Any]) -> bool:
-    stages = [counts.get(k) for k in ("source_unique_frames", "gmr_processed", "motion_generated", "zmq_sent")]
-    if stages[-1] is not None:
-        stages[-1] += counts.get("unconfirmed") or 0
+    sent = counts.get("zmq_sent")
+    out = None if sent is None else sent + (counts.get("unconfirmed") or 0)  # on the wire, confirmed or not
+    stages = [counts.get(k) for k in ("source_unique_frames", "gmr_processed", "motion_generated")] + [out]
     if counts.get("viewer_applied") is not None:
         stages.append(counts["viewer_applied"])
     return (

@@ -57,6 +57,13 @@ class RecordWriter:
     def flush(self) -> None:
         self._fh.flush()
 
+    def sync(self) -> None:
+        """Flush to the disk (survives a power cut, not only a crash)."""
+        import os
+
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
     def close(self) -> None:
         self._fh.close()
 

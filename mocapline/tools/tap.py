@@ -70,10 +70,9 @@ class TapRecording:
         return self.position
 
     def save(self, epoch: bytes, frame_id: int) -> None:
+        """The records are the position: written (and flushed) before they can be acknowledged."""
         if self.fsync:
-            import os
-
-            os.fsync(self.writer._fh.fileno())
+            self.writer.sync()
 
     def close(self) -> None:
         self.writer.close()
@@ -127,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
                 recording.write(frame)
             if not args.quiet:
                 line: dict[str, Any] = {"frame_id": frame.frame_id, "epoch": frame.header.epoch}
-                if frame.is_end:
-                    line["end"] = {"last_frame_id": frame.end.last_frame_id, "frames_sent": frame.end.frames_sent,
-                                   "reason": frame.end.reason}
-                else:
+                if frame.end is not None:
+                    e = frame.end
+                    line["end"] = {"last_frame_id": e.last_frame_id, "frames_sent": e.frames_sent, "reason": e.reason}
+                elif frame.mocap is not None:
                     m = frame.mocap
                     line.update(index=m.index, posture_index=m.posture_index, bridged=m.bridged)
                 print(json.dumps(line), flush=True)

@@ -9,6 +9,7 @@ none answers at --nats. `--demo` also replays the bundled take (looping); `--no-
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import tempfile
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mocapline: pipeline up; {main_path}"
           f"{' + udp ' + str(config.side_port) if config.merge else ''}; robots/viewers -> "
           f"tcp://{config.bind_host}:{config.output_port}; logs in {config.log_dir}")
-    if config.bind_host not in ("127.0.0.1", "localhost", "::1"):
+    if config.bind_host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("MOCAPLINE_CURVE_SERVER_KEY"):
         print(f"mocapline: WARNING: the robot port is bound on {config.bind_host}, reachable from other hosts "
               "without CURVE (see deploy/README.md for `mocapline keys`)", file=sys.stderr)
     print("mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
