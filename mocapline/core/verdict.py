@@ -67,11 +67,10 @@ def with_verdict(counts: dict[str, Any]) -> dict[str, Any]:
     out = {key: counts.get(key) for key in LEDGER_FIELDS}
     out["unique_frames_conserved"] = int(conserved(counts))
     extra = {k: v for k, v in counts.items() if k not in out}
-    parts = [counts.get(k) for k in ("motion_generated", "zmq_sent", "streamer_pending")]
-    if None not in parts:
-        produced, sent, pending = parts
-        extra["output_balanced"] = int(produced == sent + pending + (counts.get("unconfirmed") or 0))
+    produced, sent, pending = (counts.get(k) for k in ("motion_generated", "zmq_sent", "streamer_pending"))
+    if produced is not None and sent is not None and pending is not None:
         unconfirmed = counts.get("unconfirmed") or 0
+        extra["output_balanced"] = int(produced == sent + pending + unconfirmed)
         extra["delivery"] = ("acknowledged" if not unconfirmed else
                              f"unconfirmed: {unconfirmed} frames handed to consumers without an acknowledgement")
     return {**out, **extra}
