@@ -70,6 +70,9 @@ log = logging.getLogger("mocapline.core.fanout")
 
 DEFAULT_MAX_BACKLOG = 216_000  # frames: an hour at 60 Hz (~90 MB of MocapFrames on disk)
 PERSIST_INTERVAL_S = 1.0
+# A consumer is live while it is heard from (ACKs while frames flow, HELLOs at most 2 s apart when
+# idle): one silent for longer holds no drain (its frames still wait for it in the log).
+LIVE_S = 5.0
 
 
 @dataclass
@@ -89,6 +92,11 @@ class Consumer:
     evictions: int = 0
     route: bytes | None = field(default=None, repr=False)
     stream: DiskStream = field(default_factory=DiskStream, repr=False)
+    heard: float = field(default=float("-inf"), repr=False)  # monotonic time of its last HELLO or ACK
+
+    @property
+    def live(self) -> bool:
+        return self.route is not None and time.monotonic() - self.heard < LIVE_S
 
     @property
     def hold(self) -> int:
@@ -96,7 +104,15 @@ class Consumer:
         return self.acked + 1 if self.acknowledges else self.cursor
 
     def persisted(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("route", "stream")}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _TRANSIENT}
+
+    @classmethod
+    def restored(cls, d: dict[str, Any]) -> Consumer:
+        return cls(**{k: v for k, v in d.items() if k in _PERSISTED})
+
+
+_TRANSIENT = ("route", "stream", "heard")
+_PERSISTED = frozenset(f.name for f in fields(Consumer)) - set(_TRANSIENT)
 
 
 class FanoutSender:
@@ -148,7 +164,7 @@ class FanoutSender:
             state = json.loads(self.state_path.read_text())
             if bytes.fromhex(state.get("epoch", "")) == self.epoch:
                 for d in state.get("consumers", []):
-                    c = Consumer(**d)
+                    c = Consumer.restored(d)
                     c.cursor = c.hold  # frames in flight at the crash are sent again
                     c.high_water = c.hold if c.acknowledges else c.high_water
                     self.consumers[c.name] = c
@@ -240,6 +256,8 @@ class FanoutSender:
                 self._hello(parts[0], msg.epoch, msg.seq, msg.name or parts[0].hex())
             elif msg.kind == ACK:
                 c = self._by_route.get(parts[0])
+                if c is not None:
+                    c.heard = time.monotonic()
                 if c is not None and msg.epoch == self.epoch and msg.seq > c.acked:
                     c.acked = min(msg.seq, self.stage_log.next_seq - 1)
                     self._dirty = True
@@ -249,7 +267,8 @@ class FanoutSender:
         new = c is None
         if c is None:
             c = self.consumers[name] = Consumer(name)
-        if c.route is not None and c.route != route:
+        reconnected = c.route != route
+        if c.route is not None and reconnected:
             self._forget_route(c)  # the same consumer on a new connection (it restarted)
         old = self._by_route.get(route)
         if old is not None and old is not c:
@@ -257,6 +276,7 @@ class FanoutSender:
         c.route = route
         self._by_route[route] = c
         c.hellos += 1
+        c.heard = time.monotonic()
         next_seq = self.stage_log.next_seq
         oldest = self.stage_log.first_seq()
         if epoch == self.epoch:
@@ -265,6 +285,8 @@ class FanoutSender:
                             next_seq - 1)
             c.acked = max(c.acked, min(seq, next_seq - 1))
             start = seq + 1
+            if new:  # known to the consumer, not to this table (it was lost): count from here
+                c.joined = start
         else:  # new, or it knows another sender: the oldest frame nobody has taken
             start = max(self._taken(exclude=c), oldest)
             if epoch != NO_EPOCH:
@@ -284,7 +306,8 @@ class FanoutSender:
         except zmq.ZMQError:  # gone again (or its queue full): its next HELLO is answered
             self._forget_route(c)
             return
-        log.info("consumer %s %s at %d", name, "joined" if new else "resumed", c.cursor)
+        if reconnected:  # (an idle consumer's periodic HELLO is not news)
+            log.info("consumer %s %s at %d", name, "joined" if new else "resumed", c.cursor)
 
     # --- bookkeeping -------------------------------------------------------------------------
 
@@ -344,14 +367,14 @@ class FanoutSender:
         acknowledged yet: 0 means every consumer there is has everything (a drain is complete;
         frames nobody is connected for wait in the log and show as pending)."""
         next_seq = self.stage_log.next_seq
-        live = [c for c in self.consumers.values() if c.acknowledges and c.route is not None and not c.evicted]
+        live = [c for c in self.consumers.values() if c.acknowledges and c.live and not c.evicted]
         return max([next_seq - c.acked - 1 for c in live], default=0)
 
     def snapshot(self, base: int = 0) -> dict[str, Any]:
         next_seq = self.stage_log.next_seq
         return {
             "consumers": {
-                c.name: {"connected": c.route is not None or not c.acknowledges, "acknowledges": c.acknowledges,
+                c.name: {"connected": c.live or not c.acknowledges, "acknowledges": c.acknowledges,
                          "frames_acked": self._frames(max(base, c.joined), c.acked + 1) if c.acknowledges else 0,
                          "sent": c.sent, "resent": c.resent, "hellos": c.hellos,
                          "backlog": max(0, next_seq - c.hold), "evicted": c.evicted, "evictions": c.evictions,
@@ -363,5 +386,5 @@ class FanoutSender:
             "unrecoverable": self.unrecoverable,
             "unacked": self.unacked,
             "in_flight": max([c.cursor - c.acked - 1 for c in self.consumers.values()
-                              if c.acknowledges and c.route is not None], default=0),
+                              if c.acknowledges and c.live], default=0),
         }
