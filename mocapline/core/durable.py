@@ -143,6 +143,15 @@ class OutputLink(Protocol):
     @property
     def unacked(self) -> int: ...
 
+    @property
+    def wake_socket(self) -> zmq.Socket | None:
+        """The socket ACKs and HELLOs arrive on (a stage loop wakes on it), or None."""
+        ...
+
+    def close(self) -> None:
+        """Write down what must survive (the sockets are the stage's to close)."""
+        ...
+
 
 class DurableStage:
     """One service's state directory, its reliable links and its record per input."""
@@ -162,7 +171,7 @@ class DurableStage:
         self.restored: dict[str, Any] | None = self.stage_log.state
         if self.stage_log.log.torn_bytes:
             log.warning("%s: cut %d bytes of a record torn by a crash", state_dir, self.stage_log.log.torn_bytes)
-        self.sender: ReliableSender | FanoutSender | None = None
+        self.sender: OutputLink | None = None
         self.out: DurableOutput | None = None
         self.rx: ReliableReceiver | None = None
         self.curve_auth: Any = None
@@ -207,11 +216,7 @@ class DurableStage:
     @property
     def wake_socket(self) -> zmq.Socket | None:
         """The output's socket that receives ACKs and HELLOs (None for a push output)."""
-        if isinstance(self.sender, ReliableSender):
-            return self.sender.control
-        if isinstance(self.sender, FanoutSender) and not self.sender.push:
-            return self.sender.sock
-        return None
+        return self.sender.wake_socket if self.sender is not None else None
 
     @property
     def in_epoch(self) -> bytes:
@@ -257,7 +262,7 @@ class DurableStage:
         return out
 
     def close(self) -> None:
-        if isinstance(self.sender, FanoutSender):
+        if self.sender is not None:
             self.sender.close()
         if self.client is not None:
             self.client.close()

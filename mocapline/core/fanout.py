@@ -183,6 +183,10 @@ class FanoutSender:
         self._dirty = False
         self._persisted_at = time.monotonic()
 
+    @property
+    def wake_socket(self) -> zmq.Socket | None:
+        return None if self.push else self.sock
+
     def close(self) -> None:
         self._save()
 

@@ -150,6 +150,13 @@ class ReliableSender:
     def unacked(self) -> int:
         return self.stage_log.next_seq - self.counters.acked - 1
 
+    @property
+    def wake_socket(self) -> zmq.Socket:
+        return self.control
+
+    def close(self) -> None:
+        """Nothing to write down: the receiver holds its position."""
+
     def commit(self, record: StageRecord) -> None:
         """The durable step: append the record; its outputs are sent by ``pump``."""
         self.outbox.append(self.stage_log.append(record), record.outputs)
