@@ -54,7 +54,8 @@ def _message_classes() -> tuple[type, type]:
         frame.field.add(name=name, number=number, type=F.TYPE_FLOAT, label=F.LABEL_REPEATED)
     for name, number in (("posture_index", 10), ("posture_index_first", 11), ("posture_index_last", 12)):
         frame.field.add(name=name, number=number, type=F.TYPE_UINT64, label=F.LABEL_OPTIONAL)
-    frame.field.add(name="bridged", number=17, type=F.TYPE_BOOL, label=F.LABEL_OPTIONAL)
+    frame.field.add(name="avatar_index", number=17, type=F.TYPE_UINT32, label=F.LABEL_OPTIONAL)
+    frame.field.add(name="bridged", number=19, type=F.TYPE_BOOL, label=F.LABEL_OPTIONAL)
     end = fdp.message_type.add(name="EndOfStream")
     end.field.add(name="last_frame_id", number=1, type=F.TYPE_UINT64, label=F.LABEL_OPTIONAL)
     end.field.add(name="frames_sent", number=2, type=F.TYPE_UINT64, label=F.LABEL_OPTIONAL)
