@@ -10,9 +10,9 @@ Silence: a path is *silent* when no datagram has arrived on it for ``window_s`` 
 250 ms by default: 15 frame periods at 60 Hz, well above the scheduling and network jitter of a
 loaded host, where 50 ms made a lagging path look silent now and then and turned its copies into
 late frames), measured on the arrival clock the caller passes in (``now``: the receive loop's
-monotonic time, or the recorded arrival time when a journal is replayed). A silent path is not waited for, so the window only bounds how long a gap waits on a
-path that has stopped (unplugged, Axis stopped sending there); the capture loop calls ``poll`` to
-release frames once that happens. A path that was never heard from is silent. As a memory bound,
+monotonic time, or the recorded arrival time when a journal is replayed). A silent path is not
+waited for, so the window only bounds how long a gap waits on a path that has stopped (unplugged,
+Axis stopped sending there); the capture loop calls ``poll`` to release frames once that happens. A path that was never heard from is silent. As a memory bound,
 more than ``max_pending`` frames waiting also makes the oldest gap final (a path stuck far behind).
 
 A copy that arrives after its gap was declared final (its path fell silent and came back) is a
