@@ -12,8 +12,10 @@ loaded host, where 50 ms made a lagging path look silent now and then and turned
 late frames), measured on the arrival clock the caller passes in (``now``: the receive loop's
 monotonic time, or the recorded arrival time when a journal is replayed). A silent path is not
 waited for, so the window only bounds how long a gap waits on a path that has stopped (unplugged,
-Axis stopped sending there); the capture loop calls ``poll`` to release frames once that happens. A path that was never heard from is silent. As a memory bound,
-more than ``max_pending`` frames waiting also makes the oldest gap final (a path stuck far behind).
+Axis stopped sending there); the capture loop calls ``poll`` to release frames once that happens.
+A path that was never heard from is silent (``CaptureCore.paths_live`` counts every path as just
+heard when capture starts listening). As a memory bound, more than ``max_pending`` frames waiting
+also makes the oldest gap final (a path stuck far behind).
 
 A copy that arrives after its gap was declared final (its path fell silent and came back) is a
 ``late_frame``; its index stays missing in the merged stream and is listed in ``late_indices``, so
