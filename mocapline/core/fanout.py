@@ -23,9 +23,11 @@ messages are frames; the wire contract is docs/protocol.md):
   made while nobody was connected (or while the streamer was down); a consumer joining a running
   take starts about where the others are.
 - **Bounded backlog.** A consumer more than ``max_backlog`` frames behind is *evicted* from holding
-  the log (an error in the log, ``evictions`` in the counters, the
-  ``mocapline_consumer_backlog`` metric): the log is trimmed past it, and when it comes back it is
-  told (WELCOME) where the retained frames resume; its receiver counts the rest as ``lost``.
+  the log (an error in the log, ``evicted``/``evictions`` in its counters, the alarm metric
+  ``mocapline_consumers_evicted`` beside ``mocapline_consumer_backlog_max``): the log is trimmed past
+  it, and when it comes back it is told (WELCOME) where the retained frames resume; its receiver
+  counts the rest as ``lost``. A consumer not heard from (ACK or HELLO) for ``LIVE_S`` holds no
+  drain; its frames still wait for it.
 - **Remembered.** Per-consumer positions and counters live in ``consumers.json`` beside the log
   (rewritten at most once a second, and always before the log is trimmed, so the log never drops
   a frame a remembered consumer still needs).
