@@ -12,6 +12,11 @@ After a kill -9 the stage reopens its log: ``restored`` holds the counters of th
 the input link resumes after its input position, and the outputs nobody acknowledged are resent.
 Both ends of a link must run in durable mode (the receiver asks the sender with HELLO; a sender
 without ``--state-dir`` never answers, and the receiver says so in its log).
+
+An output is one of (``LinkSpec.kind``): ``link``, one acknowledged receiver (between stages,
+``ReliableSender``); ``fanout``, any number of named consumers on one ROUTER (the robot port,
+``FanoutSender``, docs/protocol.md); ``push``, a PUSH fed from the log for consumers that cannot
+acknowledge. In every kind the outputs are in the log before the input is acknowledged.
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ def log_config(args: Any) -> LogConfig:
 
 class DurableOutput:
     """FrameSender's ``send``/``send_end``, gathering the outputs of the input being processed;
-    they are written with it by ``DurableStage.done`` and sent by the ReliableSender."""
+    they are written with it by ``DurableStage.done`` and sent by the stage's OutputLink."""
 
     def __init__(self, message_type: MessageType, stage_log: StageLog | None = None) -> None:
         self.message_type = message_type
