@@ -78,7 +78,7 @@ LINK_REJECT_REASONS: tuple[str, ...] = (*HEADER_REJECT_REASONS, "bad_parts", "wr
 PAYLOAD_REJECT_REASONS: tuple[str, ...] = ("protobuf", "field_length")
 
 # Where the auditor places a missing index (mocapline.core.verdict).
-MISSING_CLASSES: tuple[str, ...] = ("main_only", "both", "side_only", "main_no_side_data")
+MISSING_CLASSES: tuple[str, ...] = ("main_only", "both", "side_only", "main_no_side_data", "late")
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,16 @@ FAMILIES: tuple[Family, ...] = (
     Family("mocapline_unacked", "gauge",
            "Durable mode: frames in the stage's log the next stage has not acknowledged yet (a consumer "
            "that is gone makes this grow, on disk).", ("stage",), ("capture", "retarget", "streamer")),
+    Family("mocapline_consumer_backlog_max", "gauge",
+           "Durable mode, the robot port: the largest backlog of any consumer (frames it has not "
+           "acknowledged, waiting on the streamer's disk; bounded by --consumer-backlog). Per consumer: "
+           "the streamer's status, consumers.<name>.backlog.", services=("streamer",)),
+    Family("mocapline_consumers_evicted", "gauge",
+           "Consumers beyond --consumer-backlog, no longer holding the streamer's log (alarm when > 0).",
+           services=("streamer",)),
+    Family("mocapline_unconfirmed", "gauge",
+           "Frames handed to the robot port without an acknowledgement yet (or ever, --plain-output).",
+           services=("streamer",)),
     Family("mocapline_durable_log_bytes", "gauge",
            "Durable mode: bytes of the stage's logs on disk (capture: its raw journal included).", ("stage",)),
     Family("mocapline_pending", "gauge",
@@ -473,6 +483,12 @@ class ServiceMetrics:
         pending = _lookup(hb, fields["pending"])
         if pending is not None:
             self._gauges["pending"].set(pending)
+        if self.service == "streamer":
+            self._families["mocapline_unconfirmed"].set(hb.get("unconfirmed") or 0)
+            consumers = (hb.get("consumers") or {}).values()
+            self._families["mocapline_consumer_backlog_max"].set(max((c.get("backlog", 0) for c in consumers),
+                                                                     default=0))
+            self._families["mocapline_consumers_evicted"].set(sum(bool(c.get("evicted")) for c in consumers))
         last = _lookup(hb, fields.get("last", "last_posture_index"))
         if last is not None:  # kept after an end of stream (which some stages mark with None)
             self._gauges["last_posture_index"].set(last)

@@ -44,6 +44,19 @@ def pipeline_counts(services: dict[str, dict[str, Any]]) -> dict[str, Any]:
         st.get("pending") or 0
     )
     counts["missing_ranges"] = cap.get("missing_ranges", [])
+    # Where every produced frame is (issue 12): acknowledged by a consumer (zmq_sent), handed to the
+    # wire without an acknowledgement yet or ever (unconfirmed), or still waiting (pending).
+    counts["unconfirmed"] = st.get("unconfirmed", 0) if st else None
+    counts["streamer_pending"] = st.get("pending") if st else None
+    counts["rejected_by_reason"] = cap.get("rejected_by_reason", {}) if cap else None
+    counts["link_rejected_by_reason"] = {
+        name: dict(body.get("rejected_by_reason") or {}) for name, body in services.items()
+        if name != "capture" and body.get("rejected_by_reason")}
+    counts["cross_path_copies"] = cap.get("cross_path_copies")
+    counts["late_frames"] = cap.get("late_frames")
+    counts["late_ranges"] = cap.get("late_ranges", [])
+    counts["bridged_frames"] = st.get("bridged_frames")
+    counts["consumers"] = st.get("consumers", {})
     return counts
 
 
@@ -61,6 +74,7 @@ def judge(services: dict[str, dict[str, Any]], side: dict[str, Any] | None) -> d
             main.get("source_missing_ranges", []),
             side.get("source_missing_ranges", []) if side is not None else None,
             span,
+            late=services.get("capture", {}).get("late_ranges", []),
         )
         counts["merge_on"] = len(paths) > 1
     return with_verdict(counts)

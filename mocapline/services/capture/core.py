@@ -146,6 +146,16 @@ class CaptureCounters:
     frames_out: int = 0
 
 
+def _ranges(indices: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for i in sorted(set(indices)):
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return out
+
+
 def _role(k: int) -> str:
     return ("main", "side")[k] if k < 2 else f"path{k + 1}"
 
@@ -168,7 +178,7 @@ class CaptureCore:
         decoder: Decoder,
         ports: list[int],
         *,
-        merge_window_s: float = 0.05,
+        merge_window_s: float = 0.25,
         allowed_sources: frozenset[str] | None = None,
         session_id: str | None = None,
     ) -> None:
@@ -296,6 +306,7 @@ class CaptureCore:
             "missing_ranges": [list(r) for r in merged.missing_ranges],
             "cross_path_copies": merger.cross_path_copies,
             "late_frames": merger.late_frames,
+            "late_ranges": _ranges(merger.late_indices),
             "input_pending": merger.pending,
             # In --ports order: the first is the main path, the second the side path.
             "paths": {
@@ -328,6 +339,7 @@ class CaptureCore:
             "missing_ranges": overall["missing_ranges"],
             "cross_path_copies": overall["cross_path_copies"],
             "late_frames": overall["late_frames"],
+            "late_ranges": overall["late_ranges"],
             "rejected_by_reason": dict(sorted(rejected.items())),
             "input_pending": input_pending + overall["input_pending"] + held,
             "human_frames_out": self.counters.frames_out,

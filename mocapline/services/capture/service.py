@@ -73,8 +73,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--position-unit", choices=("m", "cm", "auto"), default="m",
                    help="Xsens position unit; the first frame's pelvis height is checked (a warning names the "
                         "right one); auto: that height decides")
-    p.add_argument("--merge-window-ms", type=float, default=50.0,
-                   help="how long a gap may wait for another path to fill it")
+    p.add_argument("--merge-window-ms", type=float, default=250.0,
+                   help="a path with no datagram for this long is silent: gaps stop waiting for it (a live "
+                        "path is waited for however far behind it is; see services/capture/merge.py)")
     p.add_argument("--allow-source", nargs="*", default=None,
                    help="only accept datagrams from these IP addresses (others are counted as rejected)")
     p.add_argument("--record", type=Path, default=None, help="write every received datagram to this .mlrec file")

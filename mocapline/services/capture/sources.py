@@ -63,7 +63,7 @@ class UdpMotionInput:
         *,
         host: str = "0.0.0.0",
         rcvbuf: int = RCVBUF_REQUEST,
-        merge_window_s: float = 0.05,
+        merge_window_s: float = 0.25,
         idle_flush_s: float = 0.5,
         allowed_sources: frozenset[str] | None = None,
         record_path: Path | None = None,

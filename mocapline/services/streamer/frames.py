@@ -50,6 +50,7 @@ class MocapFrameBuilder:
         session_id: str = "",
         avatar_index: int = 0,
         avatar_name: str = "",
+        bridged: bool = False,
     ) -> pb.MocapFrame:
         left, right = self.hands(root_pos, root_quat, joint_pos)
         return pb.MocapFrame(
@@ -71,4 +72,5 @@ class MocapFrameBuilder:
             session_id=session_id,
             avatar_index=avatar_index,
             avatar_name=avatar_name,
+            bridged=bridged,
         )

@@ -2,9 +2,18 @@
 
 Resamples input fps -> output fps (MotionStreamInterpolator: slerp root, linear joints, velocities),
 builds MocapFrames (every field, fixed lengths, hands from the G1's FK), wraps each in the 44-byte
-MotionFrameHeader + CRC32 and PUSHes it (bound: robots and viewers connect). Lossless: when no
-consumer is connected or it is slow, frames wait in order in the streamer's queue and latency
-grows; nothing is dropped. The queue depth is reported as ``pending``.
+MotionFrameHeader + CRC32 and sends it on the robot port (bound; robots and viewers connect).
+
+Durable mode (``--state-dir``): the robot port is a fan-out with identity
+(mocapline/core/fanout.py, docs/protocol.md): any number of named consumers (``mocapline.client``,
+``mocapline tap``, the viewer) each get every frame once and in order at their own pace, with
+their own acknowledgements and backlog on disk; a peer that does not complete the handshake gets
+nothing. A RobotFrame is acknowledged only once its MocapFrames are in the streamer's log, in every
+output mode; ``--plain-output`` feeds a plain PUSH from that log instead (for consumers that cannot
+acknowledge; what it hands out is counted ``unconfirmed``). Without ``--state-dir``: a plain PUSH
+(nothing is acknowledged anywhere in that mode; ``zmq_sent`` counts frames handed to ZeroMQ).
+
+Binds on loopback by default; binding another address without CURVE prints a warning.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from typing import Any
 import zmq
 
 from mocapline.core import durable
+from mocapline.core.fanout import DEFAULT_MAX_BACKLOG, FanoutSender
 from mocapline.core.frames import RobotFrame
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.metrics import (
@@ -47,14 +57,18 @@ log = logging.getLogger("mocapline.streamer")
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline streamer", description=__doc__)
     p.add_argument("--input", default="tcp://127.0.0.1:5557", help="retarget's RobotFrame endpoint (connect)")
-    p.add_argument("--output", default="tcp://*:5555", help="endpoint to bind the MocapFrame PUSH on")
+    p.add_argument("--output", default="tcp://127.0.0.1:5555",
+                   help="the robot port to bind (loopback by default; another address without CURVE warns)")
     p.add_argument("--input-fps", type=float, default=60.0, help="rate of the incoming frames (Axis rate)")
     p.add_argument("--output-fps", type=float, default=60.0, help="rate of the outgoing stream")
     p.add_argument("--record-frames", type=Path, default=None,
                    help="also write every MocapFrame sent to this .mlmf file (mocapline/formats/mlmf.py)")
     p.add_argument("--plain-output", action="store_true",
-                   help="with --state-dir: keep the output a plain PUSH for consumers that do not acknowledge "
-                        "(robots); frames a consumer's death takes with it are then not resent")
+                   help="with --state-dir: a plain PUSH fed from the log, for consumers that cannot acknowledge; "
+                        "frames handed to it are counted unconfirmed, and what a consumer's death takes is not resent")
+    p.add_argument("--consumer-backlog", type=int, default=DEFAULT_MAX_BACKLOG,
+                   help="frames a consumer may fall behind before it stops holding the log (alarm; it is told "
+                        "where the kept frames resume when it returns)")
     add_curve_server_options(p)
     add_stage_arguments(p, "streamer", nats_help="NATS server for heartbeats and control")
     return p
@@ -67,6 +81,8 @@ class StreamerCounters:
     motion_generated: int = 0
     zmq_sent: int = 0
     takes_ended: int = 0
+    out_base: int = 0  # durable: the output log position where this take's counts start (set at reset)
+    bridged_frames: int = 0  # frames standing in for a missing posture_index (MocapFrame.bridged)
     last_posture_index: int | None = None  # of the last MocapFrame sent
 
 
@@ -136,7 +152,7 @@ class Streamer:
     def on_end(self) -> None:
         for avatar_index, stream in self.performers.items():
             self._queue(stream.interp.flush(), time.time_ns(), None, avatar_index)
-        self.outbox.append((b"", -1, 0, -1, None, -1))  # END_OF_STREAM marker, in order
+        self.outbox.append((b"drain", -1, 0, -1, None, -1))  # END_OF_STREAM marker, in order
         self.ended = True
         self.counters.takes_ended += 1
 
@@ -163,18 +179,20 @@ class Streamer:
                 session_id=s.session_id,
                 avatar_index=avatar_index,
                 avatar_name=performer.name,
+                bridged=s.bridged,
             )
             self.outbox.append((msg.SerializeToString(), s.capture_timestamp_us, t_in_ns, s.posture_index,
                                 span if k == last else None, avatar_index))
             self.counters.motion_generated += 1
             performer.motion_generated += 1
+            self.counters.bridged_frames += int(s.bridged)
 
     def send_ready(self, timeout_ms: int) -> None:
         """Send queued frames while the socket can take them (blocking sends, never dropped)."""
         while self.outbox and self.sender.writable(timeout_ms):
             payload, cap_us, t_in_ns, posture_index, span, avatar_index = self.outbox[0]
             if cap_us < 0:
-                self.sender.send_end()
+                self.sender.send_end(self.end_of_stream(payload.decode()))
             else:
                 self.sender.send(payload, capture_timestamp_us=cap_us)
                 self.counters.zmq_sent += 1
@@ -188,6 +206,14 @@ class Streamer:
                     span.end()
             self.outbox.popleft()
             timeout_ms = 0
+
+    def end_of_stream(self, reason: str) -> bytes:
+        """END_OF_STREAM's payload: the frame_id of the last MocapFrame before it (the marker itself
+        takes the next one), the MocapFrames made this take, and why."""
+        from mocapline.core import pb
+
+        return pb.EndOfStream(last_frame_id=max(0, self.sender.next_frame_id - 1),
+                              frames_sent=self.counters.motion_generated, reason=reason).SerializeToString()
 
     @property
     def pending(self) -> int:
@@ -233,16 +259,24 @@ class StreamerSettings:
     output_fps: float
     record_frames: Path | None
     plain_output: bool
+    consumer_backlog: int
     curve_server_key: str
     curve_clients: str
     stage: StageSettings
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> StreamerSettings:
-        if args.state_dir is not None and not args.plain_output and args.curve_server_key:
-            raise ValueError("CURVE on an acknowledged output is not supported yet; "
-                             "use --plain-output with CURVE, or run without --curve-server-key")
+        if args.consumer_backlog < 1:
+            raise ValueError("--consumer-backlog must be >= 1")
         return settings_from(cls, args, stage=StageSettings.from_args(args))
+
+
+def exposed(endpoint: str) -> bool:
+    """Whether a bind endpoint reaches beyond this host (anything but loopback and ipc)."""
+    if not endpoint.startswith("tcp://"):
+        return False
+    host = endpoint[len("tcp://"):].rpartition(":")[0].strip("[]")
+    return host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("127.")
 
 
 @dataclass
@@ -270,10 +304,22 @@ class StreamerLoop:
         return True
 
     def heartbeat(self) -> dict[str, Any]:
-        return {**self.streamer.heartbeat(), "rejected_by_reason": dict(self.links.rx.rejects)}
+        hb = {**self.streamer.heartbeat(), "rejected_by_reason": dict(self.links.rx.rejects), "unconfirmed": 0}
+        stage = self.links.durable
+        if stage is not None and isinstance(stage.sender, FanoutSender):
+            # where every frame of the take is: acknowledged by a consumer, handed out without an
+            # acknowledgement, or waiting (motion_generated == zmq_sent + unconfirmed + pending)
+            base = self.streamer.counters.out_base
+            counts = stage.sender.counts(base)
+            hb.update(zmq_sent=counts["delivered"], unconfirmed=counts["unconfirmed"],
+                      pending=hb["pending"] + counts["pending"],
+                      consumers=stage.sender.snapshot(base)["consumers"], durable=stage.snapshot())
+        return hb
 
     def reset(self) -> None:
         self.streamer.reset()
+        if self.links.durable is not None:
+            self.streamer.counters.out_base = self.links.durable.stage_log.next_seq
         self.links.remember(self.streamer.durable_state())
 
     def begin_drain(self, args: dict[str, Any]) -> None:
@@ -303,11 +349,18 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("CURVE on %s: clients admitted from %s", settings.output, settings.curve_clients)
             return sock
 
+        if exposed(settings.output) and not settings.curve_server_key:
+            print(f"mocapline streamer: WARNING: the robot port {settings.output} is reachable from other hosts "
+                  "without CURVE: anyone there can connect (use `mocapline keys` and --curve-server-key, or bind "
+                  "127.0.0.1)", file=sys.stderr, flush=True)
+        output = durable.LinkSpec(settings.output, MessageType.MOTION_FRAME, G1_JOINT_COUNT,
+                                  kind="push" if settings.plain_output else "fanout",
+                                  curve_server_key=settings.curve_server_key, curve_clients=settings.curve_clients,
+                                  max_backlog=settings.consumer_backlog)
         try:
             links = stage.open_links(
                 input=durable.LinkSpec(settings.input, MessageType.ROBOT_STATE, G1_JOINT_COUNT),
-                output=durable.LinkSpec(settings.output, MessageType.MOTION_FRAME, G1_JOINT_COUNT),
-                plain_output=plain_output, durable_output=not settings.plain_output, output_linger_ms=5000,
+                output=output, plain_output=plain_output, output_linger_ms=5000,
             )
         except StageError as exc:
             return stage.fail(str(exc))

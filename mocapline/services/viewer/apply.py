@@ -34,10 +34,22 @@ class ViewerCounters:
     applied_by_performer: Counter[int] = field(default_factory=Counter)  # avatar_index -> frames applied
     rejected: Counter[str] = field(default_factory=Counter)
     frame_ids: SequenceLedger = field(default_factory=SequenceLedger)
+    frame_id_epoch: int | None = None  # the header epoch of the frames counted in frame_ids
+    sender_restarts: int = 0  # frame_id numbering started again under a new header epoch
     last_posture_index: int | None = None
     last_latency_s: float = 0.0
     # End-to-end latency (UDP arrival at capture -> applied here) of the latest frames, for p50/p99.
     latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))
+
+    def observe_frame_id(self, header: Any) -> None:
+        """Count the frame_id's continuity. A new header epoch is a sender that started its
+        numbering again (a plain streamer restarted): counted as a restart, not a backward jump."""
+        epoch = getattr(header, "epoch", 0)
+        if self.frame_id_epoch is not None and epoch != self.frame_id_epoch:
+            self.sender_restarts += 1
+            self.frame_ids.last = None  # the next frame_id starts the count again
+        self.frame_id_epoch = epoch
+        self.frame_ids.observe(header.frame_id)
 
     def record_latency(self, seconds: float) -> None:
         self.last_latency_s = seconds
@@ -77,6 +89,7 @@ class ViewerCounters:
             "frame_id_duplicates": self.frame_ids.duplicates,
             "frame_id_backward": self.frame_ids.backward,
             "frame_id_missing_ranges": [list(r) for r in self.frame_ids.missing_ranges],
+            "sender_restarts": self.sender_restarts,
             "last_posture_index": self.last_posture_index,
             **self.latency_percentiles_ms(),
             "performers": {str(k): {"viewer_applied": n} for k, n in sorted(self.applied_by_performer.items())},
@@ -125,7 +138,7 @@ class FrameValidator:
             c.rejected["non_finite"] += 1
             return None
         c.viewer_received += 1
-        c.frame_ids.observe(received.header.frame_id)
+        c.observe_frame_id(received.header)
         self.pending.append(msg)
         self.arrivals.append(t_in_ns)
         return msg

@@ -40,6 +40,11 @@ class StackConfig:
     human_port: int = 5556
     robot_port: int = 5557
     output_port: int = 5555
+    # The robot port's address: loopback unless told otherwise (another one without CURVE warns).
+    bind_host: str = "127.0.0.1"
+    # Durable mode: the robot port as a plain PUSH fed from the streamer's log, for consumers that
+    # cannot acknowledge (frames handed out are unconfirmed). Default: the acknowledged fan-out.
+    plain_output: bool = False
     viewer: bool = True
     display: str = "auto"
     web_port: int = 8080
@@ -161,7 +166,7 @@ class Stack:
                          f"--output=tcp://127.0.0.1:{c.human_port}",
                          "--status-interval=0", f"--source={c.source}", f"--rotation-order={c.rotation_order}"]),
             ("retarget", retarget_args),
-            ("streamer", [f"--input=tcp://127.0.0.1:{c.robot_port}", f"--output=tcp://*:{c.output_port}",
+            ("streamer", [f"--input=tcp://127.0.0.1:{c.robot_port}", f"--output=tcp://{c.bind_host}:{c.output_port}",
                           f"--input-fps={c.input_fps}", f"--output-fps={c.output_fps}"]),
         ]
         if c.viewer:
@@ -175,7 +180,7 @@ class Stack:
                 args = [*args, f"{flag}={','.join(map(str, fds[name]))}"]
             if c.state_dir is not None and name != "auditor":
                 args = [*args, f"--state-dir={c.state_dir / name}", f"--fsync={c.fsync}"]
-                if name == "streamer" and not c.viewer:  # robots on 5555 do not acknowledge
+                if name == "streamer" and c.plain_output:  # consumers that cannot acknowledge
                     args.append("--plain-output")
             svc = Service(name, args, env, pass_fds=fds.get(name, ()))
             self.services[name] = svc

@@ -9,6 +9,7 @@ none answers at --nats. `--demo` also replays the bundled take (looping); `--no-
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import tempfile
@@ -43,6 +44,12 @@ def add_stack_options(p: EnvArgumentParser) -> None:
                    help="capture merges main + side by posture_index (recovers main-path losses)")
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server (started locally if not reachable)")
     p.add_argument("--output-port", type=port_number, default=5555, help="tcp port of the streamer's output")
+    p.add_argument("--bind-host", default="127.0.0.1",
+                   help="address the robot port binds on: loopback by default; another one (0.0.0.0 for all) "
+                        "without CURVE prints a warning")
+    p.add_argument("--plain-output", action="store_true",
+                   help="durable mode: the robot port as a plain PUSH for consumers that cannot acknowledge "
+                        "(frames handed to them are counted unconfirmed); default: acknowledged fan-out")
     p.add_argument("--input-fps", type=float, default=60.0, help="Axis frame rate")
     p.add_argument("--output-fps", type=float, default=60.0, help="rate of the stream to robots / viewer")
     p.add_argument("--human-height", type=float, default=None, help="performer height in metres")
@@ -71,6 +78,8 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
         merge=args.merge,
         nats_url=args.nats,
         output_port=args.output_port,
+        bind_host=args.bind_host,
+        plain_output=args.plain_output,
         input_fps=args.input_fps,
         output_fps=args.output_fps,
         human_height=args.human_height,
@@ -134,8 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     main_path = (f"capture -> tcp {config.axis_host}:{config.axis_port}" if config.transport == "tcp"
                  else f"Axis Studio -> udp {config.main_port}")
     print(f"mocapline: pipeline up; {main_path}"
-          f"{' + udp ' + str(config.side_port) if config.merge else ''}; robots/viewers -> tcp {config.output_port}; "
-          f"logs in {config.log_dir}")
+          f"{' + udp ' + str(config.side_port) if config.merge else ''}; robots/viewers -> "
+          f"tcp://{config.bind_host}:{config.output_port}; logs in {config.log_dir}")
+    if config.bind_host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("MOCAPLINE_CURVE_SERVER_KEY"):
+        print(f"mocapline: WARNING: the robot port is bound on {config.bind_host}, reachable from other hosts "
+              "without CURVE (see deploy/README.md for `mocapline keys`)", file=sys.stderr)
     print("mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
                            if config.state_dir is not None else "plain links (--plain): nothing kept on disk"))
     if not args.no_viewer and args.display != "window":
