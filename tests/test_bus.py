@@ -6,6 +6,7 @@ import threading
 import time
 
 import nats
+from helpers import wait_until
 
 from mocapline.core.bus import Bus, request
 
@@ -59,8 +60,7 @@ def test_heartbeats_resume_after_nats_restart(nats_server) -> None:
     try:
         assert bus.connected.wait(5)
         nats_server.stop()
-        time.sleep(0.5)
-        assert not bus.connected.is_set()
+        wait_until(lambda: not bus.connected.is_set(), 5, what="the bus to notice NATS is gone")
         nats_server.start()
         assert bus.connected.wait(10)
         assert collect(nats_server.url, "mocapline.heartbeat.unit", 0.5)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 from mocapline.core.segmentlog import SegmentLog
 from mocapline.core.stagelog import StageRecord
@@ -55,11 +56,23 @@ def emit_in_background(stack: Stack, plan: TakePlan, *, side: bool = False) -> t
     return emitter
 
 
+def wait_for_frames(stack: Stack, n: int) -> None:
+    """Until capture has passed on ``n`` frames of the take (the take is under way)."""
+
+    def passed() -> bool:
+        try:
+            return stack.ask("capture", "status", timeout=1.0).get("source_unique_frames", 0) >= n
+        except Exception:  # noqa: BLE001 - not answering yet (NATS connecting): ask again
+            return False
+
+    wait_until(passed, 30, interval=0.1, what=f"{n} frames through capture")
+
+
 def take_with_a_crash(stack: Stack, victim: str, *, hang_s: float, down_s: float) -> dict:
     """Emit a take at 120 Hz; 2 s in, hang ``victim`` (SIGSTOP) for ``hang_s``, SIGKILL it, restart
     it ``down_s`` later; drain and return the verdict."""
     emitter = emit_in_background(stack, TakePlan(frames=FRAMES, first_index=FIRST), side=True)
-    time.sleep(2.0)
+    wait_for_frames(stack, int(2 * RATE))
     proc = stack.services[victim].proc
     assert proc is not None and proc.poll() is None
     os.kill(proc.pid, signal.SIGSTOP)
@@ -68,7 +81,6 @@ def take_with_a_crash(stack: Stack, victim: str, *, hang_s: float, down_s: float
     time.sleep(down_s)
     stack.restart(victim)
     emitter.join(timeout=60)
-    time.sleep(0.5)
     return stack.verdict(stack.drain(timeout=60))
 
 
@@ -119,7 +131,7 @@ def test_five_percent_loss_on_the_main_path_is_recovered_by_merge(tmp_path, stac
     frames = 720
     emit_take(TakePlan(frames=frames, first_index=FIRST), [("127.0.0.1", relay.port), ("127.0.0.1", c.side_port)],
               rate_hz=RATE)
-    time.sleep(0.3)
+    wait_until(lambda: relay.forwarded + relay.dropped >= frames, 10, what="the relay to pass the take on")
     relay.stop()
     finals = stack.drain(timeout=60)
     v = stack.verdict(finals)
@@ -142,12 +154,11 @@ def test_nats_killed_and_restarted_mid_take_in_durable_mode(tmp_path, stacks) ->
     stack = make_stack(tmp_path, durable=True)
     stacks.append(stack)
     emitter = emit_in_background(stack, TakePlan(frames=FRAMES, first_index=FIRST))
-    time.sleep(2.0)
+    wait_for_frames(stack, int(2 * RATE))
     stack.kill_nats()
-    time.sleep(1.0)
+    time.sleep(1.0)  # NATS down for a second of the take
     stack.restart_nats()
     emitter.join(timeout=60)
-    time.sleep(0.5)
     v = stack.verdict(stack.drain(timeout=60))
     assert v["viewer_applied"] == FRAMES and v["unique_frames_conserved"] == 1, v
     assert applied_indices(stack.config.state_dir / "viewer") == list(range(FIRST, FIRST + FRAMES))
@@ -159,19 +170,24 @@ def test_a_consumer_gone_for_long_makes_frames_wait_on_disk_not_in_flight(tmp_pa
     stack = make_stack(tmp_path, durable=True, env={"MOCAPLINE_WINDOW": "64"})
     stacks.append(stack)
     emitter = emit_in_background(stack, TakePlan(frames=FRAMES, first_index=FIRST))
-    time.sleep(1.5)
+    wait_for_frames(stack, int(1.5 * RATE))
     viewer = stack.services["viewer"].proc
     os.kill(viewer.pid, signal.SIGSTOP)
-    time.sleep(4.0)
-    link = stack.ask("streamer", "status")["durable"]["output_link"]
-    os.kill(viewer.pid, signal.SIGCONT)
-    assert link["unacked"] > 300  # ~4 s of frames waiting...
-    assert link["in_flight"] <= 64  # ...of which at most the window in ZeroMQ's queues
+    try:
+        link = wait_until(lambda: _backlog(stack, 300), 30, interval=0.2, what="300 frames waiting for the viewer")
+    finally:
+        os.kill(viewer.pid, signal.SIGCONT)
+    assert link["in_flight"] <= 64  # of the frames waiting, at most the window is in ZeroMQ's queues
     emitter.join(timeout=60)
-    time.sleep(0.5)
     v = stack.verdict(stack.drain(timeout=60))
     assert v["viewer_applied"] == FRAMES and v["unique_frames_conserved"] == 1, v
     assert applied_indices(stack.config.state_dir / "viewer") == list(range(FIRST, FIRST + FRAMES))
+
+
+def _backlog(stack: Stack, n: int) -> dict | None:
+    """The streamer's output link when more than ``n`` frames wait for an acknowledgement."""
+    link = stack.ask("streamer", "status")["durable"]["output_link"]
+    return link if link["unacked"] > n else None
 
 
 def _rss_mb(pid: int) -> float:

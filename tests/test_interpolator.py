@@ -160,3 +160,16 @@ def test_flush_ends_the_take_and_holds_nothing_back() -> None:
     out = interp.push(frame(1004, 30.0))  # the next frame starts a new take at t = 0
     assert len(out) == 1 and out[0].time_s == 0.0 and interp.stats.takes == 2
     assert (out[0].posture_index, out[0].posture_index_first, out[0].posture_index_last) == (1004, 1004, 1004)
+
+
+def test_a_bridged_gap_carries_its_own_indices_and_real_frames_are_never_repeated() -> None:
+    """1100..1102 missing upstream: three frames flagged bridged with 1100, 1101, 1102, then the
+    real 1103 once (the samples used to carry 1103 four times)."""
+    m = MotionStreamInterpolator(60.0, 60.0)
+    out = []
+    for i in (1098, 1099, 1103, 1104):
+        out += m.push_values(i, np.zeros(3), np.array([1.0, 0, 0, 0]), np.full(29, float(i)))
+    assert [(s.posture_index, s.bridged) for s in out] == [
+        (1098, False), (1099, False), (1100, True), (1101, True), (1102, True), (1103, False), (1104, False)]
+    assert [s.joint_pos[0] for s in out[2:5]] == pytest.approx([1100.0, 1101.0, 1102.0])
+    assert m.stats.bridged == 3

@@ -54,6 +54,8 @@ def _place(module: str) -> tuple[int, str]:
     if len(parts) < 2 or parts[1] not in LAYERS:
         if module in ("mocapline.assets",):
             return (0, "assets")
+        if module == "mocapline.client":  # the consumer library: public at the top, built on core alone
+            return (0, "core")
         return (len(LAYERS), "top")
     rank = LAYERS.index(parts[1])
     unit = ".".join(parts[1:3]) if parts[1] in ("services", "tools") and len(parts) > 2 else parts[1]

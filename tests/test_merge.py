@@ -1,3 +1,5 @@
+import pytest
+
 from mocapline.services.capture.merge import PathMerger
 
 MAIN, SIDE = 7014, 7015
@@ -124,3 +126,63 @@ def test_backward_jump_on_both_paths() -> None:
     assert out == seg1 + seg2
     assert m.merged.backward == 1 and m.cross_path_copies == 20
     assert identity_holds(m)
+
+
+def lagging(lag_s: float, skip_main: set[int], skip_side: set[int], frames: int = 600,
+            rate: float = 60.0) -> tuple[PathMerger[int], list[int]]:
+    """Main delivers each index ``lag_s`` after side, both at ``rate``; polled every 5 ms."""
+    m: PathMerger[int] = PathMerger([MAIN, SIDE], window_s=0.05)
+    events = []
+    for k in range(frames):
+        t = k / rate
+        if k not in skip_side:
+            events.append((t, SIDE, k))
+        if k not in skip_main:
+            events.append((t + lag_s, MAIN, k))
+    events.sort()
+    out: list[int] = []
+    now = 0.0
+    for t, path, idx in events:
+        while now + 0.005 < t:
+            now += 0.005
+            out += [i for i, _ in m.poll(now)]
+        out += [i for i, _ in m.push(path, idx, idx, t)]
+    out += [i for i, _ in m.flush()]
+    return m, out
+
+
+@pytest.mark.parametrize("lag_s", [0.15, 0.5])
+def test_main_lagging_side_loses_nothing_to_the_window(lag_s: float) -> None:
+    """A gap waits for a live lagging path however far behind it is: skips on the side path only
+    are filled from the main path 150 / 500 ms later, skips on main only from side; nothing is
+    late, and only the indices both paths lack are missing."""
+    skip_side, skip_main, both = {100, 101, 300}, {200, 450, 451}, {500}
+    m, out = lagging(lag_s, skip_main | both, skip_side | both)
+    assert out == [i for i in range(600) if i not in both]
+    assert m.late_frames == 0 and m.merged.missing == 1
+    assert identity_holds(m)
+
+
+def test_a_path_silent_for_longer_than_the_window_gives_late_copies_classified_late() -> None:
+    """Main stops for 300 ms (silent), side skips 100 meanwhile: the gap is final without main;
+    main's copy of 100 arrives later, is a late frame, and is classified ``late``, not side_only."""
+    from mocapline.core.verdict import classify_missing
+
+    m: PathMerger[int] = PathMerger([MAIN, SIDE], window_s=0.05)
+    out = []
+    for k in range(99):
+        out += [i for i, _ in m.push(SIDE, k, k, k * 0.016)]
+        out += [i for i, _ in m.push(MAIN, k, k, k * 0.016 + 0.001)]
+    t = 99 * 0.016
+    out += [i for i, _ in m.push(SIDE, 99, 99, t)]
+    out += [i for i, _ in m.push(SIDE, 101, 101, t + 0.016)]  # main silent from here
+    assert 101 not in out  # main was live a moment ago: wait
+    out += [i for i, _ in m.poll(t + 0.2)]  # main silent > window: the gap at 100 is final
+    assert out[-1] == 101
+    m.push(MAIN, 99, 99, t + 0.3)
+    m.push(MAIN, 100, 100, t + 0.31)  # the late copy
+    assert m.late_frames == 1 and m.late_indices == [100]
+    assert identity_holds(m)
+    classes = classify_missing(m.paths[MAIN].ledger.missing_ranges, m.paths[SIDE].ledger.missing_ranges,
+                               (0, 101), late=[[100, 100]])
+    assert classes["late"] == [[100, 100]] and classes["side_only"] == []

@@ -18,7 +18,7 @@ from mocapline.core.metrics import (
     FastHistogram,
     ServiceMetrics,
 )
-from mocapline.core.verdict import BOTH, MAIN_ONLY, SIDE_ONLY, UNKNOWN
+from mocapline.core.verdict import BOTH, LATE, MAIN_ONLY, SIDE_ONLY, UNKNOWN
 from mocapline.tools.pipeline.procs import free_tcp_port
 
 SERVICE_MODULES = {
@@ -83,7 +83,7 @@ def test_series_exist_at_zero_from_start_up() -> None:
     assert not any(name.startswith("mocapline_source_") for name, _ in got)  # capture's only
     auditor = samples(ServiceMetrics("auditor"))
     assert {dict(labels)["classification"] for name, labels in auditor if name == "mocapline_missing_indices"} == \
-        set(MISSING_CLASSES) == {MAIN_ONLY, BOTH, SIDE_ONLY, UNKNOWN}
+        set(MISSING_CLASSES) == {MAIN_ONLY, BOTH, SIDE_ONLY, UNKNOWN, LATE}
 
 
 def capture_beat(received: int, unique: int, **extra) -> dict:

@@ -163,10 +163,13 @@ def test_nats_restart_mid_take(stack_factory) -> None:
             seen.add(json.loads(msg.data)["service"])
 
         await nc.subscribe("mocapline.heartbeat.*", cb=cb)
-        await asyncio.sleep(2.5)
+        deadline = time.monotonic() + 10
+        while not wanted <= seen and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
         await nc.close()
         return seen
 
-    assert {"capture", "retarget", "streamer", "viewer"} <= asyncio.run(heartbeats())
+    wanted = {"capture", "retarget", "streamer", "viewer"}
+    assert wanted <= asyncio.run(heartbeats())
     v = stack.verdict(stack.drain())
     assert v["source_unique_frames"] == 900 and v["unique_frames_conserved"] == 1

@@ -211,7 +211,7 @@ def test_prometheus_counts_equal_the_ledger(observed) -> None:
     prom.wait_for_scrape_after(time.time())
     assert prom.values('mocapline_frames_total{stage="viewer"}', "direction") == {"in": 0.0, "out": 0.0}
     assert prom.values("mocapline_missing_indices", "classification") == {
-        "main_only": 0.0, "both": 0.0, "side_only": 0.0, "main_no_side_data": 0.0}
+        "main_only": 0.0, "both": 0.0, "side_only": 0.0, "main_no_side_data": 0.0, "late": 0.0}
 
     # Take 1: Axis repeats its last frame, 40 garbage datagrams: conserved.
     plan1 = TakePlan(frames=600, first_index=9368, duplicate={9967}, garbage=40, seed=3)

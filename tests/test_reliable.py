@@ -184,7 +184,8 @@ def test_ack_endpoint_is_the_port_plus_1000():
 
 def test_control_messages_round_trip():
     for kind in (HELLO, ACK):
-        assert decode_control(encode_control(kind, b"e" * 16, 41)) == (kind, b"e" * 16, 41)
+        assert decode_control(encode_control(kind, b"e" * 16, 41)) == (kind, b"e" * 16, 41, "")
+    assert decode_control(encode_control(HELLO, b"e" * 16, -1, "robot-1")).name == "robot-1"
 
 
 @given(st.binary(max_size=64))

@@ -119,3 +119,28 @@ def test_state_mid_take_is_frames_in_flight_not_a_loss() -> None:
     assert with_verdict(mid, final=False)["unique_frames_conserved"] == 0
     assert state(mid, final=True).startswith("not conserved: source_unique_frames 3151 > gmr_processed 3149")
     assert state(counts(source_missing_indices=2), final=False).startswith("not conserved: 2 posture indices")
+
+
+def test_the_ledger_carries_rejects_merge_bridged_consumers_and_the_output_balance() -> None:
+    """Issue 12: rejected_by_reason, cross_path_copies, late_frames, bridged and per-consumer
+    counts reach the verdict (up's final ledger, status --json); the streamer's output balances."""
+    from mocapline.services.auditor.audit import audit
+
+    services = {
+        "capture": {"source_unique_frames": 10, "source_missing_indices": 0, "source_backward_indices": 0,
+                    "rejected_by_reason": {"bad_token": 2}, "cross_path_copies": 9, "late_frames": 1,
+                    "late_ranges": [[4, 4]], "human_frames_sent": 10, "paths": {}},
+        "retarget": {"gmr_processed": 10, "frames_in": 10, "robot_frames_sent": 10},
+        "streamer": {"frames_in": 10, "motion_generated": 10, "zmq_sent": 7, "unconfirmed": 2, "pending": 1,
+                     "bridged_frames": 1, "consumers": {"robot": {"frames_acked": 7, "backlog": 3}},
+                     "rejected_by_reason": {"crc_mismatch": 1}},
+    }
+    v = audit({"services": services, "side": None})
+    assert v["rejected_by_reason"] == {"bad_token": 2}
+    assert v["link_rejected_by_reason"] == {"streamer": {"crc_mismatch": 1}}
+    assert (v["cross_path_copies"], v["late_frames"], v["bridged_frames"]) == (9, 1, 1)
+    assert v["consumers"]["robot"]["frames_acked"] == 7
+    assert v["output_balanced"] == 1 and v["delivery"].startswith("unconfirmed: 2")
+    services["streamer"].update(zmq_sent=9, unconfirmed=0, pending=0)
+    v = audit({"services": services, "side": None})
+    assert v["output_balanced"] == 0  # 10 made, 9 accounted for: the ledger says so

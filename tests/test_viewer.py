@@ -115,3 +115,20 @@ def test_viewer_applies_valid_and_rejects_bad_by_reason() -> None:
     assert abs(pelvis[2] - 0.79) < 1e-4  # the frame's body_pos_w, applied
     assert len(robot["geoms"]) > 20 and meshes[:2] == b"\x1f\x8b" and len(meshes) > 100_000
     assert "/static/app.js" in page and live["viewer"]["viewer_applied"] >= 1
+
+
+def test_a_new_header_epoch_is_a_sender_restart_not_a_backward_jump() -> None:
+    """A plain streamer restarted numbers from 0 again under a new header epoch: the viewer counts a
+    restart, no backward jump and no gap; the same epoch going back is a real jump back."""
+    from types import SimpleNamespace
+
+    from mocapline.services.viewer.apply import ViewerCounters
+
+    c = ViewerCounters()
+    for fid in range(0, 840):
+        c.observe_frame_id(SimpleNamespace(frame_id=fid, epoch=7))
+    for fid in range(0, 10):
+        c.observe_frame_id(SimpleNamespace(frame_id=fid, epoch=9))
+    assert c.sender_restarts == 1 and c.frame_ids.backward == 0 and c.frame_ids.missing == 0
+    c.observe_frame_id(SimpleNamespace(frame_id=3, epoch=9))
+    assert c.frame_ids.backward == 1

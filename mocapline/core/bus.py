@@ -308,8 +308,16 @@ async def request(url: str, service: str, cmd: str, timeout: float = 10.0, **arg
         )
         try:
             body = json.dumps({"cmd": cmd, "timeout": timeout, **args}).encode()
-            msg = await nc.request(control_subject(service), body, timeout=timeout + 1)
-            return json.loads(msg.data)
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    msg = await nc.request(control_subject(service), body, timeout=timeout + 1)
+                    return json.loads(msg.data)
+                except nats.errors.NoRespondersError:
+                    # a service (re)starting has not subscribed yet: ask again until the deadline
+                    if time.monotonic() >= deadline:
+                        raise
+                    await asyncio.sleep(0.1)
         finally:
             await nc.close()
 

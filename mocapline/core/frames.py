@@ -56,6 +56,8 @@ class HumanFrame:
     segment: int = 0
     session_id: str = ""
     source_port: int = 0
+    avatar_index: int = 0  # the performer (Axis avatar_index, Xsens character ID)
+    avatar_name: str = ""
 
     def body(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         i = GMR_BODIES.index(name)
@@ -72,6 +74,8 @@ class HumanFrame:
             segment=self.segment,
             session_id=self.session_id,
             source_port=self.source_port,
+            avatar_index=self.avatar_index,
+            avatar_name=self.avatar_name,
         )
 
     def to_bytes(self) -> bytes:
@@ -91,6 +95,8 @@ class HumanFrame:
             segment=msg.segment,
             session_id=msg.session_id,
             source_port=msg.source_port,
+            avatar_index=msg.avatar_index,
+            avatar_name=msg.avatar_name,
         )
 
     @classmethod
@@ -111,6 +117,8 @@ class RobotFrame:
     traceparent: str = ""
     segment: int = 0
     session_id: str = ""
+    avatar_index: int = 0  # the performer, carried from the HumanFrame
+    avatar_name: str = ""
 
     def to_proto(self) -> pb.RobotFrame:
         return pb.RobotFrame(
@@ -123,6 +131,8 @@ class RobotFrame:
             traceparent=self.traceparent,
             segment=self.segment,
             session_id=self.session_id,
+            avatar_index=self.avatar_index,
+            avatar_name=self.avatar_name,
         )
 
     def to_bytes(self) -> bytes:
@@ -143,6 +153,8 @@ class RobotFrame:
             traceparent=msg.traceparent,
             segment=msg.segment,
             session_id=msg.session_id,
+            avatar_index=msg.avatar_index,
+            avatar_name=msg.avatar_name,
         )
 
     @classmethod

@@ -1,7 +1,10 @@
 """MotionFrameHeader: the 44-byte envelope header on every ZeroMQ link (docs/protocol.md).
 
 Layout, little-endian ``<IHHQQQIHHI``: magic, version, message_type, frame_id,
-capture_timestamp_us, send_timestamp_us, payload_size, joint_count, reserved, crc32. The CRC-32
+capture_timestamp_us, send_timestamp_us, payload_size, joint_count, epoch (was ``reserved``; 0 from
+senders that predate it), crc32. ``epoch`` is 16 bits of the sender's identity: it changes when a
+sender starts with new numbering, so a receiver tells a restart (frame_id back to 0, new epoch) from
+a jump back (same epoch). Full contract: docs/protocol.md. The CRC-32
 (zlib) covers the first 40 header bytes followed by the payload.
 """
 
@@ -101,7 +104,7 @@ class MotionFrameHeader(NamedTuple):
     joint_count: int
     magic: int = MAGIC
     version: int = VERSION
-    reserved: int = 0
+    epoch: int = 0  # the header's u16 at offset 38 (``reserved`` in the seeds' layout)
     crc32: int = 0
 
 
@@ -113,6 +116,7 @@ def encode_frame(
     capture_timestamp_us: int,
     send_timestamp_us: int,
     joint_count: int,
+    epoch: int = 0,
 ) -> bytes:
     """Header + payload as one bytes object, CRC filled in."""
     prefix = _PREFIX_STRUCT.pack(
@@ -124,7 +128,7 @@ def encode_frame(
         send_timestamp_us,
         len(payload),
         joint_count,
-        0,
+        epoch & 0xFFFF,
     )
     crc = zlib.crc32(payload, zlib.crc32(prefix))
     return b"".join((prefix, crc.to_bytes(4, "little"), payload))

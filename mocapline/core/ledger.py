@@ -12,8 +12,10 @@ The same class counts frame_id continuity on every link, so gaps mean the same t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 MAX_RANGES = 10_000  # keep memory bounded on a pathological stream; the counts stay exact
 MAX_SEGMENTS = 64  # per-segment detail kept for the latest segments; ``segments`` counts them all
@@ -132,3 +134,39 @@ class SequenceLedger:
         """Per-segment first/last index, unique frames and missing indices (the latest MAX_SEGMENTS)."""
         first_number = self.segment + 1 - len(self.segments)
         return [seg.as_dict(first_number + k) for k, seg in enumerate(self.segments)]
+
+
+def union_ranges(*range_lists: Iterable[Iterable[int]]) -> list[list[int]]:
+    """Inclusive ``[lo, hi]`` ranges of several lists merged into one sorted, non-overlapping list."""
+    spans = sorted((int(lo), int(hi)) for ranges in range_lists for lo, hi in ranges)
+    out: list[list[int]] = []
+    for lo, hi in spans:
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return out
+
+
+def combine(ledgers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several ledger dicts (one per performer) as one: counts add up, ``first*`` is the smallest,
+    ``last*`` the largest, ``*ranges`` are united (an index missing for any performer), nested
+    dicts (per path) combine the same way; anything else is taken from the first. With one
+    ledger the result equals it."""
+    if len(ledgers) == 1:
+        return dict(ledgers[0])
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(k for led in ledgers for k in led):
+        values = [led[key] for led in ledgers if key in led]
+        present = [v for v in values if v is not None]
+        if not present:
+            out[key] = None
+        elif all(isinstance(v, dict) for v in present):
+            out[key] = combine(present)
+        elif key.endswith("ranges"):
+            out[key] = union_ranges(*present)
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+            out[key] = min(present) if "first" in key else max(present) if "last" in key else sum(present)
+        else:
+            out[key] = present[0]
+    return out

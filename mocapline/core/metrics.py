@@ -78,7 +78,7 @@ LINK_REJECT_REASONS: tuple[str, ...] = (*HEADER_REJECT_REASONS, "bad_parts", "wr
 PAYLOAD_REJECT_REASONS: tuple[str, ...] = ("protobuf", "field_length")
 
 # Where the auditor places a missing index (mocapline.core.verdict).
-MISSING_CLASSES: tuple[str, ...] = ("main_only", "both", "side_only", "main_no_side_data")
+MISSING_CLASSES: tuple[str, ...] = ("main_only", "both", "side_only", "main_no_side_data", "late")
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,17 @@ FAMILIES: tuple[Family, ...] = (
            "Copies of an index already taken from another path (merge).", services=("capture",)),
     Family("mocapline_source_late_frames_total", "counter",
            "Copies that arrived after their gap was declared final (merge).", services=("capture",)),
+    Family("mocapline_source_connects_total", "counter",
+           "Axis over TCP: connections capture made to Axis Studio's server (the first and every "
+           "reconnect).", services=("capture",)),
+    Family("mocapline_source_connected", "gauge",
+           "Axis over TCP: 1 while capture is connected to Axis Studio's server, 0 while it reconnects.",
+           services=("capture",)),
+    Family("mocapline_performer_frames_total", "counter",
+           "Frames per performer (Axis avatar_index / Xsens character ID) and stage: capture unique frames "
+           "released, retarget frames through the IK, streamer MocapFrames sent, viewer frames applied. "
+           "Performers beyond the first MAX_PERFORMER_LABELS indices are summed under performer=\"other\".",
+           ("stage", "performer")),
     Family("mocapline_ik_failed_total", "counter",
            "Frames whose IK solve failed (sent with the last good pose, flagged).", services=("retarget",)),
     Family("mocapline_link_frame_id_gaps_total", "counter",
@@ -134,6 +145,16 @@ FAMILIES: tuple[Family, ...] = (
     Family("mocapline_unacked", "gauge",
            "Durable mode: frames in the stage's log the next stage has not acknowledged yet (a consumer "
            "that is gone makes this grow, on disk).", ("stage",), ("capture", "retarget", "streamer")),
+    Family("mocapline_consumer_backlog_max", "gauge",
+           "Durable mode, the robot port: the largest backlog of any consumer (frames it has not "
+           "acknowledged, waiting on the streamer's disk; bounded by --consumer-backlog). Per consumer: "
+           "the streamer's status, consumers.<name>.backlog.", services=("streamer",)),
+    Family("mocapline_consumers_evicted", "gauge",
+           "Consumers beyond --consumer-backlog, no longer holding the streamer's log (alarm when > 0).",
+           services=("streamer",)),
+    Family("mocapline_unconfirmed", "gauge",
+           "Frames handed to the robot port without an acknowledgement yet (or ever, --plain-output).",
+           services=("streamer",)),
     Family("mocapline_durable_log_bytes", "gauge",
            "Durable mode: bytes of the stage's logs on disk (capture: its raw journal included).", ("stage",)),
     Family("mocapline_pending", "gauge",
@@ -166,6 +187,7 @@ _HEARTBEAT_FIELDS: dict[str, dict[str, str]] = {
         "mocapline_source_backward_indices_total": "source_backward_indices",
         "mocapline_source_cross_path_copies_total": "cross_path_copies",
         "mocapline_source_late_frames_total": "late_frames",
+        "mocapline_source_connects_total": "tcp.connects",
     },
     "retarget": {
         "in": "frames_in", "out": "robot_frames_sent", "pending": "pending", "last": "last_sent_posture_index",
@@ -187,6 +209,22 @@ _DURABLE_GAUGES: dict[str, str] = {
     "mocapline_unacked": "durable.output_link.unacked",
     "mocapline_durable_log_bytes": "durable.log_bytes",
 }
+# The source's connection (capture over TCP; absent over UDP: the gauge stays unset).
+_SOURCE_GAUGES: dict[str, str] = {"mocapline_source_connected": "tcp.connected"}
+# Per performer: which count of each stage's ``performers`` entries the performer counter mirrors,
+# and how many performer label values there are at most (bounded cardinality).
+_PERFORMER_FIELDS: dict[str, str] = {
+    "capture": "source_unique_frames", "retarget": "gmr_processed", "streamer": "zmq_sent",
+    "viewer": "viewer_applied",
+}
+MAX_PERFORMER_LABELS = 16
+
+
+def performer_label(key: str) -> str:
+    """The ``performer`` label of an avatar index: itself below MAX_PERFORMER_LABELS, else "other"."""
+    return key if key.isdigit() and int(key) < MAX_PERFORMER_LABELS else "other"
+
+
 # Ledger fields the auditor exports as mocapline_ledger{field} (the verdict has its own gauge).
 LEDGER_GAUGE_FIELDS: tuple[str, ...] = (
     "source_received", "source_unique_frames", "source_missing_indices", "source_duplicate_indices",
@@ -338,13 +376,15 @@ class ServiceMetrics:
                 fam = self._families[name]
                 child = fam.labels(stage=stage) if FAMILY_BY_NAME[name].labels else fam
                 self._mirrors[name] = _Mirror(child)
-        for name in (*_DURABLE_COUNTERS, *_DURABLE_GAUGES):
+        for name in (*_DURABLE_COUNTERS, *_DURABLE_GAUGES, *_SOURCE_GAUGES):
             if name in self._families:
-                child = self._families[name].labels(stage=stage)
+                fam = self._families[name]
+                child = fam.labels(stage=stage) if FAMILY_BY_NAME[name].labels else fam
                 if name in _DURABLE_COUNTERS:
                     self._mirrors[name] = _Mirror(child)
                 else:
                     self._gauges[name] = child
+        self._performer_mirror("0")  # the first performer's series exists from the start
         self._gauges["pending"] = self._families["mocapline_pending"].labels(stage=stage)
         self._gauges["last_posture_index"] = self._families["mocapline_last_posture_index"].labels(stage=stage)
         self._gauges["last_posture_index"].set(-1)
@@ -435,16 +475,42 @@ class ServiceMetrics:
         for name, key in _DURABLE_COUNTERS.items():
             if name in self._mirrors:
                 self._mirrors[name].update(_lookup(hb, key))
-        for name, key in _DURABLE_GAUGES.items():
+        for name, key in {**_DURABLE_GAUGES, **_SOURCE_GAUGES}.items():
             value = _lookup(hb, key)
             if name in self._gauges and value is not None:
                 self._gauges[name].set(value)
+        self._sync_performers(hb)
         pending = _lookup(hb, fields["pending"])
         if pending is not None:
             self._gauges["pending"].set(pending)
+        if self.service == "streamer":
+            self._families["mocapline_unconfirmed"].set(hb.get("unconfirmed") or 0)
+            consumers = (hb.get("consumers") or {}).values()
+            self._families["mocapline_consumer_backlog_max"].set(max((c.get("backlog", 0) for c in consumers),
+                                                                     default=0))
+            self._families["mocapline_consumers_evicted"].set(sum(bool(c.get("evicted")) for c in consumers))
         last = _lookup(hb, fields.get("last", "last_posture_index"))
         if last is not None:  # kept after an end of stream (which some stages mark with None)
             self._gauges["last_posture_index"].set(last)
+
+    def _sync_performers(self, hb: dict[str, Any]) -> None:
+        performers = hb.get("performers")
+        if not isinstance(performers, dict):
+            return
+        totals: dict[str, int] = {}
+        field_name = _PERFORMER_FIELDS[self.service]
+        for key, counts in performers.items():
+            label = performer_label(str(key))
+            totals[label] = totals.get(label, 0) + int((counts or {}).get(field_name) or 0)
+        for label, value in totals.items():
+            self._performer_mirror(label).update(value)
+
+    def _performer_mirror(self, label: str) -> _Mirror:
+        mirror = self._mirrors.get(f"performer:{label}")
+        if mirror is None:
+            child = self._families["mocapline_performer_frames_total"].labels(stage=self.service, performer=label)
+            mirror = self._mirrors[f"performer:{label}"] = _Mirror(child)
+        return mirror
 
     def _sync_verdict(self, verdict: dict[str, Any]) -> None:
         self._gauges["conserved"].set(int(verdict.get("unique_frames_conserved") or 0))

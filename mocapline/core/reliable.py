@@ -29,15 +29,16 @@ import logging
 import math
 import struct
 import time
-from collections import Counter, deque
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import zmq
 
 from mocapline.core.header import TOPICS, MessageType, encode_frame
-from mocapline.core.stagelog import Output, StageLog, StageRecord
+from mocapline.core.stagelog import DiskStream, Outbox, Output, StageLog, StageRecord
 from mocapline.core.transport import Received, lossless_socket, now_us, validate_message
 
 log = logging.getLogger("mocapline.core.reliable")
@@ -59,18 +60,47 @@ def ack_endpoint(endpoint: str) -> str:
     return f"tcp://{host}:{parts.port + ACK_PORT_OFFSET}"
 
 
-def encode_control(kind: int, epoch: bytes, seq: int) -> bytes:
-    return CONTROL.pack(CONTROL_MAGIC, kind, epoch, seq)
+MAX_NAME = 64  # bytes of consumer name a HELLO may carry after the fixed part
 
 
-def decode_control(body: bytes) -> tuple[int, bytes, int] | None:
-    """(kind, epoch, seq), or None for anything that is not a well-formed control message."""
-    if len(body) != CONTROL.size:
+class Control(NamedTuple):
+    kind: int
+    epoch: bytes
+    seq: int
+    name: str = ""  # HELLO on a fan-out port: the consumer's stable name
+
+
+def encode_control(kind: int, epoch: bytes, seq: int, name: str = "") -> bytes:
+    return CONTROL.pack(CONTROL_MAGIC, kind, epoch, seq) + name.encode()[:MAX_NAME]
+
+
+def decode_control(body: bytes) -> Control | None:
+    """The control message, or None for anything that is not well-formed."""
+    if not CONTROL.size <= len(body) <= CONTROL.size + MAX_NAME:
         return None
-    magic, kind, epoch, seq = CONTROL.unpack(body)
+    magic, kind, epoch, seq = CONTROL.unpack_from(body)
     if magic != CONTROL_MAGIC or kind not in (HELLO, ACK, WELCOME) or seq < -1:
         return None
-    return kind, epoch, seq
+    try:
+        name = body[CONTROL.size:].decode()
+    except UnicodeDecodeError:
+        return None
+    return Control(kind, epoch, seq, name)
+
+
+def header_epoch(epoch: bytes) -> int:
+    """The 16-bit link epoch a frame's header carries: the first two bytes of the sender's epoch
+    (its log identity). A frame_id that goes back under a new header epoch is a new sender, not
+    a replay (docs/protocol.md)."""
+    return int.from_bytes(epoch[:2], "little")
+
+
+def encode_output(out: Output, seq: int, joint_count: int, epoch: bytes) -> bytes:
+    """One logged output as it goes on the wire: the 44-byte header (frame_id = seq) + payload."""
+    is_end = out.message_type is MessageType.END_OF_STREAM
+    return encode_frame(out.message_type, seq, out.payload, capture_timestamp_us=out.capture_timestamp_us,
+                        send_timestamp_us=now_us(), joint_count=0 if is_end else joint_count,
+                        epoch=header_epoch(epoch))
 
 
 # --- the sending end --------------------------------------------------------------------------
@@ -107,9 +137,8 @@ class ReliableSender:
         self.cursor = stage_log.next_seq  # the next sequence number to send
         self.high_water = stage_log.next_seq  # every seq below was sent at least once
         self.peer: bytes | None = None
-        self._cache: deque[tuple[int, Output]] = deque(maxlen=cache)
-        self._disk: Iterator[tuple[int, Output]] | None = None  # a resend streaming from the log
-        self._disk_next = -1
+        self.outbox = Outbox(stage_log, cache)
+        self._disk = DiskStream()  # a resend streaming from the log
         self._dropped_to = -1
         self._last_trim = 0.0
 
@@ -121,11 +150,16 @@ class ReliableSender:
     def unacked(self) -> int:
         return self.stage_log.next_seq - self.counters.acked - 1
 
+    @property
+    def wake_socket(self) -> zmq.Socket:
+        return self.control
+
+    def close(self) -> None:
+        """Nothing to write down: the receiver holds its position."""
+
     def commit(self, record: StageRecord) -> None:
         """The durable step: append the record; its outputs are sent by ``pump``."""
-        first = self.stage_log.append(record)
-        for k, out in enumerate(record.outputs):
-            self._cache.append((first + k, out))
+        self.outbox.append(self.stage_log.append(record), record.outputs)
 
     def pump(self, timeout_ms: int = 0) -> int:
         """Handle control messages, then send what the window allows; returns frames sent."""
@@ -138,16 +172,12 @@ class ReliableSender:
             if timeout_ms and not self.data.poll(timeout_ms, zmq.POLLOUT):
                 break
             timeout_ms = 0
-            seq, out = self._fetch(self.cursor)
+            seq, out = self.outbox.fetch(self.cursor, self._disk)
             if seq != self.cursor:  # no longer on disk: skip ahead, loudly
                 log.error("frames %d..%d are gone (log retention); sending from %d", self.cursor, seq - 1, seq)
                 self.counters.unrecoverable += seq - self.cursor
                 self.cursor = seq
-            frame = encode_frame(
-                out.message_type, seq, out.payload,
-                capture_timestamp_us=out.capture_timestamp_us, send_timestamp_us=now_us(),
-                joint_count=0 if out.message_type is MessageType.END_OF_STREAM else self.joint_count,
-            )
+            frame = encode_output(out, seq, self.joint_count, self.epoch)
             try:
                 self.data.send_multipart((TOPICS[out.message_type], frame), zmq.NOBLOCK)
             except zmq.Again:  # no consumer connected, or its queue is full: later
@@ -160,28 +190,13 @@ class ReliableSender:
             sent += 1
         return sent
 
-    def _fetch(self, seq: int) -> tuple[int, Output]:
-        if self._cache and self._cache[0][0] <= seq < self._cache[0][0] + len(self._cache):
-            entry = self._cache[seq - self._cache[0][0]]
-            if entry[0] == seq:
-                return entry
-        # Older than the cache: stream the log from disk, one pass for a whole backlog.
-        if self._disk_next != seq or self._disk is None:
-            self._disk = self.stage_log.outputs_from(seq)
-        item = next(self._disk, None)
-        if item is None:
-            self._disk = None
-            raise RuntimeError(f"frame {seq} is neither cached nor on disk")
-        self._disk_next = item[0] + 1
-        return item
-
     def _read_control(self) -> None:
         while self.control.poll(0):
             parts = self.control.recv_multipart()
             msg = decode_control(parts[-1]) if len(parts) == 2 else None
             if msg is None:
                 continue
-            kind, epoch, seq = msg
+            kind, epoch, seq, _ = msg
             same = epoch == self.epoch
             if kind == ACK:
                 if same and seq > self.counters.acked:
@@ -253,9 +268,18 @@ class ReliableReceiver:
         *,
         epoch: bytes = NO_EPOCH,
         last: int = -1,
+        name: str = "",
+        before_ack: Callable[[bytes, int], None] | None = None,
     ) -> None:
+        """``control`` may be ``data`` itself: one DEALER on a fan-out port (``mocapline.core.fanout``),
+        where one-part messages are control and two-part messages are frames. ``name`` goes with
+        every HELLO (the consumer's identity there); ``before_ack(epoch, seq)`` runs before each
+        ACK, so a caller can store its position first (``mocapline.client``)."""
         self.data = data
         self.control = control
+        self.single = control is data
+        self.name = name
+        self.before_ack = before_ack
         self.message_type = message_type
         self.joint_count = joint_count
         self.epoch = epoch
@@ -269,13 +293,15 @@ class ReliableReceiver:
         self._hello_at = 0.0
         self._poller = zmq.Poller()
         self._poller.register(data, zmq.POLLIN)
-        self._poller.register(control, zmq.POLLIN)
+        if not self.single:
+            self._poller.register(control, zmq.POLLIN)
         self._wake: list[zmq.Socket] = []
         self._hello()
 
     def _send_control(self, kind: int) -> bool:
         try:  # IMMEDIATE: with no sender connected this fails and the timer asks again later
-            self.control.send(encode_control(kind, self.epoch, self.last), zmq.NOBLOCK)
+            name = self.name if kind == HELLO else ""
+            self.control.send(encode_control(kind, self.epoch, self.last, name), zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False
@@ -292,8 +318,11 @@ class ReliableReceiver:
 
     def ack(self) -> None:
         """Acknowledge everything handed out so far (call after it is committed)."""
-        if self.welcomed and self.last > self._acked and self._send_control(ACK):
-            self._acked = self.last
+        if self.welcomed and self.last > self._acked:
+            if self.before_ack is not None:
+                self.before_ack(self.epoch, self.last)
+            if self._send_control(ACK):
+                self._acked = self.last
         self._ack_at = time.monotonic()
 
     def recv(self, timeout_ms: int) -> Received | None:
@@ -306,7 +335,7 @@ class ReliableReceiver:
             self.ack()
         if self.welcomed:  # the common case, a frame already waiting: no poll
             try:
-                got = self._decode(self.data.recv_multipart(zmq.NOBLOCK))
+                got = self._on_message(self.data.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 got = None
             if got is not None:
@@ -318,10 +347,10 @@ class ReliableReceiver:
             if self.last > self._acked:  # wake up in time to acknowledge
                 wait = min(wait, self._ack_at + self.ACK_INTERVAL_S - time.monotonic())
             events = dict(self._poller.poll(max(0, math.ceil(wait * 1000))))  # ceil: no spin at the end
-            if self.control in events:
+            if not self.single and self.control in events:
                 self._read_control()
             if self.data in events:
-                got = self._decode(self.data.recv_multipart())
+                got = self._on_message(self.data.recv_multipart())
                 if got is not None:
                     self._progress()
                     return got
@@ -338,25 +367,35 @@ class ReliableReceiver:
         self._wake.append(sock)
         self._poller.register(sock, zmq.POLLIN)
 
+    def _on_message(self, parts: list[bytes]) -> Received | None:
+        if self.single and len(parts) == 1:
+            self._on_control(parts[0])
+            return None
+        return self._decode(parts)
+
     def _read_control(self) -> None:
         while self.control.poll(0):
-            msg = decode_control(self.control.recv())
-            if msg is None or msg[0] != WELCOME:
-                continue
-            _, epoch, next_seq = msg
-            if epoch != self.epoch:
-                if self.epoch != NO_EPOCH:
-                    log.warning("new sender on the link (epoch %s, was %s): taking its numbering from %d",
-                                epoch.hex()[:8], self.epoch.hex()[:8], next_seq)
-                    self.counters.epoch_changes += 1
-                self.epoch = epoch
-                self.last = next_seq - 1
-                self._acked = self.last
-            elif next_seq > self.last + 1:
-                log.error("frames %d..%d are no longer held by the sender: lost", self.last + 1, next_seq - 1)
-                self.counters.lost += next_seq - 1 - self.last
-                self.last = next_seq - 1
-            self.welcomed = True
+            self._on_control(self.control.recv())
+
+    def _on_control(self, body: bytes) -> None:
+        msg = decode_control(body)
+        if msg is not None and msg.kind == WELCOME:
+            self._welcome(msg.epoch, msg.seq)
+
+    def _welcome(self, epoch: bytes, next_seq: int) -> None:
+        if epoch != self.epoch:
+            if self.epoch != NO_EPOCH:
+                log.warning("new sender on the link (epoch %s, was %s): taking its numbering from %d",
+                            epoch.hex()[:8], self.epoch.hex()[:8], next_seq)
+                self.counters.epoch_changes += 1
+            self.epoch = epoch
+            self.last = next_seq - 1
+            self._acked = self.last
+        elif next_seq > self.last + 1:
+            log.error("frames %d..%d are no longer held by the sender: lost", self.last + 1, next_seq - 1)
+            self.counters.lost += next_seq - 1 - self.last
+            self.last = next_seq - 1
+        self.welcomed = True
 
     def _progress(self) -> None:
         self._backoff = self.IDLE_HELLO_S

@@ -13,6 +13,7 @@ import json
 import os
 import struct
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,3 +123,41 @@ class StageLog:
 
     def close(self) -> None:
         self.log.close()
+
+
+@dataclass
+class DiskStream:
+    """One reader's pass over the log on disk (a resend of a backlog older than the cache)."""
+
+    it: Iterator[tuple[int, Output]] | None = None
+    next: int = -1
+
+
+class Outbox:
+    """A StageLog's outputs by sequence number: the newest ``cache`` in memory, older ones
+    streamed from disk, one pass per reader (``DiskStream``) however long the backlog."""
+
+    def __init__(self, stage_log: StageLog, cache: int = 4096) -> None:
+        self.stage_log = stage_log
+        self._cache: deque[tuple[int, Output]] = deque(maxlen=cache)
+
+    def append(self, first: int, outputs: list[Output]) -> None:
+        for k, out in enumerate(outputs):
+            self._cache.append((first + k, out))
+
+    def fetch(self, seq: int, stream: DiskStream) -> tuple[int, Output]:
+        """Output ``seq``, or the next one still on disk when retention removed it (the caller
+        sees the higher number and counts the skip)."""
+        cache = self._cache
+        if cache and cache[0][0] <= seq < cache[0][0] + len(cache):
+            entry = cache[seq - cache[0][0]]
+            if entry[0] == seq:
+                return entry
+        if stream.next != seq or stream.it is None:
+            stream.it = self.stage_log.outputs_from(seq)
+        item = next(stream.it, None)
+        if item is None:
+            stream.it = None
+            raise RuntimeError(f"frame {seq} is neither cached nor on disk")
+        stream.next = item[0] + 1
+        return item

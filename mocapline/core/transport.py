@@ -61,6 +61,15 @@ class FrameSink(Protocol):
 
     def writable(self, timeout_ms: int = 0) -> bool: ...
 
+    @property
+    def next_frame_id(self) -> int: ...
+
+
+def _random_epoch() -> int:
+    import random
+
+    return random.randrange(1, 1 << 16)
+
 
 class FrameSource(Protocol):
     """What a stage reads its input from: a plain PULL link (:class:`FrameReceiver`) or a durable
@@ -73,12 +82,15 @@ class FrameSource(Protocol):
 
 @dataclass
 class FrameSender:
-    """Sends one message type on a PUSH socket, numbering messages +1 each (END_OF_STREAM too)."""
+    """Sends one message type on a PUSH socket, numbering messages +1 each (END_OF_STREAM too).
+    Its numbering starts at 0 with every process, so each instance puts a new random 16-bit
+    ``epoch`` in the header: a receiver tells a restart from a jump back (docs/protocol.md)."""
 
     socket: zmq.Socket
     message_type: MessageType
     joint_count: int
     next_frame_id: int = 0
+    epoch: int = field(default_factory=_random_epoch)
 
     def send(self, payload: bytes, *, capture_timestamp_us: int) -> int:
         frame_id = self.next_frame_id
@@ -89,6 +101,7 @@ class FrameSender:
             capture_timestamp_us=capture_timestamp_us,
             send_timestamp_us=now_us(),
             joint_count=self.joint_count,
+            epoch=self.epoch,
         )
         self.socket.send_multipart((TOPICS[self.message_type], frame))
         self.next_frame_id = frame_id + 1
@@ -106,6 +119,7 @@ class FrameSender:
             capture_timestamp_us=0,
             send_timestamp_us=now_us(),
             joint_count=0,
+            epoch=self.epoch,
         )
         self.socket.send_multipart((TOPICS[MessageType.END_OF_STREAM], frame))
         self.next_frame_id += 1  # frame_id is +1 per message, END_OF_STREAM included

@@ -1,9 +1,9 @@
 """The conservation verdict and the dual-path classification of missing indices (docs/ledger.md).
 
-Conserved: source_unique_frames == gmr_processed == motion_generated == zmq_sent (== viewer_applied
-when a viewer is part of the run), input_pending == 0, robot_pending == 0, and every segment
-complete: nothing missing in it (so source_missing_indices == 0) and, where capture lists every
-segment, their unique frames add up to source_unique_frames.
+Conserved: source_unique_frames == gmr_processed == motion_generated == zmq_sent + unconfirmed
+(== viewer_applied when a viewer is part of the run), input_pending == 0, robot_pending == 0, and
+every segment complete: nothing missing in it (so source_missing_indices == 0) and, where capture
+lists every segment, their unique frames add up to source_unique_frames.
 
 A segment is a run of posture indices between backward jumps (Axis Studio restarted or replays a
 recording, or the demo take looped): a backward jump is counted (source_backward_indices) and starts
@@ -13,6 +13,12 @@ a new segment, but it is not a loss, so a looping take of any length can end con
 their way between the first and the last stage, nothing missing: the normal state of a live take);
 or ``not conserved: ...`` with the reason. A take is judged lost only once it is final (drained):
 before that, unequal layer counts are frames in flight.
+
+The streamer's output balances at every moment: ``motion_generated == zmq_sent + streamer_pending +
+unconfirmed`` (``output_balanced``), where zmq_sent counts frames a consumer acknowledged (in plain
+mode without --state-dir, frames handed to ZeroMQ: nothing acknowledges there), unconfirmed frames
+handed to the wire and not (or never: ``--plain-output``) acknowledged, and streamer_pending frames
+not handed to anyone yet. ``delivery`` says which: ``acknowledged`` when nothing is unconfirmed.
 """
 
 from __future__ import annotations
@@ -50,11 +56,20 @@ MAIN_ONLY = "main_only"  # our receiver or host load; merging the side path reco
 BOTH = "both"  # upstream of both paths (suit Wi-Fi, Axis): not recoverable
 SIDE_ONLY = "side_only"  # ordinary UDP loss on the side path; main has it
 UNKNOWN = "main_no_side_data"  # missing on main while no side path covered that index
+LATE = "late"  # a path had it, but its copy arrived after the merge declared the gap final
 
 
 def _layers(counts: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The layer counts in pipeline order (viewer_applied only when a viewer was part of the run)."""
-    return [(k, counts.get(k)) for k in LAYERS if k != "viewer_applied" or counts.get(k) is not None]
+    """The layer counts in pipeline order (viewer_applied only when a viewer was part of the run);
+    the streamer's output layer is what went on the wire, acknowledged or not (zmq_sent + unconfirmed)."""
+    out = []
+    for key in LAYERS:
+        value = counts.get(key)
+        if key == "zmq_sent" and value is not None:
+            value += counts.get("unconfirmed") or 0
+        if key != "viewer_applied" or value is not None:
+            out.append((key, value))
+    return out
 
 
 def segments_complete(counts: dict[str, Any]) -> bool:
@@ -111,6 +126,12 @@ def with_verdict(counts: dict[str, Any], *, final: bool = True) -> dict[str, Any
     out["unique_frames_conserved"] = int(conserved(counts))
     out["state"] = state(counts, final=final)
     extra = {k: v for k, v in counts.items() if k not in out}
+    produced, sent, pending = (counts.get(k) for k in ("motion_generated", "zmq_sent", "streamer_pending"))
+    if produced is not None and sent is not None and pending is not None:
+        unconfirmed = counts.get("unconfirmed") or 0
+        extra["output_balanced"] = int(produced == sent + pending + unconfirmed)
+        extra["delivery"] = ("acknowledged" if not unconfirmed else
+                             f"unconfirmed: {unconfirmed} frames handed to consumers without an acknowledgement")
     return {**out, **extra}
 
 
@@ -134,6 +155,19 @@ def pipeline_counts(services: dict[str, dict[str, Any]]) -> dict[str, Any]:
         st.get("pending") or 0
     )
     counts["missing_ranges"] = cap.get("missing_ranges", [])
+    # Where every produced frame is (issue 12): acknowledged by a consumer (zmq_sent), handed to the
+    # wire without an acknowledgement yet or ever (unconfirmed), or still waiting (pending).
+    counts["unconfirmed"] = st.get("unconfirmed", 0) if st else None
+    counts["streamer_pending"] = st.get("pending") if st else None
+    counts["rejected_by_reason"] = cap.get("rejected_by_reason", {}) if cap else None
+    counts["link_rejected_by_reason"] = {
+        name: dict(body.get("rejected_by_reason") or {}) for name, body in services.items()
+        if name != "capture" and body.get("rejected_by_reason")}
+    counts["cross_path_copies"] = cap.get("cross_path_copies")
+    counts["late_frames"] = cap.get("late_frames")
+    counts["late_ranges"] = cap.get("late_ranges", [])
+    counts["bridged_frames"] = st.get("bridged_frames")
+    counts["consumers"] = st.get("consumers", {})
     counts["segments"] = cap.get("segments")
     counts["per_segment"] = cap.get("per_segment")
     return counts
@@ -175,15 +209,19 @@ def classify_missing(
     main_missing: Iterable[Iterable[int]],
     side_missing: Iterable[Iterable[int]] | None,
     side_span: tuple[int, int] | None,
+    late: Iterable[Iterable[int]] = (),
 ) -> dict[str, list[list[int]]]:
     """Classify missing indices given each path's missing ranges and the span the side path covered.
 
-    ``side_missing`` None means no side path was observed at all.
+    ``side_missing`` None means no side path was observed at all. ``late``: indices missing from
+    the merged stream although a path delivered them, too late (capture's ``late_ranges``); they
+    are classified ``late`` and nothing else.
     """
-    main = _indices(main_missing)
-    side = _indices(side_missing) if side_missing is not None else set()
+    late_set = _indices(late)
+    main = _indices(main_missing) - late_set
+    side = (_indices(side_missing) if side_missing is not None else set()) - late_set
     covered = (lambda i: side_span[0] <= i <= side_span[1]) if side_span else (lambda i: False)
-    out: dict[str, set[int]] = {MAIN_ONLY: set(), BOTH: set(), SIDE_ONLY: set(), UNKNOWN: set()}
+    out: dict[str, set[int]] = {MAIN_ONLY: set(), BOTH: set(), SIDE_ONLY: set(), UNKNOWN: set(), LATE: late_set}
     for i in main:
         if side_missing is None or not covered(i):
             out[UNKNOWN].add(i)

@@ -215,6 +215,36 @@ def parse_header(
     )
 
 
+MAX_CALC_COUNT = 4096  # calculation data: 16 floats per bone (59 bones: 944); a larger count is corrupt
+_CALC_END = struct.pack("<H", TOKEN_CALC_END)
+
+
+def declared_length(head: bytes | bytearray | memoryview, config: AxisBvhConfig = DEFAULT_CONFIG) -> int | None:
+    """The byte length the 64-byte header at the start of ``head`` declares, or None when it is not
+    a plausible header: what splits a TCP byte stream into datagrams.
+
+    A BVH header must pass every check ``parse_header`` makes on the header alone (both tokens,
+    flags 0 or 1, ``data_count`` consistent with the skeleton and the flags), so a corrupt length is
+    never trusted: the splitter resyncs instead of waiting for bytes that will not come. A
+    calculation-data header (0x88FF ... 0x99FF, same layout) is framed too, with its count bounded,
+    so that it is skipped whole and counted as ``calculation_data``.
+    """
+    if len(head) < HEADER_SIZE:
+        return None
+    start, end = bytes(head[:2]), bytes(head[62:64])
+    if config.header_format == "current":
+        (_, _, count, disp, ref, *_rest) = _CURRENT.unpack_from(head)
+    else:
+        (_, _, count, disp, ref, *_rest) = _LEGACY.unpack_from(head)
+    if start == _CALC_START and end == _CALC_END:
+        return HEADER_SIZE + 4 * count if 0 < count <= MAX_CALC_COUNT else None
+    if start != _BVH_START or end != _BVH_END or disp > 1 or ref > 1:
+        return None
+    if count != expected_data_count(_n_bones(config.skeleton), bool(disp), bool(ref)):
+        return None
+    return HEADER_SIZE + 4 * count
+
+
 def parse_datagram(
     data: bytes | bytearray | memoryview, config: AxisBvhConfig = DEFAULT_CONFIG
 ) -> BvhDatagram:

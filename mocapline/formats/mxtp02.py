@@ -6,6 +6,12 @@ id, body segment count, prop count, finger segment count, 2 reserved, payload si
 32-byte ``'>i7f'`` item per segment: 1-based segment id, position x y z, quaternion w x y z. With
 23 body segments and no props or fingers a datagram is 760 bytes. The frame is Z-up already.
 
+MVN splits a sample that does not fit one datagram (props, finger tracking) over several: datagram
+counter 0, 1, ..., the top bit (0x80) set on the last; each part carries the items that fit, with the
+whole sample's segment counts. ``MxtpAssembler`` joins the parts back into the single-datagram form
+``parse_mxtp02`` reads. MVN before 2019 left the segment-count bytes reserved (zero): such a header
+is read as 23 body segments, any further items being props.
+
 The position unit is disputed (the spec text says cm, public code treats the values as metres):
 it is configuration, and ``guess_position_unit`` / ``pelvis_height_plausible`` give a sanity
 check on the pelvis height. Orientations are passed through as sent (w >= 0 is enforced); any
@@ -77,13 +83,17 @@ REJECT_REASONS: tuple[str, ...] = (
     "truncated",  # shorter than the header or than the items it declares
     "not_mxtp",  # does not start with "MXTP"
     "unsupported_type",  # another MXTP message type (MXTP01, MXTP13, ...)
-    "fragmented",  # datagram counter != 0x80: the sample is split over datagrams
+    "fragmented",  # datagram counter != 0x80: one part of a split sample, given to the parser alone
     "bad_count",  # not 23 body segments, or item count != body + props + fingers
     "length_mismatch",  # payload size or datagram length disagrees with the item count
     "bad_segment_id",  # body segment ids are not exactly 1..23
     "non_finite",  # NaN or inf among the values
     "bad_quaternion",  # a quaternion far from unit length
 )
+
+
+# Not the parser's: counted by capture for the parts MxtpAssembler dropped.
+FRAGMENT_INCOMPLETE = "fragment_incomplete"  # a part of a split sample whose other parts never came
 
 
 class XsensReject(ValueError):
@@ -125,6 +135,8 @@ def parse_mxtp02(
     )
     if datagram_counter != SINGLE_DATAGRAM:
         raise XsensReject("fragmented", f"datagram counter {datagram_counter:#04x}")
+    if body == props == fingers == 0 and items >= N_SEGMENTS:  # MVN before 2019: reserved, zero
+        body, props = N_SEGMENTS, items - N_SEGMENTS
     if body != N_SEGMENTS or items != body + props + fingers:
         raise XsensReject(
             "bad_count", f"items {items}, body {body}, props {props}, fingers {fingers}"
@@ -203,3 +215,81 @@ def guess_position_unit(raw_pelvis_height: float) -> PositionUnit | None:
 def pelvis_height_plausible(frame: XsensFrame, low: float = 0.3, high: float = 2.0) -> bool:
     """Whether the decoded pelvis height (m) is that of a person; False hints at a wrong unit."""
     return low <= float(frame.positions[GMR_BODY_INDEX["Hips"], 2]) <= high
+
+
+class MxtpAssembler:
+    """Joins the parts of split MXTP02 samples (one assembler per path: the same part arriving on
+    two paths must not complete the other path's sample).
+
+    ``push`` returns the datagram to parse: a single-datagram sample as it came, a split one once
+    its last part is in (any order), else None (held). A sample still incomplete when a later
+    sample of the same character is ``horizon`` samples ahead, or at ``flush``, is dropped: its
+    parts count as ``dropped`` (rejected, ``fragment_incomplete``) and the ledger finds its
+    sample counter missing, which it is.
+    """
+
+    def __init__(self, horizon: int = 8) -> None:
+        self.horizon = horizon
+        self.dropped = 0
+        self._parts: dict[tuple[int, int], dict[int, bytes]] = {}
+        self._last: dict[tuple[int, int], int] = {}
+
+    @property
+    def pending(self) -> int:
+        """Parts held, waiting for the rest of their sample."""
+        return sum(len(p) for p in self._parts.values())
+
+    def push(self, data: bytes) -> bytes | None:
+        if len(data) < HEADER_SIZE or data[:6] != MESSAGE_ID:
+            return data  # not a part: the parser says what it is
+        (_, sample, counter, _, _, character, *_rest) = HEADER.unpack_from(data)
+        if counter == SINGLE_DATAGRAM:
+            return data
+        key = (character, sample)
+        self._expire(character, sample)
+        parts = self._parts.setdefault(key, {})
+        parts[counter & 0x7F] = bytes(data)
+        if counter & SINGLE_DATAGRAM:
+            self._last[key] = counter & 0x7F
+        last = self._last.get(key)
+        if last is None or len(parts) < last + 1 or any(k not in parts for k in range(last + 1)):
+            return None
+        del self._parts[key], self._last[key]
+        return _join([parts[k] for k in range(last + 1)])
+
+    def flush(self) -> None:
+        """End of a take: what is still incomplete never completes."""
+        self.dropped += self.pending
+        self._parts.clear()
+        self._last.clear()
+
+    def _expire(self, character: int, sample: int) -> None:
+        for key in [k for k in self._parts if k[0] == character and sample - k[1] > self.horizon]:
+            self.dropped += len(self._parts.pop(key))
+            self._last.pop(key, None)
+
+
+def _join(parts: list[bytes]) -> bytes:
+    """One single-datagram MXTP02 from a sample's parts, in datagram-counter order."""
+    first = HEADER.unpack_from(parts[0])
+    items = sum(HEADER.unpack_from(p)[3] for p in parts)
+    payload = b"".join(p[HEADER_SIZE:] for p in parts)
+    if items > 255 or len(payload) > 0xFFFF:
+        return parts[0]  # cannot be written as one datagram header: the parser rejects the first part
+    header = HEADER.pack(first[0], first[1], SINGLE_DATAGRAM, items, *first[4:10], len(payload))
+    return header + payload
+
+
+def split_mxtp02(data: bytes, items_per_part: int) -> list[bytes]:
+    """The inverse of ``MxtpAssembler``: a single-datagram sample as MVN sends it when it does not
+    fit one datagram (for tests and the emitter)."""
+    fields = HEADER.unpack_from(data)
+    items = fields[3]
+    chunks = [data[HEADER_SIZE + ITEM_SIZE * k : HEADER_SIZE + ITEM_SIZE * min(k + items_per_part, items)]
+              for k in range(0, items, items_per_part)]
+    out = []
+    for n, chunk in enumerate(chunks):
+        counter = n | (SINGLE_DATAGRAM if n == len(chunks) - 1 else 0)
+        out.append(HEADER.pack(fields[0], fields[1], counter, len(chunk) // ITEM_SIZE, *fields[4:10], len(chunk))
+                   + chunk)
+    return out

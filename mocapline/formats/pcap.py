@@ -123,3 +123,83 @@ def iter_udp(path: Path, port: int | None = None) -> Iterator[Datagram]:
                 continue
             data = payload[8:ulen] if 8 <= ulen <= len(payload) else payload[8:]
             yield Datagram(int(round(ts * 1e9)), dport, src, data)
+
+
+class _TcpFlow:
+    """One direction of one TCP connection: payload delivered in sequence order, retransmissions
+    and overlaps trimmed, out-of-order segments held until the gap before them is filled."""
+
+    def __init__(self, isn: int, syn: bool) -> None:
+        self.base = (isn + 1) % 2**32 if syn else isn
+        self.next = 0  # offset (from base) of the next byte to deliver
+        self.held: dict[int, bytes] = {}
+
+    def add(self, seq: int, data: bytes) -> bytes:
+        off = (seq - self.base) % 2**32
+        if off >= 2**31:  # before the stream start (a retransmitted SYN, a keep-alive probe)
+            return b""
+        if data:
+            self.held[off] = max(data, self.held.get(off, b""), key=len)
+        out = bytearray()
+        while True:
+            ready = [o for o in self.held if o <= self.next]
+            if not ready:
+                return bytes(out)
+            for o in ready:
+                piece = self.held.pop(o)
+                if o + len(piece) > self.next:
+                    out += piece[self.next - o :]
+                    self.next = o + len(piece)
+
+
+def iter_tcp(path: Path, port: int) -> Iterator[tuple[tuple[str, int, int], int, bytes | None]]:
+    """The byte streams a TCP server on ``port`` sent, reassembled: ``(connection, ts_ns, bytes)``
+    in capture order, ``bytes`` None when a connection ends (FIN, RST, or the end of the file).
+    ``connection`` is (server address, server port, client port)."""
+    flows: dict[tuple[str, int, int], _TcpFlow] = {}
+    ts_ns = 0
+    with open(path, "rb") as fh:
+        try:
+            reader = _reader(fh)
+            linktype = reader.datalink()
+        except (ValueError, dpkt.dpkt.Error) as exc:
+            raise PcapError(f"{path}: {exc}") from None
+        frag = _Reassembler()
+        for ts, buf in reader:
+            ts_ns = int(round(ts * 1e9))
+            try:
+                ip = _ip_layer(linktype, buf)
+            except (dpkt.dpkt.Error, ValueError, IndexError):
+                continue
+            if isinstance(ip, dpkt.ip.IP):
+                if ip.p != dpkt.ip.IP_PROTO_TCP:
+                    continue
+                payload = frag.add(ip)
+                src = ".".join(str(b) for b in ip.src)
+            elif isinstance(ip, dpkt.ip6.IP6) and ip.nxt == dpkt.ip.IP_PROTO_TCP:
+                payload, src = bytes(ip.data), ip.src.hex()
+            else:
+                continue
+            if payload is None:
+                continue
+            try:
+                tcp = dpkt.tcp.TCP(payload)
+            except (dpkt.dpkt.Error, ValueError):
+                continue
+            if tcp.sport != port:
+                continue
+            key = (src, tcp.sport, tcp.dport)
+            syn = bool(tcp.flags & dpkt.tcp.TH_SYN)
+            flow = flows.get(key)
+            if flow is None or syn:
+                if flow is not None:
+                    yield key, ts_ns, None
+                flow = flows[key] = _TcpFlow(tcp.seq, syn)
+            data = flow.add(tcp.seq, bytes(tcp.data))
+            if data:
+                yield key, ts_ns, data
+            if tcp.flags & (dpkt.tcp.TH_FIN | dpkt.tcp.TH_RST):
+                del flows[key]
+                yield key, ts_ns, None
+    for key in flows:
+        yield key, ts_ns, None

@@ -33,14 +33,22 @@ class RecordWriter:
     """Appends records ``fields | length | crc32 | data``; ``fields`` per ``head`` (without the
     two trailing u32s, which the writer adds)."""
 
-    def __init__(self, path: Path, magic: bytes, meta: dict[str, Any], fields: str) -> None:
+    def __init__(self, path: Path, magic: bytes, meta: dict[str, Any], fields: str, *,
+                 append_at: int | None = None) -> None:
+        """``append_at``: continue an existing file after its last good record, this many bytes
+        in (a torn record beyond is cut off); the metadata already there is kept."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._head = struct.Struct("<" + fields + "II")
-        self._fh: BinaryIO = open(self.path, "wb")  # noqa: SIM115 - held until close()
+        self.records = 0
+        if append_at is not None:
+            self._fh: BinaryIO = open(self.path, "r+b")  # noqa: SIM115 - held until close()
+            self._fh.truncate(append_at)
+            self._fh.seek(append_at)
+            return
+        self._fh = open(self.path, "wb")  # noqa: SIM115 - held until close()
         blob = json.dumps(meta, sort_keys=True).encode()
         self._fh.write(magic + _LEN.pack(len(blob)) + blob)
-        self.records = 0
 
     def write_record(self, fields: tuple[int, ...], data: bytes) -> None:
         self._fh.write(self._head.pack(*fields, len(data), zlib.crc32(data)) + data)
@@ -48,6 +56,13 @@ class RecordWriter:
 
     def flush(self) -> None:
         self._fh.flush()
+
+    def sync(self) -> None:
+        """Flush to the disk (survives a power cut, not only a crash)."""
+        import os
+
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
 
     def close(self) -> None:
         self._fh.close()
@@ -63,6 +78,14 @@ def read_records(
     path: Path, magic: bytes, fields: str, what: str
 ) -> tuple[dict[str, Any], list[tuple[tuple[int, ...], bytes]], bool]:
     """(meta, [(fields, data)], torn). Raises RecordFileError when the header itself is bad."""
+    meta, records, torn, _ = read_records_at(path, magic, fields, what)
+    return meta, records, torn
+
+
+def read_records_at(
+    path: Path, magic: bytes, fields: str, what: str
+) -> tuple[dict[str, Any], list[tuple[tuple[int, ...], bytes]], bool, int]:
+    """``read_records`` and the length of the file's intact part (where an append continues)."""
     head = struct.Struct("<" + fields + "II")
     n_fields = len(head.unpack(bytes(head.size))) - 2
     with open(path, "rb") as fh:
@@ -77,15 +100,17 @@ def read_records(
         except ValueError as exc:
             raise RecordFileError(f"{path}: {what} metadata is not JSON: {exc}") from None
         records: list[tuple[tuple[int, ...], bytes]] = []
+        good = fh.tell()
         while True:
             raw = fh.read(head.size)
             if not raw:
-                return meta, records, False
+                return meta, records, False, good
             if len(raw) < head.size:
-                return meta, records, True
+                return meta, records, True, good
             values = head.unpack(raw)
             length, crc = values[n_fields:]
             data = fh.read(length)
             if len(data) < length or zlib.crc32(data) != crc:
-                return meta, records, True
+                return meta, records, True, good
             records.append((values[:n_fields], data))
+            good = fh.tell()

@@ -1,5 +1,7 @@
-"""`mocapline inspect FILE`: decode a recording (.mlrec) or packet capture (pcap / pcapng) exactly
-as capture would, and print one JSON line per unique frame, then the ledger:
+"""`mocapline inspect FILE`: decode a recording (.mlrec), a packet capture (pcap / pcapng; UDP, or
+with ``--tcp PORT`` the TCP stream Axis Studio's server sent from that port, reassembled) or a raw
+dump of an Axis TCP stream (``nc HOST 7001 > dump``) exactly as capture would, and print one JSON
+line per unique frame, then the ledger:
 
     {"posture_index": 9368, "bodies": {"Hips": {"pos": [x, y, z], "quat": [w, x, y, z]}, ...}}
     ...
@@ -20,9 +22,10 @@ from mocapline.core.bodies import GMR_BODIES
 from mocapline.core.frames import HumanFrame
 from mocapline.core.options import EnvArgumentParser
 from mocapline.core.udp import Datagram
-from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
+from mocapline.formats.axis_bvh import DEFAULT_CONFIG, ROTATION_ORDERS, AxisBvhConfig
+from mocapline.formats.axis_stream import is_stream_dump, stream_datagrams
 from mocapline.formats.mlrec import RecordingError, is_recording, read_recording
-from mocapline.formats.pcap import PcapError, is_pcap, iter_udp
+from mocapline.formats.pcap import PcapError, is_pcap, iter_tcp, iter_udp
 from mocapline.formats.skeleton import SkeletonKind
 from mocapline.services.capture.core import (
     AxisDecoder,
@@ -30,6 +33,7 @@ from mocapline.services.capture.core import (
     Decoder,
     XsensDecoder,
 )
+from mocapline.services.capture.tcp import DEFAULT_AXIS_TCP_PORT
 
 
 def frame_json(frame: HumanFrame) -> dict[str, Any]:
@@ -42,15 +46,27 @@ def frame_json(frame: HumanFrame) -> dict[str, Any]:
     }
 
 
-def load_datagrams(path: Path, port: int | None) -> list[Datagram]:
+def load_datagrams(
+    path: Path, port: int | None, tcp: int | None = None, config: AxisBvhConfig = DEFAULT_CONFIG
+) -> list[Datagram]:
+    """The datagrams capture would have taken from FILE; ``tcp``: the Axis TCP server's port (a
+    pcap's TCP stream from it, or FILE is a raw dump of such a stream)."""
     if is_recording(path):
         rec = read_recording(path)
         if rec.torn_tail:
             print(f"warning: {path} ends in a torn record; decoding what precedes it", file=sys.stderr)
         return [d for d in rec.datagrams if port is None or d.port == port]
     if is_pcap(path):
+        if tcp is not None:
+            return list(stream_datagrams(iter_tcp(path, tcp), tcp, config))
         return list(iter_udp(path, port))
-    raise ValueError(f"{path}: neither a mocapline recording (.mlrec) nor a pcap/pcapng capture")
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+    if tcp is not None or is_stream_dump(head):
+        dump_port = tcp or DEFAULT_AXIS_TCP_PORT
+        return list(stream_datagrams([(0, 0, path.read_bytes())], dump_port, config))
+    raise ValueError(f"{path}: neither a mocapline recording (.mlrec), a pcap/pcapng capture nor an Axis "
+                     "TCP stream dump")
 
 
 def inspect_datagrams(datagrams: list[Datagram], decoder: Decoder, ports: list[int]) -> Iterator[dict[str, Any]]:
@@ -69,11 +85,16 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("file", type=Path, help="a .mlrec recording or a pcap / pcapng capture")
     p.add_argument("--port", type=int, default=None,
                    help="only datagrams to this UDP port (default: all ports; for pcaps usually 7014)")
+    p.add_argument("--tcp", type=int, nargs="?", const=DEFAULT_AXIS_TCP_PORT, default=None, metavar="PORT",
+                   help="Axis over TCP: decode the stream Axis Studio's server sent from PORT (default 7001) "
+                        "in a pcap, or read FILE as a raw dump of that stream (detected when it starts "
+                        "with a BVH token)")
     p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sent the datagrams")
     p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ", help="Axis BVH rotation order")
     p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio", help="skeleton")
     p.add_argument("--header-format", choices=("current", "legacy"), default="current", help="Axis header format")
-    p.add_argument("--position-unit", choices=("m", "cm"), default="m", help="Xsens position unit")
+    p.add_argument("--position-unit", choices=("m", "cm", "auto"), default="m",
+                   help="Xsens position unit (auto: the first frame's pelvis height decides)")
     return p
 
 
@@ -82,8 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.file.exists():
         print(f"mocapline inspect: {args.file}: no such file", file=sys.stderr)
         return 2
+    config = AxisBvhConfig(
+        skeleton=SkeletonKind(args.skeleton),
+        rotation_order=args.rotation_order,
+        header_format=args.header_format,
+    )
     try:
-        datagrams = load_datagrams(args.file, args.port)
+        datagrams = load_datagrams(args.file, args.port, args.tcp, config)
     except (ValueError, RecordingError, PcapError, OSError) as exc:
         print(f"mocapline inspect: {exc}", file=sys.stderr)
         return 2
@@ -91,13 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.source == "xsens":
         decoder = XsensDecoder(args.position_unit)
     else:
-        decoder = AxisDecoder(
-            AxisBvhConfig(
-                skeleton=SkeletonKind(args.skeleton),
-                rotation_order=args.rotation_order,
-                header_format=args.header_format,
-            )
-        )
+        decoder = AxisDecoder(config)
     ports = [args.port] if args.port is not None else []
     out = sys.stdout
     try:

@@ -2,6 +2,13 @@
 from a saved snapshot: `mocapline auditor --replay snapshot.json`).
 
 A snapshot is ``{"services": {name: last heartbeat}, "side": side-path ledger or None}``.
+
+Several performers: capture's heartbeat holds one ledger per performer (``performers``), the
+later stages their counts per performer, the side path one ledger per performer. Each performer
+is judged like a whole take (its own conservation verdict and classification of its missing
+indices); the overall verdict holds only when the combined counts and every performer's do.
+A stage that does not report a performer's counts leaves them None (not conserved) unless there
+is only one performer, whose counts are the stage's.
 """
 
 from __future__ import annotations
@@ -17,14 +24,14 @@ def _path_ledgers(capture: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(paths, key=lambda p: {"main": 0, "side": 1}.get(p.get("role", ""), 2))
 
 
-def audit(snapshot: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
-    """Verdict plus the dual-path classification of every missing index. ``final``: the counts are
-    a drained take's (unequal layers are then a loss; before that, frames in flight)."""
-    services = snapshot.get("services", {})
+def judge(services: dict[str, dict[str, Any]], side: dict[str, Any] | None, *, final: bool = True) -> dict[str, Any]:
+    """Verdict plus the dual-path classification of every missing index, for one set of counts.
+    ``final``: the counts are a drained take's (unequal layers are then a loss; before that, frames
+    in flight)."""
     counts = pipeline_counts(services)
     paths = _path_ledgers(services.get("capture", {}))
     main = paths[0] if paths else None
-    side = snapshot.get("side") or (paths[1] if len(paths) > 1 else None)
+    side = side or (paths[1] if len(paths) > 1 else None)
     if main is not None:
         span = None
         if side is not None and side.get("source_first_index") is not None:
@@ -33,6 +40,43 @@ def audit(snapshot: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
             main.get("source_missing_ranges", []),
             side.get("source_missing_ranges", []) if side is not None else None,
             span,
+            late=services.get("capture", {}).get("late_ranges", []),
         )
         counts["merge_on"] = len(paths) > 1
     return with_verdict(counts, final=final)
+
+
+def performer_services(services: dict[str, dict[str, Any]], key: str, alone: bool) -> dict[str, dict[str, Any]]:
+    """Each stage's counts for one performer: its ``performers`` entry; the stage's own counts when
+    the performer is the only one and the stage does not split them; else nothing (None counts)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, hb in services.items():
+        per = (hb or {}).get("performers")
+        if isinstance(per, dict) and key in per:
+            out[name] = per[key]
+        elif alone or name not in ("capture", "retarget", "streamer", "viewer"):
+            out[name] = hb
+        else:
+            out[name] = {}
+    return out
+
+
+def audit(snapshot: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
+    """The overall verdict, and with performers in capture's ledger one verdict per performer."""
+    services = snapshot.get("services", {})
+    side = snapshot.get("side")
+    verdict = judge(services, side, final=final)
+    keys = list(services.get("capture", {}).get("performers") or {})
+    if not keys:
+        return verdict
+    side_performers = (side or {}).get("performers") or {}
+    performers = {}
+    for key in keys:
+        per = judge(performer_services(services, key, len(keys) == 1), side_performers.get(key), final=final)
+        per["avatar_name"] = services["capture"]["performers"][key].get("avatar_name", "")
+        performers[key] = per
+    verdict["performers"] = performers
+    verdict["unique_frames_conserved"] = int(
+        bool(verdict["unique_frames_conserved"]) and all(p["unique_frames_conserved"] for p in performers.values())
+    )
+    return verdict

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import GAPS_SUBJECT, PREFIX, VERDICT_SUBJECT, Bus, ControlRequest
-from mocapline.core.ledger import SequenceLedger
+from mocapline.core.ledger import SequenceLedger, combine
 from mocapline.core.lifecycle import (
     add_service_arguments,
     setup_logging,
@@ -50,13 +50,18 @@ def build_parser() -> EnvArgumentParser:
 
 
 class SidePath:
-    """Counts posture indices on the side path; decodes headers only."""
+    """Counts posture indices on the side path, one ledger per performer (avatar_index); decodes
+    headers only."""
 
     def __init__(self, host: str, port: int, fd: int | None = None) -> None:
         sock, self.granted = open_udp(host, port) if fd is None else adopt_udp(fd)
         self.fifo: queue.SimpleQueue[Datagram] = queue.SimpleQueue()
         self.receiver = UdpReceiver(sock, self.fifo)
-        self.ledger = SequenceLedger()
+        self.performers: dict[int, SequenceLedger] = {}
+        self.rejected = 0
+
+    def reset(self) -> None:
+        self.performers.clear()
         self.rejected = 0
 
     def start(self) -> None:
@@ -74,10 +79,16 @@ class SidePath:
                 self.rejected += 1
                 continue
             if header.posture_index is not None:
-                self.ledger.observe(header.posture_index)
+                ledger = self.performers.get(header.avatar_index)
+                if ledger is None:
+                    ledger = self.performers[header.avatar_index] = SequenceLedger()
+                ledger.observe(header.posture_index)
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.ledger.as_dict("source_"), "rejected_datagrams": self.rejected}
+        """The side path's ledger (performers combined) and each performer's."""
+        performers = {str(k): led.as_dict("source_") for k, led in self.performers.items()}
+        overall = combine(list(performers.values())) if performers else SequenceLedger().as_dict("source_")
+        return {**overall, "rejected_datagrams": self.rejected, "performers": performers}
 
 
 class Auditor:
@@ -128,8 +139,7 @@ class Auditor:
         if req.cmd == "reset":
             self.drained = False
             if self.side is not None:
-                self.side.ledger = SequenceLedger()
-                self.side.rejected = 0
+                self.side.reset()
             with self._lock:
                 self._services.clear()
         req.answer({"verdict": verdict, "side": self.side.as_dict() if self.side else None,

@@ -1,7 +1,12 @@
 """The capture pipeline without sockets: datagram -> classify/parse -> ledger/merge -> HumanFrame.
 
-Shared by the live service (UDP), `mocapline inspect` (recordings, pcap) and the tests, so all three
+Shared by the live service (UDP, TCP), `mocapline inspect` (recordings, pcap) and the tests, so all
 produce the same frames and the same ledger from the same bytes.
+
+Several performers: each Axis avatar_index (Xsens character ID) is a performer with its own
+merger and ledger (its own posture_index sequence, gaps, duplicates, segments); the top-level
+ledger fields combine them (``mocapline.core.ledger.combine``: equal to the one performer's when
+there is one) and ``performers`` holds each one's. Rejected datagrams belong to no performer.
 """
 
 from __future__ import annotations
@@ -14,15 +19,27 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from mocapline.core.bodies import GMR_BODY_INDEX
 from mocapline.core.frames import HumanFrame
+from mocapline.core.ledger import combine
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import AxisBvhConfig, BvhReject, parse_datagram
-from mocapline.formats.mxtp02 import XsensReject, parse_mxtp02
+from mocapline.formats.mxtp02 import (
+    FRAGMENT_INCOMPLETE,
+    POSITION_UNITS,
+    MxtpAssembler,
+    XsensFrame,
+    XsensReject,
+    guess_position_unit,
+    parse_mxtp02,
+)
 from mocapline.formats.skeleton import get_skeleton
 from mocapline.services.capture.fk import AxisForwardKinematics
 from mocapline.services.capture.merge import PathMerger
 
 log = logging.getLogger(__name__)
+
+PELVIS_HEIGHT_M = (0.3, 2.0)  # a standing or crouching person's pelvis
 
 
 class Decoder(Protocol):
@@ -31,6 +48,10 @@ class Decoder(Protocol):
     source: str
 
     def decode(self, data: bytes) -> tuple[int, Any]: ...
+
+    def performer(self, decoded: Any) -> tuple[int, str]: ...
+
+    def assembler(self) -> MxtpAssembler | None: ...
 
     def bodies(self, decoded: Any) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -54,6 +75,12 @@ class AxisDecoder:
         self._arrivals += 1
         return dgram.posture_index, dgram
 
+    def performer(self, decoded: Any) -> tuple[int, str]:
+        return decoded.avatar_index, decoded.avatar_name
+
+    def assembler(self) -> None:
+        return None
+
     def bodies(self, decoded: Any) -> tuple[np.ndarray, np.ndarray]:
         return self.fk.bodies(decoded.channels)
 
@@ -62,14 +89,49 @@ class AxisDecoder:
 
 
 class XsensDecoder:
+    """MXTP02; each character ID is a performer. The first frame's pelvis height checks the
+    position unit (the spec says cm, Xsens' manual m): a wrong one is logged once, loudly, with
+    the flag that fixes it; ``position_unit="auto"`` lets that first frame decide."""
+
     source = "xsens"
 
     def __init__(self, position_unit: str = "m") -> None:
         self.position_unit = position_unit
+        self.unit_check: dict[str, Any] | None = None
 
     def decode(self, data: bytes) -> tuple[int, Any]:
-        frame = parse_mxtp02(data, position_unit=self.position_unit)
+        unit = "m" if self.position_unit == "auto" else self.position_unit
+        frame = parse_mxtp02(data, position_unit=unit)  # type: ignore[arg-type]
+        if self.unit_check is None:
+            self._check_unit(frame)
+        if self.position_unit == "auto" and self.unit_check is not None:
+            frame.positions *= self.unit_check["scale"]
         return frame.sample_counter, frame
+
+    def _check_unit(self, frame: XsensFrame) -> None:
+        read_as = "m" if self.position_unit == "auto" else self.position_unit
+        raw = float(frame.positions[GMR_BODY_INDEX["Hips"], 2]) / POSITION_UNITS[read_as]
+        guess = guess_position_unit(raw)
+        unit = (guess or "m") if self.position_unit == "auto" else self.position_unit
+        height = raw * POSITION_UNITS[unit]
+        plausible = PELVIS_HEIGHT_M[0] <= height <= PELVIS_HEIGHT_M[1]
+        if self.position_unit == "auto":
+            log.warning("xsens: --position-unit auto: the first frame's pelvis is %.3f raw, read as %s (%.2f m)",
+                        raw, unit, height)
+        elif not plausible:
+            fix = (f"restart capture with --position-unit {guess} (env MOCAPLINE_POSITION_UNIT={guess})"
+                   if guess else "check MVN's streaming settings (is the character standing?)")
+            log.warning("xsens: the pelvis is %.2f m above the floor with --position-unit %s, not a person's "
+                        "height: %s", height, unit, fix)
+        self.unit_check = {"position_unit": self.position_unit, "read_as": unit, "pelvis_height_m": height,
+                           "plausible": plausible, "suggested_unit": guess,
+                           "scale": POSITION_UNITS[unit] if self.position_unit == "auto" else 1.0}
+
+    def performer(self, decoded: Any) -> tuple[int, str]:
+        return decoded.character_id, ""
+
+    def assembler(self) -> MxtpAssembler:
+        return MxtpAssembler()
 
     def bodies(self, decoded: Any) -> tuple[np.ndarray, np.ndarray]:
         return decoded.positions, decoded.quaternions
@@ -84,27 +146,77 @@ class CaptureCounters:
     frames_out: int = 0
 
 
+def _ranges(indices: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for i in sorted(set(indices)):
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return out
+
+
 def _role(k: int) -> str:
     return ("main", "side")[k] if k < 2 else f"path{k + 1}"
 
 
+@dataclass
+class Performer:
+    """One avatar / character: its merger holds its ledger and merge state."""
+
+    index: int
+    name: str
+    merger: PathMerger[tuple[Datagram, Any]]
+
+
 class CaptureCore:
-    """Feed datagrams in arrival order; collect HumanFrames, one per unique posture_index, in order."""
+    """Feed datagrams in arrival order; collect HumanFrames, one per unique posture_index of each
+    performer, in order per performer."""
 
     def __init__(
         self,
         decoder: Decoder,
         ports: list[int],
         *,
-        merge_window_s: float = 0.05,
+        merge_window_s: float = 0.25,
         allowed_sources: frozenset[str] | None = None,
         session_id: str | None = None,
     ) -> None:
         self.decoder = decoder
-        self.merger: PathMerger[tuple[Datagram, Any]] = PathMerger(ports, window_s=merge_window_s)
+        self.ports = list(ports)
+        self.window_s = merge_window_s
+        self.performers: dict[int, Performer] = {}
+        self.assemblers: dict[int, MxtpAssembler] = {}
         self.allowed_sources = allowed_sources
         self.session_id = session_id or uuid.uuid4().hex
         self.counters = CaptureCounters()
+
+    def performer(self, index: int, name: str = "") -> Performer:
+        state = self.performers.get(index)
+        if state is None:
+            merger: PathMerger[tuple[Datagram, Any]] = PathMerger(self.ports, window_s=self.window_s)
+            state = self.performers[index] = Performer(index, name, merger)
+        elif name and not state.name:
+            state.name = name
+        return state
+
+    @property
+    def merger(self) -> PathMerger[tuple[Datagram, Any]]:
+        """The first performer's merger (the only one, for a single performer); before any frame,
+        an empty one that belongs to no performer (for reading)."""
+        if not self.performers:
+            return PathMerger(self.ports, window_s=self.window_s)
+        return next(iter(self.performers.values())).merger
+
+    def paths_live(self, now: float) -> None:
+        """Count every path as live from ``now`` (capture starts listening): a gap then waits, up to
+        the merge window, for a path whose backlog is still being read. After a restart over TCP the
+        TCP path resumes at the current index at once, while the UDP side path, whose socket was
+        held, still has the missed indices queued; without this the side path looks long dead
+        (its last datagram was before the crash) and the gap would be final at once."""
+        for performer in self.performers.values():
+            for state in performer.merger.paths.values():
+                state.last_arrival = max(state.last_arrival, now)
 
     def feed(self, dgram: Datagram, now: float) -> list[HumanFrame]:
         return self._frames(self._push(dgram, now))
@@ -112,79 +224,133 @@ class CaptureCore:
     def feed_batch(self, dgrams: list[Datagram], now: float) -> list[HumanFrame]:
         """Several datagrams (a backlog in the FIFO): same result as feeding them one by one, with
         the FK of all released frames done as one vectorised batch."""
-        ready: list[tuple[int, tuple[Datagram, Any]]] = []
+        ready: list[tuple[Performer, int, tuple[Datagram, Any]]] = []
         for dgram in dgrams:
             ready.extend(self._push(dgram, now))
         return self._frames(ready)
 
-    def _push(self, dgram: Datagram, now: float) -> list[tuple[int, tuple[Datagram, Any]]]:
+    def _push(self, dgram: Datagram, now: float) -> list[tuple[Performer, int, tuple[Datagram, Any]]]:
         if self.allowed_sources is not None and dgram.source not in self.allowed_sources:
             self.counters.rejected["source_not_allowed"] += 1
             return []
+        data = dgram.data
+        assembler = self._assembler(dgram.port)
+        if assembler is not None:
+            assembled = assembler.push(dgram.data)
+            if assembled is None:
+                return []  # one part of a split sample, held until the rest is in
+            data = assembled
         try:
-            index, decoded = self.decoder.decode(dgram.data)
+            index, decoded = self.decoder.decode(data)
         except (BvhReject, XsensReject) as exc:
             self.counters.rejected[exc.reason] += 1
             return []
-        return self.merger.push(dgram.port, index, (dgram, decoded), now)
+        performer = self.performer(*self.decoder.performer(decoded))
+        released = performer.merger.push(dgram.port, index, (dgram, decoded), now)
+        return [(performer, i, item) for i, item in released]
+
+    def _assembler(self, port: int) -> MxtpAssembler | None:
+        assembler = self.assemblers.get(port)
+        if assembler is None and port not in self.assemblers:
+            assembler = self.assemblers[port] = self.decoder.assembler()  # type: ignore[assignment]
+        return assembler
 
     def poll(self, now: float) -> list[HumanFrame]:
-        return self._frames(self.merger.poll(now))
+        return self._frames([(p, i, item) for p in self.performers.values() for i, item in p.merger.poll(now)])
 
     def flush(self) -> list[HumanFrame]:
-        return self._frames(self.merger.flush())
+        for assembler in self.assemblers.values():
+            if assembler is not None:
+                assembler.flush()
+        return self._frames([(p, i, item) for p in self.performers.values() for i, item in p.merger.flush()])
 
-    def _frames(self, ready: list[tuple[int, tuple[Datagram, Any]]]) -> list[HumanFrame]:
-        """FK for the frames the merger released; several at once (a backlog) go as one batch."""
+    def _frames(self, ready: list[tuple[Performer, int, tuple[Datagram, Any]]]) -> list[HumanFrame]:
+        """FK for the frames the mergers released; several at once (a backlog) go as one batch."""
         if not ready:
             return []
         if len(ready) == 1:
-            pos, quat = self.decoder.bodies(ready[0][1][1])
+            pos, quat = self.decoder.bodies(ready[0][2][1])
             all_pos, all_quat = pos[None], quat[None]
         else:
-            all_pos, all_quat = self.decoder.bodies_batch([decoded for _, (_, decoded) in ready])
+            all_pos, all_quat = self.decoder.bodies_batch([decoded for _, _, (_, decoded) in ready])
         out = []
-        for k, (index, (dgram, _)) in enumerate(ready):
-            positions, quaternions = all_pos[k], all_quat[k]
+        for k, (performer, index, (dgram, _)) in enumerate(ready):
             out.append(
                 HumanFrame(
                     posture_index=index,
                     capture_timestamp_us=dgram.recv_ns // 1000,
-                    positions=positions,
-                    quaternions=quaternions,
+                    positions=all_pos[k],
+                    quaternions=all_quat[k],
                     source=self.decoder.source,
-                    segment=self.merger.segment,
+                    segment=performer.merger.segment,
                     session_id=self.session_id,
                     source_port=dgram.port,
+                    avatar_index=performer.index,
+                    avatar_name=performer.name,
                 )
             )
         self.counters.frames_out += len(out)
         return out
 
-    def ledger(self, input_pending: int = 0) -> dict[str, Any]:
-        """The ledger (docs/ledger.md), plus per-path detail."""
-        merged = self.merger.merged
-        paths = self.merger.paths
+    def _merger_ledger(self, merger: PathMerger[tuple[Datagram, Any]]) -> dict[str, Any]:
+        """One performer's ledger with the seeds' field names, plus per-path detail."""
+        merged = merger.merged
         return {
-            "source_received": sum(p.ledger.received for p in paths.values()),
+            "source_received": sum(p.ledger.received for p in merger.paths.values()),
             "source_unique_frames": merged.unique,
             "source_missing_indices": merged.missing,
-            "source_duplicate_indices": self.merger.duplicates,
+            "source_duplicate_indices": merger.duplicates,
             "source_backward_indices": merged.backward,
-            "rejected_datagrams": sum(self.counters.rejected.values()),
             "first_posture_index": merged.first,
             "last_posture_index": merged.last,
             "missing_ranges": [list(r) for r in merged.missing_ranges],
             "segments": merged.segment + 1 if merged.first is not None else 0,
             "per_segment": merged.segment_counts(),
-            "cross_path_copies": self.merger.cross_path_copies,
-            "late_frames": self.merger.late_frames,
-            "rejected_by_reason": dict(sorted(self.counters.rejected.items())),
-            "input_pending": input_pending + self.merger.pending,
-            "human_frames_out": self.counters.frames_out,
+            "cross_path_copies": merger.cross_path_copies,
+            "late_frames": merger.late_frames,
+            "late_ranges": _ranges(merger.late_indices),
+            "input_pending": merger.pending,
             # In --ports order: the first is the main path, the second the side path.
             "paths": {
                 str(port): {"role": _role(k), **p.ledger.as_dict("source_")}
-                for k, (port, p) in enumerate(paths.items())
+                for k, (port, p) in enumerate(merger.paths.items())
             },
         }
+
+    def ledger(self, input_pending: int = 0) -> dict[str, Any]:
+        """The ledger (docs/ledger.md), plus per-path and per-performer detail."""
+        performers = {str(k): self._merger_ledger(p.merger) for k, p in self.performers.items()}
+        overall = combine(list(performers.values())) if performers else self._merger_ledger(self.merger)
+        rejected = Counter(self.counters.rejected)
+        held = 0
+        for assembler in self.assemblers.values():
+            if assembler is not None:
+                held += assembler.pending
+                if assembler.dropped:
+                    rejected[FRAGMENT_INCOMPLETE] += assembler.dropped
+        paths = overall.pop("paths")
+        led: dict[str, Any] = {
+            "source_received": overall["source_received"],
+            "source_unique_frames": overall["source_unique_frames"],
+            "source_missing_indices": overall["source_missing_indices"],
+            "source_duplicate_indices": overall["source_duplicate_indices"],
+            "source_backward_indices": overall["source_backward_indices"],
+            "rejected_datagrams": sum(rejected.values()),
+            "first_posture_index": overall["first_posture_index"],
+            "last_posture_index": overall["last_posture_index"],
+            "missing_ranges": overall["missing_ranges"],
+            "cross_path_copies": overall["cross_path_copies"],
+            "late_frames": overall["late_frames"],
+            "late_ranges": overall["late_ranges"],
+            "rejected_by_reason": dict(sorted(rejected.items())),
+            "input_pending": input_pending + overall["input_pending"] + held,
+            "human_frames_out": self.counters.frames_out,
+            "paths": paths,
+            "performers": {
+                k: {"avatar_index": p.index, "avatar_name": p.name, **performers[k]}
+                for k, p in ((str(i), p) for i, p in self.performers.items())
+            },
+        }
+        if getattr(self.decoder, "unit_check", None) is not None:
+            led["unit_check"] = self.decoder.unit_check  # type: ignore[attr-defined]
+        return led

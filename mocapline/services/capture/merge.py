@@ -1,8 +1,25 @@
 """Merge several UDP paths carrying the same take (main 7014 + side 7015) by posture_index.
 
 Every path keeps its own ledger (what that path saw). The merger emits each posture_index once, in
-order. When the next index is missing it waits until every live path has passed that index (then
-the gap is final: lost upstream of all paths) or until the oldest waiting frame is ``window_s`` old.
+order. When the next index is missing, the gap becomes final only when every *live* path has passed
+that index (its newest index is beyond it: the index is lost upstream of all paths). A path lagging
+another by any amount (150 ms, 500 ms, seconds) is still live and is waited for: no frame is lost to
+a timer while a path that can still bring it is delivering.
+
+Silence: a path is *silent* when no datagram has arrived on it for ``window_s`` (``--merge-window-ms``,
+250 ms by default: 15 frame periods at 60 Hz, well above the scheduling and network jitter of a
+loaded host, where 50 ms made a lagging path look silent now and then and turned its copies into
+late frames), measured on the arrival clock the caller passes in (``now``: the receive loop's
+monotonic time, or the recorded arrival time when a journal is replayed). A silent path is not
+waited for, so the window only bounds how long a gap waits on a path that has stopped (unplugged,
+Axis stopped sending there); the capture loop calls ``poll`` to release frames once that happens.
+A path that was never heard from is silent (``CaptureCore.paths_live`` counts every path as just
+heard when capture starts listening). As a memory bound, more than ``max_pending`` frames waiting
+also makes the oldest gap final (a path stuck far behind).
+
+A copy that arrives after its gap was declared final (its path fell silent and came back) is a
+``late_frame``; its index stays missing in the merged stream and is listed in ``late_indices``, so
+the classification calls it ``late`` (a path had it, too late), not ``side_only`` / ``main_only``.
 With one path there is nothing to wait for, so a single-path capture adds no latency.
 
 Accounting identity, exact at every moment once pending frames are flushed:
@@ -21,6 +38,8 @@ from mocapline.core.ledger import Seen, SequenceLedger
 T = TypeVar("T")
 
 _SKIPPED_MEMORY = 4096
+_LATE_MEMORY = 10_000
+MAX_PENDING = 8192  # ~68 s at 120 Hz waiting on a path that is live but never passes a gap
 
 
 @dataclass
@@ -30,11 +49,13 @@ class PathState:
 
 
 class PathMerger(Generic[T]):
-    def __init__(self, paths: list[int], window_s: float = 0.05) -> None:
+    def __init__(self, paths: list[int], window_s: float = 0.25, max_pending: int = MAX_PENDING) -> None:
         if not paths:
             raise ValueError("at least one path is needed")
         self.paths: dict[int, PathState] = {p: PathState() for p in paths}
         self.window_s = window_s
+        self.max_pending = max_pending
+        self.late_indices: list[int] = []  # indices whose copy came after their gap was final
         self.merged = SequenceLedger()
         self.duplicates = 0
         self.cross_path_copies = 0
@@ -82,13 +103,13 @@ class PathMerger(Generic[T]):
             if prev is not None and index <= prev:
                 self.cross_path_copies += 1
             else:
-                self.late_frames += 1
+                self._late(index)
             return out
         if self._next is None:
             self._next = index
         if index < self._next:
             if index in self._skipped:
-                self.late_frames += 1
+                self._late(index)
             else:
                 self.cross_path_copies += 1
             return out
@@ -99,8 +120,13 @@ class PathMerger(Generic[T]):
         out.extend(self._release(now))
         return out
 
+    def _late(self, index: int) -> None:
+        self.late_frames += 1
+        if len(self.late_indices) < _LATE_MEMORY:
+            self.late_indices.append(index)
+
     def poll(self, now: float) -> list[tuple[int, T]]:
-        """Release frames whose gap has become final through time."""
+        """Release frames whose gap has become final because a path fell silent."""
         return self._release(now)
 
     def flush(self) -> list[tuple[int, T]]:
@@ -129,8 +155,8 @@ class PathMerger(Generic[T]):
         return out
 
     def _gap_is_final(self, index: int, now: float) -> bool:
-        oldest = min(t for _, t in self._pending.values())
-        if now - oldest >= self.window_s:
+        """Final when every live path of this segment has passed ``index`` (see the module doc)."""
+        if len(self._pending) > self.max_pending:
             return True
         for state in self.paths.values():
             live = now - state.last_arrival < self.window_s

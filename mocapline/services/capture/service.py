@@ -1,4 +1,5 @@
-"""`mocapline capture`: receive Axis binary BVH (or Xsens MXTP02) over UDP, push HumanFrames.
+"""`mocapline capture`: receive Axis binary BVH (UDP, or TCP as the client of Axis Studio's
+server) or Xsens MXTP02 (UDP), push HumanFrames.
 
 One HumanFrame per unique posture_index, in order, on a lossless ZeroMQ PUSH socket (bound, so
 retarget connects). The live ledger goes to stderr once a second; the final ledger is printed to
@@ -42,15 +43,25 @@ from mocapline.services.capture.sources import (
     axis_udp_source,
     xsens_udp_source,
 )
+from mocapline.services.capture.tcp import DEFAULT_AXIS_TCP_PORT, parse_endpoint
+
+# Where each source sends over UDP by default: Axis Studio's BVH broadcast, MVN's network streamer.
+DEFAULT_UDP_PORTS: dict[str, int] = {"axis": 7014, "xsens": 9763}
 
 log = logging.getLogger("mocapline.capture")
 
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline capture", description=__doc__)
-    p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sends the UDP stream")
-    p.add_argument("--ports", type=port_number, nargs="+", default=[7014],
-                   help="UDP ports of the same source, merged by posture_index (e.g. 7014 7015)")
+    p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sends the stream")
+    p.add_argument("--transport", choices=("udp", "tcp"), default="udp",
+                   help="Axis Studio over UDP (capture listens on --ports) or TCP (capture connects to --axis)")
+    p.add_argument("--axis", default=f"127.0.0.1:{DEFAULT_AXIS_TCP_PORT}", metavar="HOST[:PORT]",
+                   help="--transport tcp: Axis Studio's TCP server (the main path; reconnects with back-off)")
+    p.add_argument("--ports", type=port_number, nargs="*", default=None,
+                   help="UDP ports of the same source, merged by posture_index (e.g. 7014 7015); default "
+                        f"{DEFAULT_UDP_PORTS['axis']} for Axis, {DEFAULT_UDP_PORTS['xsens']} for Xsens, none with "
+                        "--transport tcp (then these are UDP side paths merged with the TCP stream)")
     p.add_argument("--host", default="0.0.0.0", help="local address to bind the UDP ports on")
     p.add_argument("--output", default="tcp://127.0.0.1:5556", help="ZeroMQ endpoint to bind the HumanFrame PUSH on")
     p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ",
@@ -59,9 +70,12 @@ def build_parser() -> EnvArgumentParser:
                    help="Axis skeleton: axis_studio (59 bones) or the legacy pn_pro")
     p.add_argument("--header-format", choices=("current", "legacy"), default="current",
                    help="'legacy' when Axis Studio's 'use old header format' is ticked")
-    p.add_argument("--position-unit", choices=("m", "cm"), default="m", help="Xsens position unit")
-    p.add_argument("--merge-window-ms", type=float, default=50.0,
-                   help="how long a gap may wait for another path to fill it")
+    p.add_argument("--position-unit", choices=("m", "cm", "auto"), default="m",
+                   help="Xsens position unit; the first frame's pelvis height is checked (a warning names the "
+                        "right one); auto: that height decides")
+    p.add_argument("--merge-window-ms", type=float, default=250.0,
+                   help="a path with no datagram for this long is silent: gaps stop waiting for it (a live "
+                        "path is waited for however far behind it is; see services/capture/merge.py)")
     p.add_argument("--allow-source", nargs="*", default=None,
                    help="only accept datagrams from these IP addresses (others are counted as rejected)")
     p.add_argument("--record", type=Path, default=None, help="write every received datagram to this .mlrec file")
@@ -96,6 +110,8 @@ class CaptureSettings:
     """`mocapline capture`'s flags."""
 
     source: str
+    transport: str
+    axis: tuple[str, int] | None  # --transport tcp: Axis Studio's TCP server
     ports: list[int]
     host: str
     output: str
@@ -115,15 +131,24 @@ class CaptureSettings:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CaptureSettings:
+        if args.transport == "tcp" and args.source != "axis":
+            raise ValueError("--transport tcp is for Axis Studio (Xsens MVN streams over UDP)")
+        axis = parse_endpoint(args.axis) if args.transport == "tcp" else None
+        if args.ports is None:
+            args.ports = [] if axis is not None else [DEFAULT_UDP_PORTS[args.source]]
+        if axis is None and not args.ports:
+            raise ValueError("no UDP port to listen on (--ports)")
+        if axis is not None and axis[1] in args.ports:
+            raise ValueError(f"--ports {axis[1]} is also the Axis TCP port: paths are told apart by port")
         if args.source == "axis" and args.header_format == "legacy":
-            if len(args.ports) > 1:
+            if len(args.ports) + (axis is not None) > 1:
                 raise ValueError("the legacy Axis header has no frame index, so paths cannot be merged; "
                                  "use one port or turn off 'use old header format' in Axis Studio")
             log.warning("legacy Axis header: no frame index in the stream; frames are numbered on "
                         "arrival and losses upstream cannot be detected")
         if args.udp_fds is not None and len(args.udp_fds) != len(args.ports):
             raise ValueError(f"--udp-fds gives {len(args.udp_fds)} sockets for {len(args.ports)} --ports")
-        return settings_from(cls, args, stage=StageSettings.from_args(args))
+        return settings_from(cls, args, axis=axis, stage=StageSettings.from_args(args))
 
 
 def make_source(settings: CaptureSettings, journal: RawJournal | None = None) -> UdpMotionInput:
@@ -142,26 +167,33 @@ def make_source(settings: CaptureSettings, journal: RawJournal | None = None) ->
         rotation_order=settings.rotation_order,
         header_format=settings.header_format,
     )
-    return axis_udp_source(config, settings.ports, **common)
+    return axis_udp_source(config, settings.ports, tcp=settings.axis, **common)
 
 
 def source_reject_reasons(source: str) -> tuple[str, ...]:
     """The reasons a source's datagrams can be rejected for (pre-created as metric labels)."""
     if source == "xsens":
+        from mocapline.formats.mxtp02 import FRAGMENT_INCOMPLETE
         from mocapline.formats.mxtp02 import REJECT_REASONS as XSENS_REASONS
 
-        return XSENS_REASONS
+        return (*XSENS_REASONS, FRAGMENT_INCOMPLETE)
     from mocapline.formats.axis_bvh import REJECT_REASONS as AXIS_REASONS
 
     return AXIS_REASONS
 
 
 def status_line(ledger: dict[str, Any]) -> str:
+    extra = ""
+    if len(ledger.get("performers") or {}) > 1:
+        extra += f" performers={len(ledger['performers'])}"
+    tcp = ledger.get("tcp")
+    if tcp is not None:
+        extra += f" tcp={'connected' if tcp['connected'] else 'reconnecting'} connects={tcp['connects']}"
     return (
         f"capture received={ledger['source_received']} unique={ledger['source_unique_frames']} "
         f"missing={ledger['source_missing_indices']} dup={ledger['source_duplicate_indices']} "
         f"backward={ledger['source_backward_indices']} rejected={ledger['rejected_datagrams']} "
-        f"last={ledger['last_posture_index']} pending={ledger['input_pending']}"
+        f"last={ledger['last_posture_index']} pending={ledger['input_pending']}{extra}"
     )
 
 
@@ -317,14 +349,17 @@ class CaptureService:
         return led
 
     def report_gaps(self, bus: Bus) -> None:
-        """Publish each newly recorded missing range once, per path and merged."""
-        merger = self.source.core.merger
-        ledgers = {"merged": merger.merged, **{str(p): s.ledger for p, s in merger.paths.items()}}
-        for path, ledger in ledgers.items():
-            done = self._gaps_reported.get(path, 0)
-            for lo, hi in ledger.missing_ranges[done:]:
-                bus.publish(GAPS_SUBJECT, {"service": "capture", "path": path, "range": [lo, hi]})
-            self._gaps_reported[path] = len(ledger.missing_ranges)
+        """Publish each newly recorded missing range once, per performer, per path and merged."""
+        for performer in self.source.core.performers.values():
+            merger = performer.merger
+            ledgers = {"merged": merger.merged, **{str(p): s.ledger for p, s in merger.paths.items()}}
+            for path, ledger in ledgers.items():
+                key = f"{performer.index}:{path}"
+                done = self._gaps_reported.get(key, 0)
+                for lo, hi in ledger.missing_ranges[done:]:
+                    bus.publish(GAPS_SUBJECT, {"service": "capture", "path": path, "range": [lo, hi],
+                                               "performer": performer.index})
+                self._gaps_reported[key] = len(ledger.missing_ranges)
 
 
 @dataclass
@@ -401,7 +436,9 @@ def main(argv: list[str] | None = None) -> int:
             source.open()
         except OSError as exc:
             return stage.fail(f"cannot bind UDP {settings.host}:{settings.ports}: {exc}")
-        log.info("capture %s on udp %s -> %s%s", source.name, settings.ports, settings.output,
+        inputs = [f"tcp client of {settings.axis[0]}:{settings.axis[1]}"] if settings.axis else []
+        inputs += [f"udp {settings.ports}"] if settings.ports else []
+        log.info("capture %s on %s -> %s%s", source.name, " + ".join(inputs), settings.output,
                  f" (durable, state in {settings.stage.state_dir})" if links.durable is not None else "")
         return stage.run(CaptureLoop(service, links, lambda: stage.bus, settings.exit_on_idle))
 

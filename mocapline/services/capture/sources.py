@@ -33,6 +33,7 @@ from mocapline.services.capture.core import (
     Decoder,
     XsensDecoder,
 )
+from mocapline.services.capture.tcp import DEFAULT_BACKOFF, AxisTcpReceiver, Backoff
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,9 @@ class MotionInput(Protocol):
 
 
 class UdpMotionInput:
-    """Receives one source on one or more UDP ports and merges them by posture_index."""
+    """Receives one source on one or more UDP ports, and/or an Axis TCP stream (``tcp``: the
+    server's host and port, the main path, before the UDP ports), and merges them by
+    posture_index."""
 
     def __init__(
         self,
@@ -60,12 +63,14 @@ class UdpMotionInput:
         *,
         host: str = "0.0.0.0",
         rcvbuf: int = RCVBUF_REQUEST,
-        merge_window_s: float = 0.05,
+        merge_window_s: float = 0.25,
         idle_flush_s: float = 0.5,
         allowed_sources: frozenset[str] | None = None,
         record_path: Path | None = None,
         journal: Any = None,
         udp_fds: list[int] | None = None,
+        tcp: tuple[str, int] | None = None,
+        tcp_backoff: Backoff = DEFAULT_BACKOFF,
     ) -> None:
         if udp_fds is not None and len(udp_fds) != len(ports):
             raise ValueError(f"{len(udp_fds)} inherited UDP sockets for {len(ports)} ports")
@@ -74,14 +79,22 @@ class UdpMotionInput:
         self.udp_fds = udp_fds
         self.host = host
         self.ports = ports
+        self.tcp = tcp
+        self.tcp_backoff = tcp_backoff
+        if tcp is not None and tcp[1] in ports:
+            raise ValueError(f"the Axis TCP port {tcp[1]} is also a UDP port: paths are told apart by port")
+        if tcp is not None and not isinstance(decoder, AxisDecoder):
+            raise ValueError("only Axis Studio streams over TCP")
+        self.paths = ([tcp[1]] if tcp is not None else []) + list(ports)
         self.rcvbuf = rcvbuf
         self.idle_flush_s = idle_flush_s
         self.record_path = record_path
         self.core = CaptureCore(
-            decoder, ports, merge_window_s=merge_window_s, allowed_sources=allowed_sources
+            decoder, self.paths, merge_window_s=merge_window_s, allowed_sources=allowed_sources
         )
         self.fifo: queue.SimpleQueue[Datagram] = queue.SimpleQueue()
-        self.receivers: list[UdpReceiver] = []
+        self.receivers: list[UdpReceiver | AxisTcpReceiver] = []
+        self.tcp_receiver: AxisTcpReceiver | None = None
         self.granted_rcvbuf: dict[int, int] = {}
         self.last_datagram = time.monotonic()
         self._ready: deque[HumanFrame] = deque()
@@ -94,6 +107,12 @@ class UdpMotionInput:
         log.log(logging.INFO if priority.startswith("raised") else logging.WARNING,
                 "capture process priority: %s", priority)
         journal = self.journal.record if self.journal is not None else None
+        if self.tcp is not None:
+            assert isinstance(self.core.decoder, AxisDecoder)
+            self.tcp_receiver = AxisTcpReceiver(
+                self.tcp[0], self.tcp[1], self.fifo, self.core.decoder.config, journal, self.tcp_backoff
+            )
+            self.receivers.append(self.tcp_receiver)
         for k, port in enumerate(self.ports):
             if self.udp_fds is not None:
                 sock, granted = adopt_udp(self.udp_fds[k])
@@ -109,8 +128,10 @@ class UdpMotionInput:
             self.receivers.append(UdpReceiver(sock, self.fifo, journal, head))
         if self.record_path is not None:
             self._recorder = RecordingWriter(
-                self.record_path, {"source": self.name, "ports": self.ports, "session_id": self.core.session_id}
+                self.record_path, {"source": self.name, "ports": self.paths, "session_id": self.core.session_id,
+                                   **({"tcp": f"{self.tcp[0]}:{self.tcp[1]}"} if self.tcp else {})}
             )
+        self.core.paths_live(time.monotonic())
         for receiver in self.receivers:
             receiver.start()
 
@@ -135,8 +156,8 @@ class UdpMotionInput:
         old = self.core
         self.core = CaptureCore(
             old.decoder,
-            self.ports,
-            merge_window_s=old.merger.window_s,
+            self.paths,
+            merge_window_s=old.window_s,
             allowed_sources=old.allowed_sources,
             session_id=old.session_id,
         )
@@ -168,7 +189,7 @@ class UdpMotionInput:
     def poll_frame(self, timeout_s: float) -> HumanFrame | None:
         deadline = time.monotonic() + timeout_s
         while not self._ready:
-            wait = min(deadline - time.monotonic(), self.core.merger.window_s / 2)
+            wait = min(deadline - time.monotonic(), self.core.window_s / 2)
             try:
                 first = self.fifo.get(timeout=max(wait, 0.0))
             except queue.Empty:
@@ -214,6 +235,8 @@ class UdpMotionInput:
     def ledger(self) -> dict[str, Any]:
         led = self.core.ledger(input_pending=self.pending)
         led["rcvbuf_granted"] = {str(p): g for p, g in self.granted_rcvbuf.items()}
+        if self.tcp_receiver is not None:
+            led["tcp"] = self.tcp_receiver.as_dict()
         return led
 
 

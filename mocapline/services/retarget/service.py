@@ -19,7 +19,7 @@ import argparse
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from mocapline.core import durable
@@ -56,6 +56,18 @@ log = logging.getLogger("mocapline.retarget")
 FILTERS = ("none", "smooth3")
 
 
+def parse_performer_height(text: str) -> tuple[str, float]:
+    """``NAME=METRES`` -> (avatar name, height in m)."""
+    name, sep, height = text.rpartition("=")
+    try:
+        value = float(height)
+    except ValueError:
+        value = 0.0
+    if not sep or not name or not 0.5 < value < 3.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=METRES (a height in metres), e.g. Performer2=1.62")
+    return name, value
+
+
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline retarget", description=__doc__)
     p.add_argument("--input", default="tcp://127.0.0.1:5556", help="capture's HumanFrame endpoint (connect)")
@@ -64,10 +76,14 @@ def build_parser() -> EnvArgumentParser:
                    help=f"IK config: a shipped name ({', '.join(sorted(SHIPPED_CONFIGS))}) or a JSON file")
     p.add_argument("--human-height", type=float, default=None,
                    help="the performer's height in m (default: the config's human_height_assumption)")
+    p.add_argument("--performer-height", type=parse_performer_height, action="append", default=[],
+                   metavar="NAME=METRES",
+                   help="several performers: the height of the one whose avatar name is NAME (repeat the flag); "
+                        "the others use --human-height")
     p.add_argument("--ground-offset", type=float, default=0.0, help="m subtracted from every target's height")
     p.add_argument("--input-fps", type=float, default=DEFAULT_FPS,
                    help="rate of the HumanFrames (the Axis rate): the joint velocity limit is per frame")
-    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="IK steps per frame (fixed)")
+    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="cap on the IK steps of a frame (it stops earlier once a step gains < 2%%)")
     p.add_argument("--lm-damping", type=float, default=DEFAULT_LM_DAMPING, help="FrameTask Levenberg-Marquardt damping")
     p.add_argument("--filter", choices=FILTERS, default="none",
                    help="output filter: smooth3 = centred [1,2,1]/4 over frames, exactly one frame of delay")
@@ -115,8 +131,32 @@ class RetargetCounters:
         return out
 
 
+@dataclass
+class PerformerTrack:
+    """One performer's IK state (its own retargeter, take position, last pose, output filter) and
+    counts: each performer's frames go in order through its own IK, never another's."""
+
+    retargeter: G1Retargeter
+    smoother: OneFrameSmoother | None = None
+    name: str = ""
+    last_posture_index: int | None = None
+    segment: int | None = None
+    qpos: Any = None  # the last pose solved (durable state: a restart starts from it)
+    frames_in: int = 0
+    gmr_processed: int = 0
+    robot_frames_sent: int = 0
+
+    def counts(self) -> dict[str, Any]:
+        return {"avatar_name": self.name, "frames_in": self.frames_in, "gmr_processed": self.gmr_processed,
+                "robot_frames_sent": self.robot_frames_sent, "pending": int(self.smoother is not None
+                                                                             and self.smoother.pending)}
+
+
 class RetargetService:
-    """The stage without its sockets' set-up: feed it received messages, it sends RobotFrames."""
+    """The stage without its sockets' set-up: feed it received messages, it sends RobotFrames.
+
+    ``retargeter`` serves the first performer; each further performer (avatar_index) gets its own,
+    built like it on the same model."""
 
     def __init__(
         self,
@@ -126,24 +166,36 @@ class RetargetService:
         filter: str = "none",
         metrics: ServiceMetrics | None = None,
         tracer: StageTracer | None = None,
+        heights: dict[str, float] | None = None,
     ) -> None:
         if filter not in FILTERS:
             raise ValueError(f"filter {filter!r}: choose from {FILTERS}")
         self.retargeter = retargeter
+        self.heights = dict(heights or {})  # avatar name -> human height (m); others: the options'
+        self.default_height = retargeter.options.human_height
         self.sender = sender
         self.metrics = metrics
         self.stage_seconds = metrics.stage_seconds if metrics is not None else None
         self.tracer = tracer
-        self.smoother = OneFrameSmoother() if filter == "smooth3" else None
+        self.filter = filter
         self.counters = RetargetCounters()
         self.ended = False  # an END_OF_STREAM was forwarded and no frame came after it
-        self._segment: int | None = None
-        self._qpos: Any = None  # the last pose solved (durable state: a restart starts from it)
+        self.tracks: dict[int, PerformerTrack] = {}
+
+    def track(self, avatar_index: int, name: str = "") -> PerformerTrack:
+        track = self.tracks.get(avatar_index)
+        if track is None:
+            base = self.retargeter
+            retargeter = base if not self.tracks else G1Retargeter(base.config, replace(base.options), model=base.model)
+            retargeter.set_human_height(self.heights.get(name, self.default_height))
+            smoother = OneFrameSmoother() if self.filter == "smooth3" else None
+            track = self.tracks[avatar_index] = PerformerTrack(retargeter, smoother, name)
+        return track
 
     @property
     def pending(self) -> int:
-        """Frames taken in but not yet sent (the output filter holds at most one)."""
-        return int(self.smoother is not None and self.smoother.pending)
+        """Frames taken in but not yet sent (each performer's output filter holds at most one)."""
+        return sum(int(t.smoother is not None and t.smoother.pending) for t in self.tracks.values())
 
     def on_message(self, msg: Any) -> None:
         """One message from FrameReceiver.recv (a HumanFrame or END_OF_STREAM)."""
@@ -167,31 +219,34 @@ class RetargetService:
         # a child of capture's span; the RobotFrame carries this one
         span = self.tracer.carry(frame, t_in_ns) if self.tracer is not None else None
         c = self.counters
+        track = self.track(frame.avatar_index, frame.avatar_name)
         c.frames_in += 1
+        track.frames_in += 1
         self.ended = False
-        last = c.last_posture_index
+        last = track.last_posture_index
         elapsed = 1
-        if last is None or frame.posture_index < last or frame.segment != self._segment:
-            self._new_take()
+        if last is None or frame.posture_index < last or frame.segment != track.segment:
+            self._new_take(track)
         elif frame.posture_index > last:
             elapsed = frame.posture_index - last
-        c.last_posture_index = frame.posture_index
-        self._segment = frame.segment
+        c.last_posture_index = track.last_posture_index = frame.posture_index
+        track.segment = frame.segment
 
         t0 = time.perf_counter()
-        result = self.retargeter.retarget(frame.positions, frame.quaternions, elapsed)
+        result = track.retargeter.retarget(frame.positions, frame.quaternions, elapsed)
         ms = (time.perf_counter() - t0) * 1000.0
         c.gmr_processed += 1
-        self._qpos = result.qpos
+        track.gmr_processed += 1
+        track.qpos = result.qpos
         c.ik_ms_total += ms
         c.ik_ms_max = max(c.ik_ms_max, ms)
         if result.ik_failed:
             c.ik_failed += 1
             c.last_error = result.error
-        if self.smoother is None:
+        if track.smoother is None:
             self._send(robot_frame_from(frame, result.qpos, result.ik_failed), t_in_ns)
         else:
-            ready = self.smoother.push(result.qpos, (frame, result.ik_failed, t_in_ns))
+            ready = track.smoother.push(result.qpos, (frame, result.ik_failed, t_in_ns))
             if ready is not None:
                 self._send_held(ready)
         if span is not None:
@@ -207,64 +262,81 @@ class RetargetService:
         self.sender.send(robot_frame.to_bytes(), capture_timestamp_us=robot_frame.capture_timestamp_us)
         self.counters.robot_frames_sent += 1
         self.counters.last_sent_posture_index = robot_frame.posture_index
+        self.tracks[robot_frame.avatar_index].robot_frames_sent += 1
         if self.stage_seconds is not None:  # taken off the link -> RobotFrame sent (filter hold included)
             self.stage_seconds.observe((time.time_ns() - t_in_ns) / 1e9)
 
-    def _flush(self) -> None:
-        if self.smoother is not None:
-            ready = self.smoother.flush()
+    def _flush(self, track: PerformerTrack) -> None:
+        if track.smoother is not None:
+            ready = track.smoother.flush()
             if ready is not None:
                 self._send_held(ready)
 
-    def _new_take(self) -> None:
-        self._flush()
-        self.retargeter.reset()
+    def _new_take(self, track: PerformerTrack) -> None:
+        self._flush(track)
+        track.retargeter.reset()
         self.counters.takes += 1
 
     def on_end(self) -> None:
         """Forward END_OF_STREAM after everything of the take; the next frame starts a new take."""
-        self._flush()
+        for track in self.tracks.values():
+            self._flush(track)
+            track.last_posture_index = None
+            track.segment = None
         self.sender.send_end()
         self.counters.ends_forwarded += 1
         self.counters.last_posture_index = None
-        self._segment = None
         self.ended = True
 
     def reset(self) -> None:
-        self._flush()
-        if self.metrics is not None:  # the held frame just sent, before the counters restart
+        for track in self.tracks.values():
+            self._flush(track)
+        if self.metrics is not None:  # the held frames just sent, before the counters restart
             self.metrics.sync(self.heartbeat())
         self.retargeter.reset()
-        if self.smoother is not None:
-            self.smoother.reset()
+        self.tracks.clear()
         self.counters = RetargetCounters()
-        self._segment = None
         self.ended = False
 
     def heartbeat(self, rejects: dict[str, int] | None = None) -> dict[str, Any]:
-        return self.counters.snapshot(self.pending, rejects or {})
+        hb = self.counters.snapshot(self.pending, rejects or {})
+        hb["performers"] = {str(k): t.counts() for k, t in self.tracks.items()}
+        return hb
 
     def durable_state(self) -> dict[str, Any]:
-        """What a restarted retarget needs: the counters, the take's position and the last pose."""
-        state = {k: v for k, v in asdict(self.counters).items() if k != "input_frame_ids"}
-        state["segment"] = self._segment
+        """What a restarted retarget needs: the counters, and per performer the take's position,
+        its counts and the last pose."""
+        state: dict[str, Any] = {k: v for k, v in asdict(self.counters).items() if k != "input_frame_ids"}
         state["ended"] = self.ended
-        state["qpos"] = None if self._qpos is None else [float(x) for x in self._qpos]
+        state["performers"] = {
+            str(k): {"name": t.name, "segment": t.segment, "last_posture_index": t.last_posture_index,
+                     "qpos": None if t.qpos is None else [float(x) for x in t.qpos],
+                     "frames_in": t.frames_in, "gmr_processed": t.gmr_processed,
+                     "robot_frames_sent": t.robot_frames_sent}
+            for k, t in self.tracks.items()
+        }
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Continue after a restart: counters as they were, the IK settling from the last pose."""
+        """Continue after a restart: counters as they were, each performer's IK settling from its
+        last pose."""
+        import numpy as np
+
         state = dict(state)
-        self._segment = state.pop("segment", None)
         self.ended = bool(state.pop("ended", False))
-        qpos = state.pop("qpos", None)
+        performers = state.pop("performers", None) or {}
         known = RetargetCounters.__dataclass_fields__
         self.counters = RetargetCounters(**{k: v for k, v in state.items() if k in known})
-        if qpos is not None:
-            import numpy as np
-
-            self._qpos = np.asarray(qpos, dtype=np.float64)
-            self.retargeter.reset(self._qpos)
+        self.tracks.clear()
+        for key, saved in performers.items():
+            track = self.track(int(key), saved.get("name", ""))
+            track.segment, track.last_posture_index = saved.get("segment"), saved.get("last_posture_index")
+            track.frames_in = int(saved.get("frames_in", 0))
+            track.gmr_processed = int(saved.get("gmr_processed", 0))
+            track.robot_frames_sent = int(saved.get("robot_frames_sent", 0))
+            if saved.get("qpos") is not None:
+                track.qpos = np.asarray(saved["qpos"], dtype=np.float64)
+                track.retargeter.reset(track.qpos)
 
 
 def status_line(hb: dict[str, Any]) -> str:
@@ -284,6 +356,7 @@ class RetargetSettings:
     output: str
     ik_config: str
     options: RetargetOptions
+    performer_height: dict[str, float]
     filter: str
     max_takes: int
     status_interval: float
@@ -305,7 +378,8 @@ class RetargetSettings:
         if args.state_dir is not None and args.filter != "none":
             raise ValueError("--filter smooth3 holds a frame in memory, which a crash would lose; "
                              "it cannot be combined with --state-dir")
-        return settings_from(cls, args, options=options, stage=StageSettings.from_args(args))
+        return settings_from(cls, args, options=options, performer_height=dict(args.performer_height),
+                             stage=StageSettings.from_args(args))
 
 
 @dataclass
@@ -364,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         except StageError as exc:
             return stage.fail(str(exc))
         service = RetargetService(retargeter, links.tx, filter=settings.filter, metrics=stage.metrics,
-                                  tracer=stage.tracer)
+                                  tracer=stage.tracer, heights=settings.performer_height)
         if links.durable is not None and links.durable.restored is not None:
             service.restore(links.durable.restored)
         log.info("retarget %s -> %s (config %s, %d steps/frame, lm_damping %s, filter %s)", settings.input,

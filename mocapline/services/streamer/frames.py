@@ -48,6 +48,9 @@ class MocapFrameBuilder:
         time_s: float,
         traceparent: str = "",
         session_id: str = "",
+        avatar_index: int = 0,
+        avatar_name: str = "",
+        bridged: bool = False,
     ) -> pb.MocapFrame:
         left, right = self.hands(root_pos, root_quat, joint_pos)
         return pb.MocapFrame(
@@ -67,4 +70,7 @@ class MocapFrameBuilder:
             source_time_s=time_s,
             traceparent=traceparent,
             session_id=session_id,
+            avatar_index=avatar_index,
+            avatar_name=avatar_name,
+            bridged=bridged,
         )

@@ -21,6 +21,12 @@ Per sample:
   times): joint velocity ``(q_i - q_{i-1}) / dt``, root linear velocity likewise (world frame),
   root angular velocity ``log(quat_i * conj(quat_{i-1})) / dt`` (world frame, rad/s). Zero on the
   first frame of a take.
+- ``posture_index``: the frame's own index. A sample that falls on a real frame's time, or between
+  two consecutive frames (upsampling), carries the later frame's index (``source_last``). A sample
+  inside a gap upstream (missing indices between two frames) stands in for the first missing index
+  at or after its time: it carries that index and ``bridged = True``. So at equal rates a gap
+  1100..1102 before 1103 gives frames 1100, 1101, 1102 (bridged) and 1103 (real), and no real
+  posture_index is ever sent twice.
 - ``source_first`` .. ``source_last``: the posture_index range the sample came from. It starts at
   the segment's first frame for a sample strictly inside a segment, and reaches back to the oldest
   frame no earlier sample covered (a frame skipped by downsampling is folded into the next
@@ -33,6 +39,7 @@ new take (output clock restarts; counted in ``takes``); a repeated posture_index
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -68,11 +75,13 @@ class MotionSample:
     segment: int = 0
     session_id: str = ""
     take: int = 0
+    bridged: bool = False  # stands in for the missing index ``bridged_index``
+    bridged_index: int = -1
 
     # the names MocapFrame uses
     @property
     def posture_index(self) -> int:
-        return self.source_last
+        return self.bridged_index if self.bridged else self.source_last
 
     @property
     def posture_index_first(self) -> int:
@@ -89,6 +98,7 @@ class InterpolatorStats:
     samples_out: int = 0
     duplicates: int = 0
     takes: int = 0
+    bridged: int = 0  # samples standing in for a missing posture_index
 
 
 @dataclass
@@ -218,6 +228,12 @@ class MotionStreamInterpolator:
                 quat = Q.slerp(prev.root_quat, cur.root_quat, u)
                 first = prev.posture_index if self._uncovered is None else min(prev.posture_index, self._uncovered)
                 failed = bool(cur.meta.get("ik_failed", False) or prev.meta.get("ik_failed", False))
+            # the first index at or after this sample's time; before cur's, it is one that never arrived
+            nominal = cur.posture_index
+            if self._first_index is not None:
+                nominal = self._first_index + math.ceil(t * self._in)
+            bridged = prev is not None and nominal < cur.posture_index
+            self.stats.bridged += int(bridged)
             samples.append(
                 MotionSample(
                     index=self._next_index,
@@ -236,6 +252,8 @@ class MotionStreamInterpolator:
                     segment=int(cur.meta.get("segment", 0)),
                     session_id=str(cur.meta.get("session_id", "")),
                     take=self.stats.takes,
+                    bridged=bridged,
+                    bridged_index=nominal if bridged else -1,
                 )
             )
             self._next_index += 1

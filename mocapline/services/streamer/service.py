@@ -2,9 +2,18 @@
 
 Resamples input fps -> output fps (MotionStreamInterpolator: slerp root, linear joints, velocities),
 builds MocapFrames (every field, fixed lengths, hands from the G1's FK), wraps each in the 44-byte
-MotionFrameHeader + CRC32 and PUSHes it (bound: robots and viewers connect). Lossless: when no
-consumer is connected or it is slow, frames wait in order in the streamer's queue and latency
-grows; nothing is dropped. The queue depth is reported as ``pending``.
+MotionFrameHeader + CRC32 and sends it on the robot port (bound; robots and viewers connect).
+
+Durable mode (``--state-dir``): the robot port is a fan-out with identity
+(mocapline/core/fanout.py, docs/protocol.md): any number of named consumers (``mocapline.client``,
+``mocapline tap``, the viewer) each get every frame once and in order at their own pace, with
+their own acknowledgements and backlog on disk; a peer that does not complete the handshake gets
+nothing. A RobotFrame is acknowledged only once its MocapFrames are in the streamer's log, in every
+output mode; ``--plain-output`` feeds a plain PUSH from that log instead (for consumers that cannot
+acknowledge; what it hands out is counted ``unconfirmed``). Without ``--state-dir``: a plain PUSH
+(nothing is acknowledged anywhere in that mode; ``zmq_sent`` counts frames handed to ZeroMQ).
+
+Binds on loopback by default; binding another address without CURVE prints a warning.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from typing import Any
 import zmq
 
 from mocapline.core import durable
+from mocapline.core.fanout import DEFAULT_MAX_BACKLOG, FanoutSender
 from mocapline.core.frames import RobotFrame
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.metrics import (
@@ -47,14 +57,18 @@ log = logging.getLogger("mocapline.streamer")
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline streamer", description=__doc__)
     p.add_argument("--input", default="tcp://127.0.0.1:5557", help="retarget's RobotFrame endpoint (connect)")
-    p.add_argument("--output", default="tcp://*:5555", help="endpoint to bind the MocapFrame PUSH on")
+    p.add_argument("--output", default="tcp://127.0.0.1:5555",
+                   help="the robot port to bind (loopback by default; another address without CURVE warns)")
     p.add_argument("--input-fps", type=float, default=60.0, help="rate of the incoming frames (Axis rate)")
     p.add_argument("--output-fps", type=float, default=60.0, help="rate of the outgoing stream")
     p.add_argument("--record-frames", type=Path, default=None,
                    help="also write every MocapFrame sent to this .mlmf file (mocapline/formats/mlmf.py)")
     p.add_argument("--plain-output", action="store_true",
-                   help="with --state-dir: keep the output a plain PUSH for consumers that do not acknowledge "
-                        "(robots); frames a consumer's death takes with it are then not resent")
+                   help="with --state-dir: a plain PUSH fed from the log, for consumers that cannot acknowledge; "
+                        "frames handed to it are counted unconfirmed, and what a consumer's death takes is not resent")
+    p.add_argument("--consumer-backlog", type=int, default=DEFAULT_MAX_BACKLOG,
+                   help="frames a consumer may fall behind before it stops holding the log (alarm; it is told "
+                        "where the kept frames resume when it returns)")
     add_curve_server_options(p)
     add_stage_arguments(p, "streamer", nats_help="NATS server for heartbeats and control")
     return p
@@ -67,10 +81,31 @@ class StreamerCounters:
     motion_generated: int = 0
     zmq_sent: int = 0
     takes_ended: int = 0
+    out_base: int = 0  # durable: the output log position where this take's counts start (set at reset)
+    bridged_frames: int = 0  # frames standing in for a missing posture_index (MocapFrame.bridged)
     last_posture_index: int | None = None  # of the last MocapFrame sent
 
 
+@dataclass
+class PerformerStream:
+    """One performer's resampling (its own interpolator: poses of two performers are never
+    interpolated into each other) and counts."""
+
+    interp: MotionStreamInterpolator
+    name: str = ""
+    frames_in: int = 0
+    motion_generated: int = 0
+    zmq_sent: int = 0
+
+    def counts(self) -> dict[str, Any]:
+        return {"avatar_name": self.name, "frames_in": self.frames_in, "motion_generated": self.motion_generated,
+                "zmq_sent": self.zmq_sent, "pending": self.interp.pending}
+
+
 class Streamer:
+    """Resamples each performer's RobotFrames on its own and sends the MocapFrames of all of them
+    on one stream, each carrying its performer (``avatar_index``, ``avatar_name``)."""
+
     def __init__(
         self,
         sender: FrameSink,
@@ -85,12 +120,12 @@ class Streamer:
         self.tracer = tracer
         self.input_fps = input_fps
         self.output_fps = output_fps
-        self.interp = MotionStreamInterpolator(input_fps, output_fps)
+        self.performers: dict[int, PerformerStream] = {}
         self.builder = MocapFrameBuilder()
         self.counters = StreamerCounters()
         # (payload, capture_timestamp_us or -1 for END_OF_STREAM, taken in at (time_ns),
-        #  posture_index, the span to end once this, the frame's last sample, is sent)
-        self.outbox: deque[tuple[bytes, int, int, int, Any]] = deque()
+        #  posture_index, the span to end once this, the frame's last sample, is sent, avatar_index)
+        self.outbox: deque[tuple[bytes, int, int, int, Any, int]] = deque()
         self.recorder: Any = None  # a FrameFileWriter: every MocapFrame sent, as sent (--record-frames)
         self.ended = False
 
@@ -103,15 +138,26 @@ class Streamer:
         self.counters.frames_in += 1
         self.counters.ik_failed_in += int(frame.ik_failed)
         self.ended = False
-        self._queue(self.interp.push(frame), t_in_ns, span)
+        performer = self.performer(frame.avatar_index, frame.avatar_name)
+        performer.frames_in += 1
+        self._queue(performer.interp.push(frame), t_in_ns, span, frame.avatar_index)
+
+    def performer(self, avatar_index: int, name: str = "") -> PerformerStream:
+        stream = self.performers.get(avatar_index)
+        if stream is None:
+            interp = MotionStreamInterpolator(self.input_fps, self.output_fps)
+            stream = self.performers[avatar_index] = PerformerStream(interp, name)
+        return stream
 
     def on_end(self) -> None:
-        self._queue(self.interp.flush(), time.time_ns())
-        self.outbox.append((b"", -1, 0, -1, None))  # END_OF_STREAM marker, in order
+        for avatar_index, stream in self.performers.items():
+            self._queue(stream.interp.flush(), time.time_ns(), None, avatar_index)
+        self.outbox.append((b"drain", -1, 0, -1, None, -1))  # END_OF_STREAM marker, in order
         self.ended = True
         self.counters.takes_ended += 1
 
-    def _queue(self, samples: list[Any], t_in_ns: int, span: Any = None) -> None:
+    def _queue(self, samples: list[Any], t_in_ns: int, span: Any = None, avatar_index: int = 0) -> None:
+        performer = self.performer(avatar_index)
         if span is not None and not samples:
             span.end()  # downsampled: the frame is folded into the next sample
         last = len(samples) - 1
@@ -131,20 +177,26 @@ class Streamer:
                 time_s=s.time_s,
                 traceparent=s.traceparent,
                 session_id=s.session_id,
+                avatar_index=avatar_index,
+                avatar_name=performer.name,
+                bridged=s.bridged,
             )
             self.outbox.append((msg.SerializeToString(), s.capture_timestamp_us, t_in_ns, s.posture_index,
-                                span if k == last else None))
+                                span if k == last else None, avatar_index))
             self.counters.motion_generated += 1
+            performer.motion_generated += 1
+            self.counters.bridged_frames += int(s.bridged)
 
     def send_ready(self, timeout_ms: int) -> None:
         """Send queued frames while the socket can take them (blocking sends, never dropped)."""
         while self.outbox and self.sender.writable(timeout_ms):
-            payload, cap_us, t_in_ns, posture_index, span = self.outbox[0]
+            payload, cap_us, t_in_ns, posture_index, span, avatar_index = self.outbox[0]
             if cap_us < 0:
-                self.sender.send_end()
+                self.sender.send_end(self.end_of_stream(payload.decode()))
             else:
                 self.sender.send(payload, capture_timestamp_us=cap_us)
                 self.counters.zmq_sent += 1
+                self.performers[avatar_index].zmq_sent += 1
                 if self.recorder is not None:
                     self.recorder.write(payload, time.time_ns())
                 self.counters.last_posture_index = posture_index
@@ -155,20 +207,32 @@ class Streamer:
             self.outbox.popleft()
             timeout_ms = 0
 
+    def end_of_stream(self, reason: str) -> bytes:
+        """END_OF_STREAM's payload: the frame_id of the last MocapFrame before it (the marker itself
+        takes the next one), the MocapFrames made this take, and why."""
+        from mocapline.core import pb
+
+        return pb.EndOfStream(last_frame_id=max(0, self.sender.next_frame_id - 1),
+                              frames_sent=self.counters.motion_generated, reason=reason).SerializeToString()
+
     @property
     def pending(self) -> int:
-        return sum(1 for entry in self.outbox if entry[1] >= 0) + self.interp.pending
+        queued = sum(1 for entry in self.outbox if entry[1] >= 0)
+        return queued + sum(p.interp.pending for p in self.performers.values())
 
     def heartbeat(self) -> dict[str, Any]:
         return {**asdict(self.counters), "pending": self.pending, "ended": self.ended,
-                "input_fps": self.input_fps, "output_fps": self.output_fps}
+                "input_fps": self.input_fps, "output_fps": self.output_fps,
+                "performers": {str(k): p.counts() for k, p in self.performers.items()}}
 
     def reset(self) -> None:
         self.counters = StreamerCounters()
-        self.interp = MotionStreamInterpolator(self.input_fps, self.output_fps)
+        self.performers.clear()
 
     def durable_state(self) -> dict[str, Any]:
-        return {**asdict(self.counters), "ended": self.ended}
+        counts = {str(k): {"name": p.name, "frames_in": p.frames_in, "motion_generated": p.motion_generated,
+                           "zmq_sent": p.zmq_sent} for k, p in self.performers.items()}
+        return {**asdict(self.counters), "ended": self.ended, "performers": counts}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Counters as they were before a restart; the resampling clock starts again at the next
@@ -177,6 +241,12 @@ class Streamer:
         self.ended = bool(state.pop("ended", False))
         known = StreamerCounters.__dataclass_fields__
         self.counters = StreamerCounters(**{k: v for k, v in state.items() if k in known})
+        self.performers.clear()
+        for key, saved in (state.get("performers") or {}).items():
+            stream = self.performer(int(key), saved.get("name", ""))
+            stream.frames_in = int(saved.get("frames_in", 0))
+            stream.motion_generated = int(saved.get("motion_generated", 0))
+            stream.zmq_sent = int(saved.get("zmq_sent", 0))
 
 
 @dataclass(frozen=True)
@@ -189,16 +259,24 @@ class StreamerSettings:
     output_fps: float
     record_frames: Path | None
     plain_output: bool
+    consumer_backlog: int
     curve_server_key: str
     curve_clients: str
     stage: StageSettings
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> StreamerSettings:
-        if args.state_dir is not None and not args.plain_output and args.curve_server_key:
-            raise ValueError("CURVE on an acknowledged output is not supported yet; "
-                             "use --plain-output with CURVE, or run without --curve-server-key")
+        if args.consumer_backlog < 1:
+            raise ValueError("--consumer-backlog must be >= 1")
         return settings_from(cls, args, stage=StageSettings.from_args(args))
+
+
+def exposed(endpoint: str) -> bool:
+    """Whether a bind endpoint reaches beyond this host (anything but loopback and ipc)."""
+    if not endpoint.startswith("tcp://"):
+        return False
+    host = endpoint[len("tcp://"):].rpartition(":")[0].strip("[]")
+    return host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("127.")
 
 
 @dataclass
@@ -226,10 +304,22 @@ class StreamerLoop:
         return True
 
     def heartbeat(self) -> dict[str, Any]:
-        return {**self.streamer.heartbeat(), "rejected_by_reason": dict(self.links.rx.rejects)}
+        hb = {**self.streamer.heartbeat(), "rejected_by_reason": dict(self.links.rx.rejects), "unconfirmed": 0}
+        stage = self.links.durable
+        if stage is not None and isinstance(stage.sender, FanoutSender):
+            # where every frame of the take is: acknowledged by a consumer, handed out without an
+            # acknowledgement, or waiting (motion_generated == zmq_sent + unconfirmed + pending)
+            base = self.streamer.counters.out_base
+            counts = stage.sender.counts(base)
+            hb.update(zmq_sent=counts["delivered"], unconfirmed=counts["unconfirmed"],
+                      pending=hb["pending"] + counts["pending"],
+                      consumers=stage.sender.snapshot(base)["consumers"], durable=stage.snapshot())
+        return hb
 
     def reset(self) -> None:
         self.streamer.reset()
+        if self.links.durable is not None:
+            self.streamer.counters.out_base = self.links.durable.stage_log.next_seq
         self.links.remember(self.streamer.durable_state())
 
     def begin_drain(self, args: dict[str, Any]) -> None:
@@ -259,11 +349,18 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("CURVE on %s: clients admitted from %s", settings.output, settings.curve_clients)
             return sock
 
+        if exposed(settings.output) and not settings.curve_server_key:
+            print(f"mocapline streamer: WARNING: the robot port {settings.output} is reachable from other hosts "
+                  "without CURVE: anyone there can connect (use `mocapline keys` and --curve-server-key, or bind "
+                  "127.0.0.1)", file=sys.stderr, flush=True)
+        output = durable.LinkSpec(settings.output, MessageType.MOTION_FRAME, G1_JOINT_COUNT,
+                                  kind="push" if settings.plain_output else "fanout",
+                                  curve_server_key=settings.curve_server_key, curve_clients=settings.curve_clients,
+                                  max_backlog=settings.consumer_backlog)
         try:
             links = stage.open_links(
                 input=durable.LinkSpec(settings.input, MessageType.ROBOT_STATE, G1_JOINT_COUNT),
-                output=durable.LinkSpec(settings.output, MessageType.MOTION_FRAME, G1_JOINT_COUNT),
-                plain_output=plain_output, durable_output=not settings.plain_output, output_linger_ms=5000,
+                output=output, plain_output=plain_output, output_linger_ms=5000,
             )
         except StageError as exc:
             return stage.fail(str(exc))

@@ -32,8 +32,11 @@ class ViewerCounters:
 
     viewer_received: int = 0
     viewer_applied: int = 0
+    applied_by_performer: Counter[int] = field(default_factory=Counter)  # avatar_index -> frames applied
     rejected: Counter[str] = field(default_factory=Counter)
     frame_ids: SequenceLedger = field(default_factory=SequenceLedger)
+    frame_id_epoch: int | None = None  # the header epoch of the frames counted in frame_ids
+    sender_restarts: int = 0  # frame_id numbering started again under a new header epoch
     last_posture_index: int | None = None
     last_latency_s: float = 0.0
     # End-to-end latency (UDP arrival at capture -> applied here) of the latest frames, for p50/p99.
@@ -42,6 +45,16 @@ class ViewerCounters:
     recent_latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=2_000))
     _percentiles: dict[str, float | None] | None = field(default=None, repr=False)
     _percentiles_at: float = field(default=0.0, repr=False)
+
+    def observe_frame_id(self, header: Any) -> None:
+        """Count the frame_id's continuity. A new header epoch is a sender that started its
+        numbering again (a plain streamer restarted): counted as a restart, not a backward jump."""
+        epoch = getattr(header, "epoch", 0)
+        if self.frame_id_epoch is not None and epoch != self.frame_id_epoch:
+            self.sender_restarts += 1
+            self.frame_ids.last = None  # the next frame_id starts the count again
+        self.frame_id_epoch = epoch
+        self.frame_ids.observe(header.frame_id)
 
     def record_latency(self, seconds: float) -> None:
         self.last_latency_s = seconds
@@ -73,13 +86,16 @@ class ViewerCounters:
     def durable_state(self, applied: int | None) -> dict[str, object]:
         """The viewer's record per input frame: counts, and the posture_index it applied (or None)."""
         return {"viewer_received": self.viewer_received, "viewer_applied": self.viewer_applied,
-                "last_posture_index": self.last_posture_index, "rejected": dict(self.rejected), "applied": applied}
+                "last_posture_index": self.last_posture_index, "rejected": dict(self.rejected), "applied": applied,
+                "applied_by_performer": {str(k): n for k, n in self.applied_by_performer.items()}}
 
     def restore(self, state: dict[str, object]) -> None:
         self.viewer_received = int(state.get("viewer_received", 0))  # type: ignore[arg-type]
         self.viewer_applied = int(state.get("viewer_applied", 0))  # type: ignore[arg-type]
         self.last_posture_index = state.get("last_posture_index")  # type: ignore[assignment]
         self.rejected.update(state.get("rejected", {}))  # type: ignore[arg-type]
+        by_performer: dict[str, int] = state.get("applied_by_performer") or {}  # type: ignore[assignment]
+        self.applied_by_performer.update({int(k): int(n) for k, n in by_performer.items()})
 
     @property
     def crc_invalid(self) -> int:
@@ -95,8 +111,10 @@ class ViewerCounters:
             "frame_id_duplicates": self.frame_ids.duplicates,
             "frame_id_backward": self.frame_ids.backward,
             "frame_id_missing_ranges": [list(r) for r in self.frame_ids.missing_ranges],
+            "sender_restarts": self.sender_restarts,
             "last_posture_index": self.last_posture_index,
             **self.latency_percentiles_ms(),
+            "performers": {str(k): {"viewer_applied": n} for k, n in sorted(self.applied_by_performer.items())},
         }
 
 
@@ -143,7 +161,7 @@ class FrameValidator:
             c.rejected["non_finite"] += 1
             return None
         c.viewer_received += 1
-        c.frame_ids.observe(received.header.frame_id)
+        c.observe_frame_id(received.header)
         self.pending.append(msg)
         self.arrivals.append(t_in_ns)
         return msg
@@ -191,6 +209,7 @@ class FrameApplier:
         mujoco.mj_kinematics(self.model, self.data)
         c = self.counters
         c.viewer_applied += 1
+        c.applied_by_performer[msg.avatar_index] += 1
         c.last_posture_index = msg.posture_index
         now_ns = time.time_ns()
         latency_s = (now_ns // 1000 - msg.capture_timestamp_us) / 1e6  # capture receive -> applied

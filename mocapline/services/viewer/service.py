@@ -45,7 +45,11 @@ log = logging.getLogger("mocapline.viewer")
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline viewer", description=__doc__)
-    p.add_argument("--input", default="tcp://127.0.0.1:5555", help="streamer endpoint to connect the PULL to")
+    p.add_argument("--input", default="tcp://127.0.0.1:5555",
+                   help="the streamer's robot port (durable mode: as a named, acknowledging consumer through "
+                        "mocapline.client; plain mode: a PULL)")
+    p.add_argument("--name", default="viewer", help="durable mode: this viewer's consumer name at the streamer "
+                                                    "(stable across restarts; unique per viewer)")
     p.add_argument("--display", choices=("auto", "window", "web", "none"), default="auto",
                    help="auto: a window where a display exists, else the web page; none: apply only")
     p.add_argument("--web-host", default="127.0.0.1", help="address of the web view")
@@ -71,6 +75,7 @@ class ViewerSettings:
     """`mocapline viewer`'s flags."""
 
     input: str
+    name: str
     display: str
     web_host: str
     web_port: int
@@ -83,8 +88,6 @@ class ViewerSettings:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ViewerSettings:
-        if args.state_dir is not None and args.curve_client_key:
-            raise ValueError("CURVE on an acknowledged link is not supported yet")
         return settings_from(cls, args, display=choose_display(args.display), stage=StageSettings.from_args(args))
 
 
@@ -114,7 +117,7 @@ class ViewerLoop:
                 break
             self._last_frame_at = time.monotonic()
             if msg.header.message_type is MessageType.END_OF_STREAM:
-                self.counters.frame_ids.observe(msg.header.frame_id)
+                self.counters.observe_frame_id(msg.header)
                 self.ended = True
                 links.done(msg.header.frame_id, self.counters.durable_state(None))
                 go_on = not self.exit_on_end
@@ -176,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     with Stage("viewer", settings.stage, reasons=reasons) as stage:
         try:
             links = stage.open_links(
-                input=durable.LinkSpec(settings.input, MessageType.MOTION_FRAME, G1_JOINT_COUNT),
+                input=durable.LinkSpec(settings.input, MessageType.MOTION_FRAME, G1_JOINT_COUNT, kind="fanout",
+                                       name=settings.name, curve_client_key=settings.curve_client_key,
+                                       curve_server_public=settings.curve_server_public),
                 plain_input=lambda ctx: client_link(ctx, zmq.PULL, settings.input,
                                                     curve_client_key=settings.curve_client_key,
                                                     curve_server_public=settings.curve_server_public),

@@ -1,12 +1,16 @@
-"""`mocapline emit`: a synthetic Axis Studio that sends binary BVH datagrams over UDP.
+"""`mocapline emit`: a synthetic Axis Studio that sends binary BVH datagrams over UDP or TCP.
 
 Generates a walking / arm-raising take (or replays a .mlrec recording) to one or more destinations,
-the first being the "main" path and the second the "side" path. Faults for tests and demos:
-duplicated indices, indices skipped on one destination or all, non-BVH datagrams mixed in.
+the first being the "main" path and the second the "side" path. With ``--tcp-listen PORT`` the main
+path is a TCP server as Axis Studio runs one (capture connects to it) and ``--dest`` lists the UDP
+side paths. ``--performers N`` sends N avatars per frame (avatar_index 0..N-1). Faults for tests
+and demos: duplicated indices, indices skipped on one destination, on all, or for one performer,
+non-BVH datagrams mixed in, TCP connections dropped in the middle of a datagram.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import socket
@@ -14,17 +18,24 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mocapline.core.options import EnvArgumentParser, non_negative_float, non_negative_int, parse_index_list
+from mocapline.core.options import (
+    EnvArgumentParser,
+    non_negative_float,
+    non_negative_int,
+    parse_index_list,
+    positive_int,
+)
 from mocapline.core.paths import DEMO_TAKE
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig, encode_datagram
 from mocapline.formats.mlrec import RecordingWriter, read_recording
 from mocapline.formats.skeleton import SkeletonKind, get_skeleton
 from mocapline.tools.emitter.motion import pose_channels
+from mocapline.tools.emitter.tcp_server import AxisTcpServer
 
 GARBAGE_KINDS = ("calculation", "unknown_small", "random", "truncated_bvh")
 
@@ -60,6 +71,9 @@ class TakePlan:
     skip_side: set[int] = field(default_factory=set)
     garbage: int = 0
     seed: int = 0
+    performers: int = 1  # avatars per frame: avatar_index 0 .. performers - 1
+    skip_performer: dict[int, set[int]] = field(default_factory=dict)  # avatar_index -> indices not sent
+    tcp_cut: set[int] = field(default_factory=set)  # TCP: drop the connection half-way through these
 
     def indices(self) -> Iterator[int]:
         for i in range(self.frames):
@@ -75,12 +89,20 @@ class TakePlan:
             return False
         return not (dest == 1 and index in self.skip_side)
 
+    def performs(self, avatar: int, index: int) -> bool:
+        return index not in self.skip_performer.get(avatar, ())
+
+
+def performer_name(avatar: int) -> str:
+    return f"Performer{avatar + 1}"
+
 
 @dataclass
 class EmitStats:
     frames: int = 0
     datagrams: dict[str, int] = field(default_factory=dict)
     garbage: int = 0
+    tcp_cuts: int = 0
 
 
 class Pacer:
@@ -108,15 +130,25 @@ def emit_take(
     with_displacement: bool = True,
     with_reference: bool = False,
     speed: float = 1.0,
+    tcp: AxisTcpServer | None = None,
+    tcp_hold_s: float = 10.0,
     stop: threading.Event | None = None,
 ) -> EmitStats:
-    """Send ``plan`` to ``dests``; ``stop`` (set by a Ctrl-C, for instance) ends it early."""
+    """Send the take. With ``tcp`` the main path is that server and ``dests`` are the side paths;
+    before each frame the server waits up to ``tcp_hold_s`` for a client (0: frames sent while no
+    client is connected are lost, as with Axis Studio). ``stop`` (set by a Ctrl-C, say) ends it early."""
     config = config or AxisBvhConfig()
     skeleton = get_skeleton(config.skeleton)
     rng = random.Random(plan.seed)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
-    stats = EmitStats(datagrams={f"{h}:{p}": 0 for h, p in dests})
+    def udp_send(to: tuple[str, int]) -> Callable[[bytes], object]:
+        return lambda data: sock.sendto(data, to)
+
+    paths: list[tuple[str, Callable[[bytes], object]]] = [(f"{h}:{p}", udp_send((h, p))) for h, p in dests]
+    if tcp is not None:
+        paths.insert(0, (f"tcp:{tcp.port}", tcp.send))
+    stats = EmitStats(datagrams={name: 0 for name, _ in paths})
     in_take = range(plan.first_index, plan.first_index + plan.frames)
     total = plan.frames + sum(1 for i in plan.duplicate if i in in_take)
     garbage_at = sorted(rng.randrange(total + 1) for _ in range(plan.garbage))
@@ -124,33 +156,49 @@ def emit_take(
     pacer = Pacer(rate_hz)
     fps = rate_hz if rate_hz > 0 else 60.0
     last = None
-    data = b""
+    frame: list[bytes] = []
+    main_send = paths[0][1]
     for k, index in enumerate(plan.indices()):
         if stop is not None and stop.is_set():
             break
         pacer.wait()
         if index != last:
             t = (index - plan.first_index) / fps
-            data = encode_datagram(
-                index,
-                pose_channels(skeleton, config.rotation_order, t, speed),
-                config=config,
-                with_displacement=with_displacement,
-                with_reference=with_reference,
-            )
+            frame = [
+                encode_datagram(
+                    index,
+                    pose_channels(skeleton, config.rotation_order, t + 0.7 * avatar, speed),
+                    config=config,
+                    with_displacement=with_displacement,
+                    with_reference=with_reference,
+                    avatar_index=avatar,
+                    avatar_name=performer_name(avatar),
+                )
+                for avatar in range(plan.performers)
+            ]
             stats.frames += 1
             last = index
+        if tcp is not None and tcp_hold_s > 0:
+            tcp.wait_for_client(tcp_hold_s)
         while gi < len(garbage_at) and garbage_at[gi] == k:
-            junk = garbage_datagram(GARBAGE_KINDS[gi % len(GARBAGE_KINDS)], rng, data)
-            sock.sendto(junk, dests[0])
+            junk = garbage_datagram(GARBAGE_KINDS[gi % len(GARBAGE_KINDS)], rng, frame[0])
+            main_send(junk)
             stats.garbage += 1
             gi += 1
-        for d, dest in enumerate(dests):
+        if tcp is not None and index in plan.tcp_cut:
+            plan.tcp_cut.discard(index)  # once: the reconnected client gets the frame whole
+            tcp.cut(frame[0], len(frame[0]) // 2)
+            stats.tcp_cuts += 1
+            if tcp_hold_s > 0:
+                tcp.wait_for_client(tcp_hold_s)
+        for d, (name, send) in enumerate(paths):
             if plan.sends_to(d, index):
-                sock.sendto(data, dest)
-                stats.datagrams[f"{dest[0]}:{dest[1]}"] += 1
+                for avatar, data in enumerate(frame):
+                    if plan.performs(avatar, index):
+                        send(data)
+                        stats.datagrams[name] += 1
     for _ in range(gi, len(garbage_at)):
-        sock.sendto(garbage_datagram("random", rng, b""), dests[0])
+        main_send(garbage_datagram("random", rng, b""))
         stats.garbage += 1
     sock.close()
     return stats
@@ -209,8 +257,21 @@ def replay(path: Path, dests: list[tuple[str, int]], speed: float = 1.0) -> Emit
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline emit", description=__doc__)
-    p.add_argument("--dest", nargs="+", default=["127.0.0.1:7014"],
-                   help="HOST:PORT destinations; the first is the main path, the second the side path")
+    p.add_argument("--dest", nargs="*", default=None,
+                   help="UDP HOST:PORT destinations; the first is the main path, the second the side path "
+                        "(default 127.0.0.1:7014; with --tcp-listen these are side paths only, default none)")
+    p.add_argument("--tcp-listen", type=str, default=None, metavar="[HOST:]PORT",
+                   help="serve the main path over TCP as Axis Studio does (capture connects: --transport tcp); "
+                        "HOST defaults to 127.0.0.1")
+    p.add_argument("--tcp-hold-s", type=non_negative_float, default=10.0,
+                   help="TCP: before each frame wait up to this long for a client (0 = frames with no client "
+                        "connected are lost, as with Axis Studio)")
+    p.add_argument("--tcp-cut", type=parse_index_list, default=[],
+                   help="TCP: drop every connection half-way through these indices (the reconnected client "
+                        "gets them whole)")
+    p.add_argument("--performers", type=positive_int, default=1, help="avatars per frame (avatar_index 0..N-1)")
+    p.add_argument("--skip-performer", type=parse_performer_skip, action="append", default=[],
+                   metavar="AVATAR:INDICES", help="indices one performer misses on every path, e.g. 1:100-103")
     p.add_argument("--frames", type=non_negative_int, default=600, help="frames in the take (0 = until Ctrl-C)")
     p.add_argument("--rate", type=non_negative_float, default=60.0, help="frames per second; 0 = as fast as possible")
     p.add_argument("--first-index", type=non_negative_int, default=0, help="posture_index of the first frame")
@@ -235,12 +296,31 @@ def build_parser() -> EnvArgumentParser:
     return p
 
 
+def parse_performer_skip(text: str) -> tuple[int, list[int]]:
+    """``AVATAR:INDICES`` (``1:100-103,200``) -> (avatar_index, indices)."""
+    avatar, sep, indices = text.partition(":")
+    if not sep or not avatar.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected AVATAR:INDICES, e.g. 1:100-103")
+    return int(avatar), parse_index_list(indices)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.dest is None:
+            args.dest = [] if args.tcp_listen else ["127.0.0.1:7014"]
         dests = [parse_dest(d) for d in args.dest]
+        listen = parse_dest(args.tcp_listen if ":" in args.tcp_listen else f"127.0.0.1:{args.tcp_listen}") \
+            if args.tcp_listen else None
     except ValueError as exc:
         print(f"mocapline emit: {exc}", file=sys.stderr)
+        return 2
+    if listen is not None and (args.replay is not None or args.demo or args.write is not None):
+        print("mocapline emit: --tcp-listen serves a generated take (not --replay, --demo or --write)",
+              file=sys.stderr)
+        return 2
+    if not dests and listen is None:
+        print("mocapline emit: no destination (--dest or --tcp-listen)", file=sys.stderr)
         return 2
     if args.demo:
         args.replay = DEMO_TAKE
@@ -266,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
             skip_side=set(args.skip_side),
             garbage=args.garbage,
             seed=args.seed,
+            performers=args.performers,
+            skip_performer={avatar: set(indices) for avatar, indices in args.skip_performer},
+            tcp_cut=set(args.tcp_cut),
         )
         config = AxisBvhConfig(
             skeleton=SkeletonKind(args.skeleton),
@@ -276,15 +359,27 @@ def main(argv: list[str] | None = None) -> int:
             stats = write_take(plan, args.write, rate_hz=args.rate or 60.0, config=config, speed=args.speed)
             print(json.dumps({"frames": stats.frames, "file": str(args.write)}))
             return 0
+        server = None
         try:
+            if listen is not None:
+                server = AxisTcpServer(*listen)
+                print(f"mocapline emit: serving Axis BVH on tcp {listen[0]}:{server.port}", file=sys.stderr,
+                      flush=True)
             stats = emit_take(
                 plan, dests, rate_hz=args.rate, config=config,
                 with_displacement=not args.no_displacement, with_reference=args.with_reference,
-                speed=args.speed,
+                speed=args.speed, tcp=server, tcp_hold_s=args.tcp_hold_s,
             )
         except KeyboardInterrupt:
             return 130
-    print(json.dumps({"frames": stats.frames, "datagrams": stats.datagrams, "garbage": stats.garbage}))
+        except OSError as exc:
+            print(f"mocapline emit: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            if server is not None:
+                server.close()
+    print(json.dumps({"frames": stats.frames, "datagrams": stats.datagrams, "garbage": stats.garbage,
+                      "tcp_cuts": stats.tcp_cuts}))
     return 0
 
 

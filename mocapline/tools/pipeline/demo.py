@@ -24,7 +24,8 @@ from mocapline.core.options import (
     positive_float,
     positive_int,
 )
-from mocapline.tools.emitter.emitter import TakePlan, emit_take
+from mocapline.tools.emitter.emitter import TakePlan, emit_take, parse_performer_skip
+from mocapline.tools.emitter.tcp_server import AxisTcpServer
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Phase, SignalGuard
 from mocapline.tools.pipeline.stack import Stack, StackConfig, local_config, print_ledger, run_stack
 
@@ -39,6 +40,11 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--drop-side", type=parse_index_list, default=[], help="indices missing on the side path only")
     p.add_argument("--drop-both", type=parse_index_list, default=[], help="indices missing on both paths")
     p.add_argument("--garbage", type=non_negative_int, default=0, help="non-BVH datagrams mixed into the main path")
+    p.add_argument("--transport", choices=("udp", "tcp"), default="udp",
+                   help="main path over UDP, or over TCP from a server as Axis Studio runs one")
+    p.add_argument("--performers", type=positive_int, default=1, help="avatars per frame (avatar_index 0..N-1)")
+    p.add_argument("--drop-performer", type=parse_performer_skip, action="append", default=[],
+                   metavar="AVATAR:INDICES", help="indices one performer misses on every path, e.g. 1:100-103")
     p.add_argument("--merge", action="store_true", help="capture merges main + side (recovers main-only losses)")
     p.add_argument("--input-fps", type=positive_float, default=None,
                    help="Axis rate for the interpolator (default --rate)")
@@ -55,6 +61,7 @@ def demo_config(args: Any) -> StackConfig:
     fps = args.input_fps or (args.rate if args.rate > 0 else 60.0)
     return local_config(
         merge=args.merge,
+        transport=args.transport,
         viewer=not args.no_viewer,
         input_fps=fps,
         output_fps=args.output_fps or fps,
@@ -72,6 +79,8 @@ def take_plan(args: Any) -> TakePlan:
         skip_main=set(args.drop_main),
         skip_side=set(args.drop_side),
         garbage=args.garbage,
+        performers=args.performers,
+        skip_performer={avatar: set(indices) for avatar, indices in args.drop_performer},
     )
 
 
@@ -85,10 +94,13 @@ def why_not_conserved(ledger: dict[str, Any]) -> str:
     return f"exit 1, frames not conserved: {reason}{where}"
 
 
-def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
+def run(stack: Stack, args: Any, guard: SignalGuard, server: AxisTcpServer | None) -> int:
     config = stack.config
-    dests = [("127.0.0.1", config.main_port), ("127.0.0.1", config.side_port)]
-    emit_take(take_plan(args), dests, rate_hz=args.rate, stop=guard.stop)
+    side = ("127.0.0.1", config.side_port)
+    if server is not None:  # capture connects to it, as to Axis Studio's server
+        emit_take(take_plan(args), [side], rate_hz=args.rate, tcp=server, stop=guard.stop)
+    else:
+        emit_take(take_plan(args), [("127.0.0.1", config.main_port), side], rate_hz=args.rate, stop=guard.stop)
     if guard.stop.is_set():  # Ctrl-C while emitting: the take so far is drained and judged
         print("mocapline demo: interrupted while emitting; draining the frames sent so far "
               "(Ctrl-C again stops at once)", file=sys.stderr, flush=True)
@@ -112,9 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     config = demo_config(args)
     config.state_dir = Path(state.name) if state is not None else None
     stack = Stack(config)
+    server = AxisTcpServer("127.0.0.1", config.axis_port) if args.transport == "tcp" else None
     try:
-        return run_stack(stack, "mocapline demo", lambda guard: run(stack, args, guard), preflight_code=2)
+        return run_stack(stack, "mocapline demo", lambda guard: run(stack, args, guard, server), preflight_code=2)
     finally:
+        if server is not None:
+            server.close()
         if state is not None:
             state.cleanup()
 

@@ -37,6 +37,9 @@ STAGES = ("capture", "retarget", "streamer", "viewer")
 class StackConfig:
     source: str = "axis"  # or "xsens"
     rotation_order: str = "YXZ"
+    transport: str = "udp"  # "tcp": capture is the client of Axis Studio's TCP server
+    axis_host: str = "127.0.0.1"
+    axis_port: int = 7001
     main_port: int = 7014
     side_port: int = 7015
     merge: bool = False
@@ -44,6 +47,11 @@ class StackConfig:
     human_port: int = 5556
     robot_port: int = 5557
     output_port: int = 5555
+    # The robot port's address: loopback unless told otherwise (another one without CURVE warns).
+    bind_host: str = "127.0.0.1"
+    # Durable mode: the robot port as a plain PUSH fed from the streamer's log, for consumers that
+    # cannot acknowledge (frames handed out are unconfirmed). Default: the acknowledged fan-out.
+    plain_output: bool = False
     viewer: bool = True
     display: str = "auto"
     web_port: int = 8080
@@ -68,7 +76,7 @@ def local_config(**settings: Any) -> StackConfig:
     """A StackConfig on free loopback ports, with its own NATS and no display: a stack that runs
     beside any other (how `mocapline demo`, the benchmarks and the tests start one)."""
     ports: dict[str, Any] = {
-        "main_port": free_udp_port(), "side_port": free_udp_port(),
+        "main_port": free_udp_port(), "side_port": free_udp_port(), "axis_port": free_tcp_port(),
         "nats_url": f"nats://127.0.0.1:{free_tcp_port()}", "human_port": free_tcp_port(),
         "robot_port": free_tcp_port(), "output_port": free_tcp_port(), "web_port": free_tcp_port(),
     }
@@ -117,7 +125,9 @@ class Stack:
         held by a previous run is named with its process and how to stop it."""
         c = self.config
         problems: list[str] = []
-        for port, what in ((c.main_port, "main path"), (c.side_port, "side path")):
+        udp = [(c.side_port, "side path")] if c.transport == "tcp" else [(c.main_port, "main path"),
+                                                                         (c.side_port, "side path")]
+        for port, what in udp:
             if not port_free(port, socket.SOCK_DGRAM, "0.0.0.0"):
                 problems.append(busy_port_message(port, socket.SOCK_DGRAM, what))
         tcp = [(c.human_port, "capture -> retarget"), (c.robot_port, "retarget -> streamer"),
@@ -180,7 +190,9 @@ class Stack:
         if not nats_reachable(c.nats_url):
             self._start_nats()
         env = {"MOCAPLINE_NATS": c.nats_url, **c.extra_env}
-        capture_ports = [c.main_port, c.side_port] if c.merge else [c.main_port]
+        # Over TCP the main path is the connection to Axis; --ports lists the UDP side path (merge).
+        main = [] if c.transport == "tcp" else [c.main_port]
+        capture_ports = [*main, c.side_port] if c.merge else main
         fds: dict[str, tuple[int, ...]] = {}
         if c.state_dir is not None:
             fds["capture"] = tuple(self._hold_udp(port) for port in capture_ports)
@@ -196,10 +208,13 @@ class Stack:
             retarget_args.append("--ik-config=xsens")
         plan: list[tuple[str, list[str]]] = [
             ("auditor", [f"--side-port={0 if c.merge else c.side_port}"]),
-            ("capture", ["--ports", *map(str, capture_ports), f"--output=tcp://127.0.0.1:{c.human_port}",
+            ("capture", [*(["--ports", *map(str, capture_ports)] if capture_ports else []),
+                         *([f"--transport={c.transport}", f"--axis={c.axis_host}:{c.axis_port}"]
+                           if c.transport == "tcp" else []),
+                         f"--output=tcp://127.0.0.1:{c.human_port}",
                          "--status-interval=0", f"--source={c.source}", f"--rotation-order={c.rotation_order}"]),
             ("retarget", retarget_args),
-            ("streamer", [f"--input=tcp://127.0.0.1:{c.robot_port}", f"--output=tcp://*:{c.output_port}",
+            ("streamer", [f"--input=tcp://127.0.0.1:{c.robot_port}", f"--output=tcp://{c.bind_host}:{c.output_port}",
                           f"--input-fps={c.input_fps}", f"--output-fps={c.output_fps}"]),
         ]
         if c.viewer:
@@ -211,12 +226,12 @@ class Stack:
         for name, args in plan:
             if name in c.metrics_ports:
                 args = [*args, f"--metrics-port={c.metrics_ports[name]}"]
-            if c.state_dir is not None and name in fds:
+            if c.state_dir is not None and fds.get(name):
                 flag = "--udp-fds" if name == "capture" else "--side-fd"
                 args = [*args, f"{flag}={','.join(map(str, fds[name]))}"]
             if c.state_dir is not None and name != "auditor":
                 args = [*args, f"--state-dir={c.state_dir / name}", f"--fsync={c.fsync}"]
-                if name == "streamer" and not c.viewer:  # robots on 5555 do not acknowledge
+                if name == "streamer" and c.plain_output:  # consumers that cannot acknowledge
                     args.append("--plain-output")
             svc = Service(name, args, env, pass_fds=fds.get(name, ()))
             self.services[name] = svc

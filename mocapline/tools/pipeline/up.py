@@ -9,6 +9,7 @@ none answers at --nats. `--demo` also replays the bundled take (looping); `--no-
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from mocapline.core.bus import DEFAULT_URL
 from mocapline.core.options import EnvArgumentParser, port_number, positive_float
+from mocapline.services.capture.tcp import parse_endpoint
 from mocapline.tools.pipeline.console import LiveConsole, LogWatch, snapshot
 from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.procs import Service
@@ -26,6 +28,10 @@ def add_stack_options(p: EnvArgumentParser) -> None:
     p.add_argument("--source", choices=("axis", "xsens"), default="axis",
                    help="Axis Studio binary BVH, or Xsens MVN MXTP02 (then use --main-port 9763)")
     p.add_argument("--rotation-order", default="YXZ", help="Axis Studio's BVH rotation order setting")
+    p.add_argument("--transport", choices=("udp", "tcp"), default="udp",
+                   help="Axis Studio over UDP (to --main-port) or TCP (capture connects to --axis)")
+    p.add_argument("--axis", default="127.0.0.1:7001", metavar="HOST[:PORT]",
+                   help="--transport tcp: Axis Studio's TCP server")
     p.add_argument("--main-port", type=port_number, default=7014, help="UDP port Axis Studio sends to (main path)")
     p.add_argument("--side-port", type=port_number, default=7015, help="UDP port of the side path (audit / merge)")
     p.add_argument("--merge", action="store_true",
@@ -34,6 +40,12 @@ def add_stack_options(p: EnvArgumentParser) -> None:
     p.add_argument("--output-port", type=port_number, default=5555, help="tcp port of the streamer's output")
     p.add_argument("--human-port", type=port_number, default=5556, help="tcp port of the capture -> retarget link")
     p.add_argument("--robot-port", type=port_number, default=5557, help="tcp port of the retarget -> streamer link")
+    p.add_argument("--bind-host", default="127.0.0.1",
+                   help="address the robot port binds on: loopback by default; another one (0.0.0.0 for all) "
+                        "without CURVE prints a warning")
+    p.add_argument("--plain-output", action="store_true",
+                   help="durable mode: the robot port as a plain PUSH for consumers that cannot acknowledge "
+                        "(frames handed to them are counted unconfirmed); default: acknowledged fan-out")
     p.add_argument("--input-fps", type=positive_float, default=60.0, help="Axis frame rate")
     p.add_argument("--output-fps", type=positive_float, default=60.0, help="rate of the stream to robots / viewer")
     p.add_argument("--human-height", type=positive_float, default=None, help="performer height in metres")
@@ -50,9 +62,13 @@ def add_stack_options(p: EnvArgumentParser) -> None:
 
 def stack_config(args: Any, **overrides: Any) -> StackConfig:
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="mocapline-"))
+    axis_host, axis_port = parse_endpoint(args.axis)
     config = StackConfig(
         source=args.source,
         rotation_order=args.rotation_order,
+        transport=args.transport,
+        axis_host=axis_host,
+        axis_port=axis_port,
         main_port=args.main_port,
         side_port=args.side_port,
         merge=args.merge,
@@ -60,6 +76,8 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
         output_port=args.output_port,
         human_port=args.human_port,
         robot_port=args.robot_port,
+        bind_host=args.bind_host,
+        plain_output=args.plain_output,
         input_fps=args.input_fps,
         output_fps=args.output_fps,
         human_height=args.human_height,
@@ -87,14 +105,18 @@ def build_parser() -> EnvArgumentParser:
 
 def startup_lines(config: StackConfig, args: Any) -> list[str]:
     """What the person needs to keep: where to send, where to look, where the logs are."""
+    main_path = (f"capture -> tcp {config.axis_host}:{config.axis_port}" if config.transport == "tcp"
+                 else f"Axis Studio -> udp {config.main_port}")
     lines = [
-        f"mocapline: pipeline up; Axis Studio -> udp {config.main_port}"
-        f"{' + ' + str(config.side_port) if config.merge else ''}; robots/viewers -> tcp {config.output_port}; "
-        f"logs in {config.log_dir}",
+        f"mocapline: pipeline up; {main_path}{' + udp ' + str(config.side_port) if config.merge else ''}; "
+        f"robots/viewers -> tcp://{config.bind_host}:{config.output_port}; logs in {config.log_dir}",
         "mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
                          if config.state_dir is not None else "plain links (--plain): nothing kept on disk"),
         f"mocapline: NATS {config.nats_url}; /metrics on 9101-9105 (capture, retarget, streamer, viewer, auditor)",
     ]
+    if config.bind_host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("MOCAPLINE_CURVE_SERVER_KEY"):
+        lines.append(f"mocapline: WARNING: the robot port is bound on {config.bind_host}, reachable from other "
+                     "hosts without CURVE (see deploy/README.md for `mocapline keys`)")
     if not args.no_viewer and args.display != "window":
         lines.append(f"mocapline: web viewer at http://127.0.0.1:{args.web_port}/")
     if args.demo:
@@ -141,8 +163,16 @@ def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    config = stack_config(args, viewer=not args.no_viewer, display=args.display, web_port=args.web_port,
-                          plots_dir=args.plots_dir)
+    if args.demo and args.transport == "tcp":
+        print("mocapline up: --demo replays over UDP; with --transport tcp serve a take with "
+              "`mocapline emit --tcp-listen PORT` and point --axis at it", file=sys.stderr)
+        return 2
+    try:
+        config = stack_config(args, viewer=not args.no_viewer, display=args.display, web_port=args.web_port,
+                              plots_dir=args.plots_dir)
+    except ValueError as exc:
+        print(f"mocapline up: {exc}", file=sys.stderr)
+        return 2
     stack = Stack(config)
     return run_stack(stack, "mocapline up", lambda guard: run(stack, args, guard))
 

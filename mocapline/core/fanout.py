@@ -1,0 +1,396 @@
+"""Fan-out with identity: one stage log sent to every consumer that completed the handshake, each
+at its own pace, with its own acknowledgement state and backlog (the robot port, tcp 5555).
+
+The port is a ZeroMQ ROUTER. A consumer connects a DEALER and speaks the acknowledged link protocol
+of ``mocapline.core.reliable`` on that one connection (one-part messages are control, two-part
+messages are frames; the wire contract is docs/protocol.md):
+
+    consumer -> port  HELLO(epoch, seq, name)  "I am <name>; I hold everything through seq"
+    port -> consumer  WELCOME(epoch, seq)      "the next frame I send you is seq"
+    port -> consumer  (topic, 44-byte header + payload), frame_id = seq, in order
+    consumer -> port  ACK(epoch, seq)          "done through seq (processed and stored)"
+
+- **Nothing before the handshake.** Frames are addressed to a consumer's routing id, which the port
+  learns from its HELLO; a peer that never says HELLO receives nothing, and a PUSH/PULL peer cannot
+  even connect (ZeroMQ refuses a PULL talking to a ROUTER). Nobody can take frames from anyone.
+- **Each consumer on its own.** A consumer is known by its name (``--name``; stable across its
+  restarts). Its position is its own: a resend (a HELLO after a gap, or after its restart) goes to it
+  alone, at most ``window`` of its frames are in flight, and a slow or dead consumer holds nobody
+  back: the others' frames keep flowing, its own wait in the stage log on disk.
+- **Where a consumer starts.** A consumer that knows this port's epoch resumes after the seq it
+  sends. Any other (new, or its stored position belongs to another epoch) starts at the oldest
+  frame no consumer has taken yet: the first consumer of a fresh take gets every frame, even ones
+  made while nobody was connected (or while the streamer was down); a consumer joining a running
+  take starts about where the others are.
+- **Bounded backlog.** A consumer more than ``max_backlog`` frames behind is *evicted* from holding
+  the log (an error in the log, ``evicted``/``evictions`` in its counters, the alarm metric
+  ``mocapline_consumers_evicted`` beside ``mocapline_consumer_backlog_max``): the log is trimmed past
+  it, and when it comes back it is told (WELCOME) where the retained frames resume; its receiver
+  counts the rest as ``lost``. A consumer not heard from (ACK or HELLO) for ``LIVE_S`` holds no
+  drain; its frames still wait for it.
+- **Remembered.** Per-consumer positions and counters live in ``consumers.json`` beside the log
+  (rewritten at most once a second, and always before the log is trimmed, so the log never drops
+  a frame a remembered consumer still needs).
+
+``push=True`` is the port for a consumer that cannot acknowledge (``--plain-output``): a PUSH fed
+from the same log. Frames handed to it are *unconfirmed* forever; a restart resumes after the last
+position written down, so up to a second of frames may go out twice (same frame_id: drop by it).
+
+Ledger: every produced frame is in exactly one of ``delivered`` (acknowledged by at least one
+consumer), ``unconfirmed`` (handed to the wire, no acknowledgement yet, or never: push) and
+``pending`` (in the log, not yet handed to anyone), so ``delivered + unconfirmed + pending ==
+produced`` at every moment (``counts``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from mocapline.core.header import TOPICS, MessageType
+from mocapline.core.reliable import (
+    ACK,
+    DEFAULT_WINDOW,
+    HELLO,
+    NO_EPOCH,
+    WELCOME,
+    decode_control,
+    encode_control,
+    encode_output,
+)
+from mocapline.core.stagelog import DiskStream, Outbox, StageLog, StageRecord
+
+log = logging.getLogger("mocapline.core.fanout")
+
+DEFAULT_MAX_BACKLOG = 216_000  # frames: an hour at 60 Hz (~90 MB of MocapFrames on disk)
+PERSIST_INTERVAL_S = 1.0
+# A consumer is live while it is heard from (ACKs while frames flow, HELLOs at most 2 s apart when
+# idle): one silent for longer holds no drain (its frames still wait for it in the log).
+LIVE_S = 5.0
+
+
+@dataclass
+class Consumer:
+    """One consumer's position and counters (the persisted part is everything but ``route``)."""
+
+    name: str
+    acknowledges: bool = True
+    joined: int = 0  # first seq it was sent
+    cursor: int = 0  # next seq to send it
+    acked: int = -1  # highest seq it acknowledged (for push: unused)
+    high_water: int = 0  # every seq below was sent to it at least once
+    sent: int = 0  # messages handed to ZeroMQ for it, resends included
+    resent: int = 0
+    hellos: int = 0
+    evicted: bool = False
+    evictions: int = 0
+    route: bytes | None = field(default=None, repr=False)
+    stream: DiskStream = field(default_factory=DiskStream, repr=False)
+    heard: float = field(default=float("-inf"), repr=False)  # monotonic time of its last HELLO or ACK
+
+    @property
+    def live(self) -> bool:
+        return self.route is not None and time.monotonic() - self.heard < LIVE_S
+
+    @property
+    def hold(self) -> int:
+        """The oldest seq this consumer may still ask for."""
+        return self.acked + 1 if self.acknowledges else self.cursor
+
+    def persisted(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _TRANSIENT}
+
+    @classmethod
+    def restored(cls, d: dict[str, Any]) -> Consumer:
+        return cls(**{k: v for k, v in d.items() if k in _PERSISTED})
+
+
+_TRANSIENT = ("route", "stream", "heard")
+_PERSISTED = frozenset(f.name for f in fields(Consumer)) - set(_TRANSIENT)
+
+
+class FanoutSender:
+    """A StageLog's outputs to every consumer on a ROUTER (or, ``push``, to a PUSH); see the module."""
+
+    def __init__(
+        self,
+        sock: zmq.Socket,
+        stage_log: StageLog,
+        joint_count: int,
+        *,
+        window: int = DEFAULT_WINDOW,
+        max_backlog: int = DEFAULT_MAX_BACKLOG,
+        push: bool = False,
+        cache: int = 4096,
+    ) -> None:
+        self.sock = sock
+        self.push = push
+        if not push:
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a peer gone raises, not drops silently
+            sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted consumer's new connection takes over
+        self.stage_log = stage_log
+        self.joint_count = joint_count
+        self.window = window
+        self.max_backlog = max_backlog
+        self.outbox = Outbox(stage_log, cache)
+        self.consumers: dict[str, Consumer] = {}
+        self._by_route: dict[bytes, Consumer] = {}
+        self._ends: list[int] = []  # seqs of every END_OF_STREAM message (one per take: few)
+        self.unrecoverable = 0
+        self.state_path = Path(stage_log.directory) / "consumers.json"
+        self._dirty = False
+        self._persisted_at = 0.0
+        self._trimmed_to = -1
+        self._load()
+        if push and "push" not in self.consumers:
+            start = self._taken()
+            self.consumers["push"] = Consumer("push", acknowledges=False, joined=start, cursor=start, high_water=start)
+
+    # --- state -----------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> bytes:
+        return self.stage_log.epoch
+
+    def _load(self) -> None:
+        scanned = self.stage_log.first_seq()
+        if self.state_path.exists():
+            state = json.loads(self.state_path.read_text())
+            if bytes.fromhex(state.get("epoch", "")) == self.epoch:
+                for d in state.get("consumers", []):
+                    c = Consumer.restored(d)
+                    c.cursor = c.hold  # frames in flight at the crash are sent again
+                    c.high_water = c.hold if c.acknowledges else c.high_water
+                    self.consumers[c.name] = c
+                self._ends = list(state.get("ends", []))
+                scanned = max(scanned, int(state.get("scanned_to", 0)))
+        for seq, out in self.stage_log.outputs_from(scanned):  # ends written after the last save
+            if out.message_type is MessageType.END_OF_STREAM:
+                self._ends.append(seq)
+
+    def _save(self) -> None:
+        state = {"epoch": self.epoch.hex(), "scanned_to": self.stage_log.next_seq, "ends": self._ends,
+                 "consumers": [c.persisted() for c in self.consumers.values()]}
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.state_path)
+        self._dirty = False
+        self._persisted_at = time.monotonic()
+
+    @property
+    def wake_socket(self) -> zmq.Socket | None:
+        return None if self.push else self.sock
+
+    def close(self) -> None:
+        self._save()
+
+    # --- producing ---------------------------------------------------------------------------
+
+    def commit(self, record: StageRecord) -> None:
+        """The durable step: append the record (its outputs are sent by ``pump``)."""
+        first = self.stage_log.append(record)
+        self.outbox.append(first, record.outputs)
+        for k, out in enumerate(record.outputs):
+            if out.message_type is MessageType.END_OF_STREAM:
+                self._ends.append(first + k)
+
+    def pump(self, timeout_ms: int = 0) -> int:
+        """Read HELLOs and ACKs, send each consumer what its window allows; returns messages sent."""
+        self._read_control()
+        sent = sum(self._send_to(c) for c in list(self.consumers.values())
+                   if c.route is not None or not c.acknowledges)
+        self._maintain()
+        return sent
+
+    def _send_to(self, c: Consumer) -> int:
+        sent = 0
+        next_seq = self.stage_log.next_seq
+        while c.cursor < next_seq:
+            if c.acknowledges and c.cursor - c.acked - 1 >= self.window:
+                break
+            seq, out = self.outbox.fetch(c.cursor, c.stream)
+            if seq != c.cursor:  # no longer on disk (evicted, then trimmed): skip ahead, loudly
+                log.error("consumer %s: frames %d..%d are gone from the log; sending from %d", c.name, c.cursor,
+                          seq - 1, seq)
+                self.unrecoverable += seq - c.cursor
+                c.cursor = seq
+            frame = encode_output(out, seq, self.joint_count, self.epoch)
+            parts = [TOPICS[out.message_type], frame]
+            try:
+                self.sock.send_multipart(parts if c.route is None else [c.route, *parts], zmq.NOBLOCK)
+            except zmq.Again:  # its queue is full (or, push: nobody connected): later
+                break
+            except zmq.ZMQError as exc:
+                if exc.errno != zmq.EHOSTUNREACH:
+                    raise
+                self._forget_route(c)  # disconnected: it says HELLO when it is back
+                break
+            c.sent += 1
+            if seq < c.high_water:
+                c.resent += 1
+            c.cursor = seq + 1
+            c.high_water = max(c.high_water, c.cursor)
+            sent += 1
+        if sent and not c.acknowledges:
+            self._dirty = True
+        return sent
+
+    def _forget_route(self, c: Consumer) -> None:
+        if c.route is not None:
+            self._by_route.pop(c.route, None)
+            c.route = None
+
+    # --- control -----------------------------------------------------------------------------
+
+    def _read_control(self) -> None:
+        if self.push:
+            return
+        while self.sock.poll(0):
+            parts = self.sock.recv_multipart()
+            msg = decode_control(parts[1]) if len(parts) == 2 else None
+            if msg is None:
+                continue
+            if msg.kind == HELLO:
+                self._hello(parts[0], msg.epoch, msg.seq, msg.name or parts[0].hex())
+            elif msg.kind == ACK:
+                c = self._by_route.get(parts[0])
+                if c is not None:
+                    c.heard = time.monotonic()
+                if c is not None and msg.epoch == self.epoch and msg.seq > c.acked:
+                    c.acked = min(msg.seq, self.stage_log.next_seq - 1)
+                    self._dirty = True
+
+    def _hello(self, route: bytes, epoch: bytes, seq: int, name: str) -> None:
+        c = self.consumers.get(name)
+        new = c is None
+        if c is None:
+            c = self.consumers[name] = Consumer(name)
+        reconnected = c.route != route
+        if c.route is not None and reconnected:
+            self._forget_route(c)  # the same consumer on a new connection (it restarted)
+        old = self._by_route.get(route)
+        if old is not None and old is not c:
+            self._forget_route(old)
+        c.route = route
+        self._by_route[route] = c
+        c.hellos += 1
+        c.heard = time.monotonic()
+        next_seq = self.stage_log.next_seq
+        oldest = self.stage_log.first_seq()
+        if epoch == self.epoch:
+            if seq >= next_seq:
+                log.warning("consumer %s holds up to %d but this log ends at %d: the log lost its tail", name, seq,
+                            next_seq - 1)
+            c.acked = max(c.acked, min(seq, next_seq - 1))
+            start = seq + 1
+            if new:  # known to the consumer, not to this table (it was lost): count from here
+                c.joined = start
+        else:  # new, or it knows another sender: the oldest frame nobody has taken
+            start = max(self._taken(exclude=c), oldest)
+            if epoch != NO_EPOCH:
+                log.warning("consumer %s knows another epoch (%s): starting it at %d", name, epoch.hex()[:8], start)
+            c.acked = max(c.acked, start - 1) if not new else start - 1
+            c.joined = start
+        if start < oldest:
+            log.error("consumer %s asks from %d, the oldest frame on disk is %d", name, start, oldest)
+            self.unrecoverable += oldest - start
+            start = oldest
+        c.cursor = min(start, next_seq)
+        if new:
+            c.high_water = c.cursor
+        self._dirty = True
+        try:
+            self.sock.send_multipart([route, encode_control(WELCOME, self.epoch, c.cursor)], zmq.NOBLOCK)
+        except zmq.ZMQError:  # gone again (or its queue full): its next HELLO is answered
+            self._forget_route(c)
+            return
+        if reconnected:  # (an idle consumer's periodic HELLO is not news)
+            log.info("consumer %s %s at %d", name, "joined" if new else "resumed", c.cursor)
+
+    # --- bookkeeping -------------------------------------------------------------------------
+
+    def _taken(self, exclude: Consumer | None = None) -> int:
+        """The oldest seq no consumer has taken (acknowledged, or handed to a push consumer)."""
+        holds = [c.hold for c in self.consumers.values() if c is not exclude and (c.acked >= 0 or not c.acknowledges)]
+        return max(holds, default=self.stage_log.first_seq())
+
+    def _maintain(self) -> None:
+        """Evict consumers too far behind, write the table down and trim the log (<= once a second)."""
+        now = time.monotonic()
+        if now - self._persisted_at < PERSIST_INTERVAL_S:
+            return
+        next_seq = self.stage_log.next_seq
+        for c in self.consumers.values():
+            backlog = next_seq - c.hold
+            if not c.evicted and backlog > self.max_backlog:
+                c.evicted = True
+                c.evictions += 1
+                self._dirty = True
+                log.error("consumer %s is %d frames behind (bound %d): no longer holding the log for it; "
+                          "frames trimmed before it returns are lost to it", c.name, backlog, self.max_backlog)
+            elif c.evicted and backlog <= self.max_backlog // 2:
+                c.evicted = False
+                self._dirty = True
+        if self._dirty:
+            self._save()
+        self._persisted_at = now
+        holds = [c.hold for c in self.consumers.values() if not c.evicted]
+        trim = min([self._taken(), *holds])
+        if trim > self._trimmed_to + 1:
+            self.stage_log.log.drop_before(trim)
+            self._trimmed_to = trim - 1
+
+    # --- the ledger --------------------------------------------------------------------------
+
+    def _frames(self, lo: int, hi: int) -> int:
+        """MocapFrames (END_OF_STREAM excluded) among seqs [lo, hi)."""
+        if hi <= lo:
+            return 0
+        return hi - lo - (bisect.bisect_left(self._ends, hi) - bisect.bisect_left(self._ends, lo))
+
+    def counts(self, base: int = 0) -> dict[str, int]:
+        """Frames with seq >= ``base`` (a reset's start): delivered + unconfirmed + pending ==
+        frames produced since ``base``."""
+        next_seq = self.stage_log.next_seq
+        delivered_to = max([c.acked + 1 for c in self.consumers.values() if c.acknowledges], default=0)
+        handed_to = max([c.high_water for c in self.consumers.values()], default=0)
+        delivered_to = max(base, min(delivered_to, next_seq))
+        handed_to = max(delivered_to, min(handed_to, next_seq))
+        return {"delivered": self._frames(base, delivered_to), "unconfirmed": self._frames(delivered_to, handed_to),
+                "pending": self._frames(handed_to, next_seq)}
+
+    @property
+    def unacked(self) -> int:
+        """Messages (END_OF_STREAM included) the furthest-behind connected consumer has not
+        acknowledged yet: 0 means every consumer there is has everything (a drain is complete;
+        frames nobody is connected for wait in the log and show as pending)."""
+        next_seq = self.stage_log.next_seq
+        live = [c for c in self.consumers.values() if c.acknowledges and c.live and not c.evicted]
+        return max([next_seq - c.acked - 1 for c in live], default=0)
+
+    def snapshot(self, base: int = 0) -> dict[str, Any]:
+        next_seq = self.stage_log.next_seq
+        return {
+            "consumers": {
+                c.name: {"connected": c.live or not c.acknowledges, "acknowledges": c.acknowledges,
+                         "frames_acked": self._frames(max(base, c.joined), c.acked + 1) if c.acknowledges else 0,
+                         "sent": c.sent, "resent": c.resent, "hellos": c.hellos,
+                         "backlog": max(0, next_seq - c.hold), "evicted": c.evicted, "evictions": c.evictions,
+                         "next_frame_id": c.cursor}
+                for c in self.consumers.values()
+            },
+            "sent": sum(c.sent for c in self.consumers.values()),
+            "resent": sum(c.resent for c in self.consumers.values()),
+            "unrecoverable": self.unrecoverable,
+            "unacked": self.unacked,
+            "in_flight": max([c.cursor - c.acked - 1 for c in self.consumers.values()
+                              if c.acknowledges and c.live], default=0),
+        }

@@ -1,0 +1,140 @@
+"""How good a retargeted take is: tracking error, smoothness, configuration jumps, limits.
+
+Used by ``mocapline bench retarget`` (both IKs on the same targets), ``mocapline retarget-file``
+(its summary line) and the take-set regression test. Errors are measured against the targets of
+the config's last table (the one that decides the pose), on the robot frames it names:
+
+- position error (mm): entries with a position weight; ``hands`` / ``feet`` / ``pelvis`` are the
+  entries whose human body is a hand / a foot / the root;
+- orientation error (deg): entries with a rotation weight, the angle of target * conj(frame);
+- jerk: mean absolute third difference of the joints (rad/s^3);
+- configuration jumps: events where some joint moves more than ``JUMP_JOINT_RAD`` within
+  ``JUMP_WINDOW`` frames while every target moves less than ``JUMP_TARGET_M`` and
+  ``JUMP_TARGET_DEG``: the IK switched to another solution of the same targets (an arm flip).
+  Consecutive flagged frames are one event;
+- limit contacts: frames with a joint within ``CONTACT_RAD`` of its range; violations: samples
+  outside the range or moving faster than the joint's velocity limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import mujoco
+import numpy as np
+
+from mocapline.core import quat as Q
+from mocapline.robot import g1 as robot_model
+
+JUMP_WINDOW = 10
+JUMP_JOINT_RAD = 1.0
+JUMP_TARGET_M = 0.05
+JUMP_TARGET_DEG = 20.0
+CONTACT_RAD = 1e-3
+SKIP_FRAMES = 5  # the first frames of a take start from the standing pose: not tracking yet
+
+
+@dataclass
+class Quality:
+    err_mm: float
+    err_p99_mm: float
+    hands_mm: float
+    feet_mm: float
+    pelvis_mm: float
+    rot_deg: float
+    jerk: float
+    jumps: int
+    limit_contacts: int
+    range_violations: int
+    velocity_violations: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def angle_deg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Angle (deg) between unit quaternions a and b (..., 4)."""
+    w = np.abs(np.sum(a * b, axis=-1))
+    return 2.0 * np.degrees(np.arccos(np.clip(w, 0.0, 1.0)))
+
+
+def frame_poses(model: mujoco.MjModel, frames: list[tuple[str, str]], qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """World positions (F, n, 3) and quaternions (F, n, 4) of named bodies / sites for (F, nq) qpos."""
+    data = mujoco.MjData(model)
+    ids = [(kind, model.body(n).id if kind == "body" else model.site(n).id) for n, kind in frames]
+    pos = np.empty((len(qpos), len(ids), 3))
+    quat = np.empty((len(qpos), len(ids), 4))
+    for f, q in enumerate(qpos):
+        data.qpos[:] = q
+        mujoco.mj_kinematics(model, data)
+        for i, (kind, fid) in enumerate(ids):
+            if kind == "body":
+                pos[f, i], quat[f, i] = data.xpos[fid], data.xquat[fid]
+            else:
+                pos[f, i] = data.site_xpos[fid]
+                mujoco.mju_mat2Quat(quat[f, i], data.site_xmat[fid])
+    return pos, quat
+
+
+def configuration_jumps(joints: np.ndarray, targets: np.ndarray, window: int = JUMP_WINDOW) -> int:
+    """Jump events in (F, n) joint trajectories given the (F, m, 7) targets (w x y z, x y z)."""
+    n = len(joints)
+    flagged = np.zeros(n, dtype=bool)
+    for k in range(1, min(window, n - 1) + 1):
+        moved = np.abs(joints[k:] - joints[:-k]).max(axis=1)
+        target_m = np.linalg.norm(targets[k:, :, 4:] - targets[:-k, :, 4:], axis=2).max(axis=1)
+        target_deg = angle_deg(targets[k:, :, :4], targets[:-k, :, :4]).max(axis=1)
+        flagged[:-k] |= (moved > JUMP_JOINT_RAD) & (target_m < JUMP_TARGET_M) & (target_deg < JUMP_TARGET_DEG)
+    return int(np.count_nonzero(flagged[1:] & ~flagged[:-1]) + flagged[0])
+
+
+def joint_jerk(joints: np.ndarray, fps: float) -> float:
+    """Mean absolute third derivative (rad/s^3) of (F, n) joint trajectories."""
+    if len(joints) < 4:
+        return 0.0
+    return float(np.mean(np.abs(np.diff(joints, n=3, axis=0))) * fps**3)
+
+
+def evaluate(
+    model: mujoco.MjModel,
+    entries: tuple,
+    targets: np.ndarray,
+    qpos: np.ndarray,
+    fps: float,
+    velocity_limits: np.ndarray,
+    *,
+    root: str = "Hips",
+    skip: int = SKIP_FRAMES,
+) -> Quality:
+    """Quality of (F, nq) ``qpos`` against (F, n, 7) ``targets`` of the config ``entries``."""
+    skip = min(skip, max(len(qpos) - 1, 0))
+    pos, quat = frame_poses(model, [(e.robot_frame, e.frame_type) for e in entries], qpos[skip:])
+    tgt = targets[skip:]
+    err = np.linalg.norm(pos - tgt[:, :, 4:], axis=2) * 1000.0
+    rot = angle_deg(quat, tgt[:, :, :4])
+    pos_w = np.array([e.position_weight > 0 for e in entries])
+    rot_w = np.array([e.rotation_weight > 0 for e in entries])
+
+    def mean_of(pick: list[bool]) -> float:
+        sel = np.array(pick) & pos_w
+        return float(err[:, sel].mean()) if sel.any() else 0.0
+
+    bodies = [e.human_body for e in entries]
+    joints = qpos[:, 7:]
+    ranges = robot_model.joint_ranges(model)
+    contact = (joints <= ranges[:, 0] + CONTACT_RAD) | (joints >= ranges[:, 1] - CONTACT_RAD)
+    outside = (joints < ranges[:, 0] - 1e-6) | (joints > ranges[:, 1] + 1e-6)
+    speed = np.abs(np.diff(joints[skip:], axis=0)) * fps
+    return Quality(
+        err_mm=float(err[:, pos_w].mean()),
+        err_p99_mm=float(np.percentile(err[:, pos_w], 99)),
+        hands_mm=mean_of([b.endswith("Hand") for b in bodies]),
+        feet_mm=mean_of([b.endswith("Foot") or b.endswith("Toe") for b in bodies]),
+        pelvis_mm=mean_of([b == root for b in bodies]),
+        rot_deg=float(rot[:, rot_w].mean()),
+        jerk=joint_jerk(joints[skip:], fps),
+        jumps=configuration_jumps(joints[skip:], tgt),
+        limit_contacts=int(np.count_nonzero(contact[skip:].any(axis=1))),
+        range_violations=int(np.count_nonzero(outside)),
+        velocity_violations=int(np.count_nonzero(speed > velocity_limits * (1.0 + 1e-6) + 1e-9)),
+    )

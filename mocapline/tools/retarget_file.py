@@ -1,0 +1,151 @@
+"""`mocapline retarget-file TAKE.bvh`: a BVH take of any supported skeleton -> a G1 reference clip.
+
+What GMR users do with ``bvh_to_robot``, offline: the BVH is read (any rotation orders and channel
+counts, namespaced joints, any frame time; ``mocapline.formats.bvh``), its skeleton is picked by
+``--skeleton`` (``auto`` detects it from the joint names: Axis Studio, Mixamo, CMU), the performer's
+height is estimated from the take unless ``--human-height`` is given, every frame is retargeted by
+the same IK as ``mocapline retarget`` at the take's own rate, and the result is written in the clip
+contract of ``mocapline export`` (``CLIP.npz``: 50 Hz ``time``, ``q``, ``qd``, ``root_pose``,
+``body_pos_w`` / ``body_quat_w``, ``joint_names``, ``body_names``, ``policy_clock``, ...; ``--csv``
+adds ``CLIP.csv``). A progress bar goes to stderr, one JSON summary line to stdout: frames, mean and
+p99 position error, hands error, joint-limit contacts, configuration jumps, IK failures, seconds.
+``--baseline`` also runs the GMR-equivalent IK on the same frames and reports its time and error.
+
+Exit codes: 0 written, 2 bad input (unreadable or malformed BVH, unknown skeleton, bad option).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mocapline.core.options import EnvArgumentParser
+from mocapline.formats.bvh import BvhError, estimate_height, gmr_bodies, load_bvh
+from mocapline.robot import g1 as robot_model
+from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, detect_bvh_skeleton
+from mocapline.services.retarget.gmr import GmrBaseline
+from mocapline.services.retarget.quality import evaluate
+from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
+from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_csv
+
+PROG = "mocapline retarget-file"
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog=PROG, description=__doc__)
+    p.add_argument("take", type=Path, help="a .bvh file")
+    p.add_argument("--skeleton", default="auto",
+                   help=f"skeleton of the BVH: {', '.join(BVH_SKELETONS)}, auto (from the joint names) or an IK config "
+                        "JSON with a 'bvh' section")
+    p.add_argument("--out", "-o", type=Path, default=None, help="the .npz to write (default: TAKE stem + .npz)")
+    p.add_argument("--csv", action="store_true", help="also write CLIP.csv next to the .npz")
+    p.add_argument("--fps", type=float, default=DEFAULT_FPS, help="clip rate (Hz)")
+    p.add_argument("--human-height", type=float, default=None, help="performer height in m (default: estimated)")
+    p.add_argument("--start", type=int, default=0, help="first frame to use")
+    p.add_argument("--frames", type=int, default=None, help="number of frames to use (default: to the end)")
+    p.add_argument("--baseline", action="store_true", help="also time the GMR-equivalent IK on the same frames")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return p
+
+
+class Progress:
+    """A one-line progress bar on a terminal stream, redrawn at most ~10 times a second."""
+
+    def __init__(self, total: int, stream=sys.stderr, enabled: bool = True, width: int = 30) -> None:
+        self.total, self.stream, self.enabled, self.width = max(total, 1), stream, enabled, width
+        self._last = 0.0
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self._last < 0.1 and done < self.total):
+            return
+        self._last = now
+        filled = int(self.width * done / self.total)
+        self.stream.write(f"\rretargeting [{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total}")
+        if done >= self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.fps > 0:
+        return _fail(f"--fps must be > 0, got {args.fps}")
+    if args.human_height is not None and not 0.5 < args.human_height < 2.5:
+        return _fail(f"--human-height {args.human_height} m: expected a person's height (0.5-2.5 m)")
+    try:
+        motion = load_bvh(args.take)
+        stop = None if args.frames is None else args.start + args.frames
+        if args.start < 0 or args.start >= motion.frames or (stop is not None and stop <= args.start):
+            return _fail(f"{args.take}: --start/--frames select no frames (the take has {motion.frames})")
+        motion = motion.slice(args.start, stop)
+        model = robot_model.load_ik_model()
+        config, skeleton = detect_bvh_skeleton(motion, args.skeleton, model=model)
+        positions, quaternions = gmr_bodies(motion, skeleton)
+    except (BvhError, IKConfigError) as exc:
+        return _fail(str(exc))
+    height = args.human_height or estimate_height(positions)
+    n = motion.frames
+    ours = G1Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height), model=model)
+    qpos = np.empty((n, model.nq))
+    failed = np.zeros(n, dtype=bool)
+    progress = Progress(n, enabled=not args.no_progress)
+    t0 = time.perf_counter()
+    for f in range(n):
+        result = ours.retarget(positions[f], quaternions[f])
+        qpos[f], failed[f] = result.qpos, result.ik_failed
+        progress.update(f + 1)
+    seconds = time.perf_counter() - t0
+
+    targets = np.array([ours.targets(positions[f], quaternions[f]) for f in range(n)])
+    limits = config.velocity_limits(robot_model.joint_names(model))
+    quality = evaluate(model, ours.table_entries(), targets, qpos, motion.fps, limits, root=config.human_root_name)
+    summary = {
+        "take": str(args.take), "skeleton": skeleton.name, "frames": n, "source_fps": round(motion.fps, 3),
+        "human_height_m": round(height, 3), "err_mm": round(quality.err_mm, 1), "err_p99_mm": round(quality.err_p99_mm, 1),
+        "hands_mm": round(quality.hands_mm, 1), "limit_contacts": quality.limit_contacts, "jumps": quality.jumps,
+        "ik_failed": ours.stats.failures, "seconds": round(seconds, 3), "frames_per_s": round(n / seconds, 1),
+    }
+    if args.baseline:
+        base = GmrBaseline(config, model, robot_model.default_qpos(model), height)
+        t0 = time.perf_counter()
+        base_q = np.array([base.retarget(positions[f], quaternions[f]) for f in range(n)])
+        base_s = time.perf_counter() - t0
+        bq = evaluate(model, ours.table_entries(), targets, base_q, motion.fps, limits, root=config.human_root_name)
+        summary.update({"baseline_seconds": round(base_s, 3), "speedup": round(base_s / seconds, 1),
+                        "baseline_err_mm": round(bq.err_mm, 1), "baseline_hands_mm": round(bq.hands_mm, 1)})
+
+    meta = {
+        "input": str(args.take), "input_sha256": hashlib.sha256(args.take.read_bytes()).hexdigest(),
+        "skeleton": skeleton.name, "config": config.source, "human_height": height, "start": args.start,
+        "options": ours.options.describe(), "generator": PROG,
+    }
+    r = resample(np.arange(n), qpos[:, 0:3], qpos[:, 3:7], qpos[:, 7:], motion.fps, args.fps,
+                 ik_failed=failed)
+    clip = build_clip(r, args.fps, motion.fps, meta)
+    out = args.out or args.take.with_suffix(".npz").name
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out, **clip)
+    summary["npz"] = str(out)
+    summary["samples"] = len(clip["time"])
+    if args.csv:
+        csv = out.with_suffix(".csv")
+        write_csv(csv, clip)
+        summary["csv"] = str(csv)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

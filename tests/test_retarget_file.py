@@ -1,0 +1,85 @@
+"""`mocapline retarget-file`: a BVH take in, the export clip contract out, a summary line, clear errors;
+and the IK's adaptive step count."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mocapline.core.paths import ASSETS_DIR
+from mocapline.robot import g1 as robot_model
+from mocapline.services.retarget import synthetic
+from mocapline.services.retarget.config import load_ik_config
+from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
+from mocapline.tools.retarget_file import main
+
+TAKE = ASSETS_DIR / "motion" / "cmu_14_19_arms.bvh"
+CLIP_KEYS = {"time", "q", "qd", "root_pose", "body_pos_w", "body_quat_w", "joint_names", "body_names",
+             "policy_clock", "posture_index", "valid", "ik_failed", "gaps", "fps", "source_fps", "meta"}
+
+
+def test_a_take_becomes_a_50_hz_clip_with_a_summary(tmp_path, capsys) -> None:
+    out = tmp_path / "clip.npz"
+    assert main([str(TAKE), "--frames", "120", "--out", str(out), "--csv", "--baseline"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["skeleton"] == "cmu_daz" and summary["frames"] == 120 and summary["source_fps"] == pytest.approx(120.0)
+    assert summary["ik_failed"] == 0 and summary["jumps"] == 0
+    assert 0 < summary["err_mm"] < 100 and summary["limit_contacts"] >= 0 and summary["seconds"] > 0
+    assert summary["err_mm"] <= summary["baseline_err_mm"] + 0.05 and summary["speedup"] > 0
+    clip = np.load(out)
+    assert set(clip.files) == CLIP_KEYS
+    assert float(clip["fps"]) == 50.0 and float(clip["source_fps"]) == pytest.approx(120.0)
+    n = len(clip["time"])
+    assert n == summary["samples"] == 50  # 119 frame periods at 120 Hz -> 0.99 s -> 50 samples
+    np.testing.assert_allclose(np.diff(clip["time"]), 0.02)
+    assert clip["q"].shape == (n, 29) and clip["root_pose"].shape == (n, 7)
+    assert list(clip["joint_names"]) == list(robot_model.G1_JOINT_NAMES)
+    assert clip["body_pos_w"].shape[:2] == (n, len(clip["body_names"]))
+    assert (tmp_path / "clip.csv").read_text().startswith("time,progress,root_x")
+    assert json.loads(str(clip["meta"]))["skeleton"] == "cmu_daz"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["missing.bvh"], "cannot read"),
+        (["BAD"], "not a BVH file"),
+        ([str(TAKE), "--skeleton", "mixamo"], "no mixamo skeleton fits"),
+        ([str(TAKE), "--skeleton", "nope"], "no such file and not a shipped config"),
+        ([str(TAKE), "--start", "5000"], "select no frames"),
+        ([str(TAKE), "--human-height", "17"], "expected a person's height"),
+    ],
+)
+def test_bad_input_exits_2_with_the_reason(tmp_path, capsys, argv, message) -> None:
+    bad = tmp_path / "bad.bvh"
+    bad.write_text("not a bvh\n")
+    argv = [str(bad) if a == "BAD" else (str(tmp_path / a) if a == "missing.bvh" else a) for a in argv]
+    assert main([*argv, "--no-progress", "--out", str(tmp_path / "x.npz")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.npz").exists()
+
+
+def test_adaptive_steps_stop_early_on_slow_motion_and_fixed_steps_do_not() -> None:
+    model = robot_model.load_ik_model()
+    axis = load_ik_config("axis_studio", model=model)
+    truth = synthetic.g1_motion(60, 120.0, model=model)
+    pos, quat = synthetic.human_from_robot(truth, axis, model=model)
+    steps = {}
+    for name, opts in (("adaptive", RetargetOptions(fps=120.0)),
+                       ("fixed", RetargetOptions(fps=120.0, tolerance=0.0, iterations=4))):
+        rt = G1Retargeter(axis, opts, model=model)
+        rt.reset(truth[0])
+        got = np.array([rt.retarget(pos[f], quat[f]).qpos for f in range(len(truth))])
+        assert np.abs(got[5:, 7:] - truth[5:, 7:]).max() < 1e-3, name  # both exact on reachable targets
+        steps[name] = rt.stats.steps
+    settle = 2 * RetargetOptions().settle_iterations + 1
+    assert steps["fixed"] == settle + 4 * 59
+    assert steps["adaptive"] < steps["fixed"]
+
+
+def test_options_are_validated() -> None:
+    for bad in (dict(tolerance=1.0), dict(min_iterations=0), dict(min_iterations=9, iterations=8), dict(arm_huber=-1.0)):
+        with pytest.raises(ValueError):
+            RetargetOptions(**bad).validate()

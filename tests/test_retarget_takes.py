@@ -1,0 +1,63 @@
+"""The take set of ``mocapline bench retarget`` as a regression test: on every real CMU take, the
+demo take and the synthetic ones, at both rates, mocapline's IK must track at least as well as the
+GMR-equivalent baseline (mean position error over the position-weighted frames, and the hands),
+more smoothly, without configuration jumps and inside every joint range and velocity limit.
+Accuracy only: timing is the bench's business (this machine is shared)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mocapline.bench.retarget import run_take, take_set
+from mocapline.robot import g1 as robot_model
+
+FRAMES = 240  # per run: 2 s at 120 Hz, 4-8 s at 30-60 Hz
+SLACK_MM = 0.05  # rounding only
+
+
+@pytest.fixture(scope="module")
+def runs():
+    model = robot_model.load_ik_model()
+    return [run_take(take, model) for take in take_set(model, frames=FRAMES)]
+
+
+def test_the_take_set_has_real_and_synthetic_takes_at_two_rates(runs) -> None:
+    kinds = {r.kind for r in runs}
+    assert kinds == {"real", "demo", "g1", "human"}
+    real = {r.take for r in runs if r.kind == "real"}
+    assert len(real) >= 3
+    for name in real:
+        assert sorted(r.rate for r in runs if r.take == name) == pytest.approx([30.0, 120.0], rel=1e-5)
+
+
+def test_tracking_is_at_least_as_good_as_the_baseline(runs) -> None:
+    for r in runs:
+        assert r.ours.err_mm <= r.base.err_mm + SLACK_MM, (r.take, r.rate, r.ours.err_mm, r.base.err_mm)
+        assert r.ours.hands_mm <= r.base.hands_mm + SLACK_MM, (r.take, r.rate, r.ours.hands_mm, r.base.hands_mm)
+        assert r.ik_failed == 0, (r.take, r.rate)
+
+
+def test_smoother_than_the_baseline_and_no_configuration_jumps(runs) -> None:
+    for r in runs:
+        assert r.ours.jumps == 0, (r.take, r.rate)
+        if r.kind == "g1":  # the known answer: both track the true motion, whose jerk it is
+            assert r.ours.err_mm < 0.01 and r.ours.jerk == pytest.approx(r.base.jerk, rel=0.01)
+        else:
+            assert r.ours.jerk < r.base.jerk, (r.take, r.rate, r.ours.jerk, r.base.jerk)
+
+
+def test_joint_ranges_and_velocity_limits_hold(runs) -> None:
+    for r in runs:
+        assert r.ours.range_violations == 0 and r.ours.velocity_violations == 0, (r.take, r.rate)
+
+
+def test_real_takes_are_tracked_closely(runs) -> None:
+    """Absolute levels, so that a broken skeleton map or normalisation cannot pass by making the
+    baseline just as bad: feet and pelvis within a few cm, the whole body within 10 cm."""
+    for r in runs:
+        if r.kind != "real":
+            continue
+        assert r.ours.feet_mm < 20.0 and r.ours.pelvis_mm < 15.0, (r.take, r.rate)
+        assert r.ours.err_mm < 100.0, (r.take, r.rate)
+        assert np.isfinite(r.ours.rot_deg) and r.ours.rot_deg < 25.0, (r.take, r.rate)
