@@ -8,7 +8,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -37,7 +39,8 @@ class Browser:
         binary = chromium_binary()
         if binary is None:
             raise RuntimeError("chromium is not installed (apt-get install chromium)")
-        self.profile = tempfile.TemporaryDirectory(prefix="mocapline-chromium-")
+        # Chromium's helper processes may still be writing into it for a moment after it exits.
+        self.profile = tempfile.TemporaryDirectory(prefix="mocapline-chromium-", ignore_cleanup_errors=True)
         self.proc = subprocess.Popen(
             [binary, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile.name}", f"--window-size={width},{height}",
              f"--remote-debugging-port={port}", "about:blank"],
@@ -111,13 +114,14 @@ class Browser:
         if hasattr(self, "_exits"):
             with contextlib.suppress(Exception):
                 self._exits.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        with contextlib.suppress(ProcessLookupError):  # the browser and its helpers (its own session)
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
         self.profile.cleanup()
 
     def __enter__(self) -> Browser:

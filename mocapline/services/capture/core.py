@@ -339,6 +339,10 @@ class CaptureCore:
             "first_posture_index": overall["first_posture_index"],
             "last_posture_index": overall["last_posture_index"],
             "missing_ranges": overall["missing_ranges"],
+            # Runs between backward jumps (a looped take, an Axis restart); with several performers
+            # the count adds up theirs and the detail is in each performer's ledger.
+            "segments": overall["segments"],
+            "per_segment": overall["per_segment"] if len(performers) <= 1 else [],
             "cross_path_copies": overall["cross_path_copies"],
             "late_frames": overall["late_frames"],
             "late_ranges": overall["late_ranges"],
