@@ -108,14 +108,35 @@ def assert_nothing_left(term: Terminal, ports: list[tuple[int, int]]) -> None:
     assert leftovers == "", f"processes left: {leftovers}"
 
 
-@pytest.mark.parametrize("after_s", [0.4, 2.5])
-def test_ctrl_c_during_start_up_stops_everything(tmp_path, after_s) -> None:
+def wait_for_file(term: Terminal, path: Path, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < end and term.proc.poll() is None, f"{path} never appeared:\n{term.text}"
+        term.read(0.05)
+
+
+def test_ctrl_c_while_python_still_imports(tmp_path) -> None:
+    """So early that nothing was started: one line, no traceback, nothing to stop."""
     args, ports = up_args(tmp_path)
     term = Terminal.start(*args)
-    term.read(after_s)
+    term.read(0.3)
     term.ctrl_c()
     assert term.finish() == 130, term.text
-    assert term.last_line.startswith("mocapline up: interrupted during start-up"), term.text
+    early = ("mocapline: interrupted", "mocapline up: interrupted during start-up")
+    assert term.last_line.startswith(early), term.text
+    assert_nothing_left(term, ports)
+
+
+@pytest.mark.parametrize("started", ["nats.log", "viewer.log"])
+def test_ctrl_c_during_start_up_stops_everything(tmp_path, started) -> None:
+    """Once NATS is starting, and once every service is (their logs appear as they start)."""
+    args, ports = up_args(tmp_path)
+    term = Terminal.start(*args)
+    wait_for_file(term, tmp_path / "logs" / started)
+    term.ctrl_c()
+    assert term.finish() == 130, term.text
+    expected = "mocapline up: interrupted during start-up; every process it started has exited"
+    assert term.last_line.startswith(expected), term.text
     assert_nothing_left(term, ports)
 
 
@@ -161,7 +182,7 @@ def test_record_interrupted_during_start_up(tmp_path) -> None:
     term = Terminal.start("record", "--dir", str(tmp_path / "take"), "--main-port", str(free_udp_port()),
                           "--side-port", str(free_udp_port()), "--output-port", str(free_tcp_port()),
                           "--nats", f"nats://127.0.0.1:{free_tcp_port()}", "--no-viewer")
-    term.read(1.5)
+    wait_for_file(term, tmp_path / "take" / "logs" / "capture.log")
     term.ctrl_c()
     assert term.finish() == 130, term.text
     assert "interrupted during start-up" in term.text and "Traceback" not in term.text, term.text
