@@ -73,7 +73,11 @@ class Terminal:
         while self.proc.poll() is None and time.monotonic() < end:
             self.read(0.2)
         if self.proc.poll() is None:
-            self.proc.kill()
+            self.proc.terminate()  # SIGTERM: the tool stops its services (a SIGKILL would orphan them)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
             pytest.fail(f"did not exit within {timeout:.0f} s:\n{self.text}")
         self.read(0.5)
         os.close(self.master)
