@@ -86,11 +86,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _no_default_metrics_ports() -> Iterator[None]:
-    """Services started by a test serve /metrics only on a port the test chose: their default
-    (9101-9105) belongs to a pipeline that may be running beside the suite."""
+def _no_default_ports() -> Iterator[None]:
+    """Services started by a test serve /metrics and talk to NATS only where the test says: the
+    defaults (9101-9105, nats://127.0.0.1:4222) belong to a pipeline that may be running beside
+    the suite, whose live counts a test's capture would otherwise join."""
     mp = pytest.MonkeyPatch()
     mp.setenv("MOCAPLINE_METRICS_PORT", "0")
+    mp.setenv("MOCAPLINE_NATS", "")
     yield
     mp.undo()
 

@@ -448,6 +448,13 @@ def print_ledger(ledger: dict[str, Any], *, segments_shown: int = 3) -> None:
                 print(f"  segment {seg['segment']}: {seg['first_index']}-{seg['last_index']}, "
                       f"unique {seg['unique_frames']}, missing {seg['missing_indices']}")
             continue
+        if key == "performers" and isinstance(value, dict):
+            if len(value) > 1:  # one performer's ledger is the ledger above
+                print(key)
+                for name, led in value.items():
+                    print(f"  performer {name} ({led.get('avatar_name', '')}): {led.get('state')}, unique "
+                          f"{led.get('source_unique_frames')}, missing {led.get('source_missing_indices')}")
+            continue
         if isinstance(value, (dict, list)):
             value = json.dumps(value)
         print(f"{key:<{width}}  {value}")
