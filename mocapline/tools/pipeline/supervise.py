@@ -20,8 +20,9 @@ import sys
 import time
 
 from mocapline.core.lifecycle import setup_logging, stop_on_signals
+from mocapline.core.options import EnvArgumentParser
 from mocapline.core.udp import open_udp
-from mocapline.services.capture.service import build_parser
+from mocapline.services.capture import service as capture_service
 from mocapline.tools.pipeline.procs import Service
 
 log = logging.getLogger("mocapline.supervise")
@@ -44,6 +45,13 @@ def backoff(quick_exits: int) -> float:
     return 0.0 if quick_exits == 0 else min(MAX_BACKOFF_S, 2.0 ** (quick_exits - 1))
 
 
+def build_parser() -> EnvArgumentParser:
+    """Capture's own parser: the supervisor takes every option of capture and passes it on."""
+    parser = capture_service.build_parser()
+    parser.prog, parser.description = "mocapline supervise-capture", __doc__
+    return parser
+
+
 def exit_status(code: int | None) -> int:
     """Capture's exit code as a shell reports it (128 + N for a death by signal N)."""
     return 0 if code is None else code if code >= 0 else 128 - code
@@ -52,7 +60,6 @@ def exit_status(code: int | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    parser.prog, parser.description = "mocapline supervise-capture", __doc__
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
     if args.udp_fds is not None:
