@@ -332,7 +332,9 @@ def test_compose_up_runs_a_take_through_crashes_and_drains_on_down(engine: None,
         assert ledger["source_missing_indices"] == 0 and ledger["unique_frames_conserved"] == 1
         assert ledger["gmr_processed"] == ledger["zmq_sent"] == expected
         assert int(stack.inspect("retarget", "{{.RestartCount}}")) >= 1, "retarget was not restarted"
-        assert "restart 1 in" in stack.logs("capture"), "the supervisor did not restart capture"
+        capture_log = stack.logs("capture")
+        assert "restart 1 in" in capture_log, "the supervisor did not restart capture"
+        print("engine test: " + next(ln for ln in capture_log.splitlines() if "resumed take" in ln))
         assert all(stack.containers()[s]["Health"] == "healthy" for s in HEALTHCHECKED)
 
         viewer_port = stack.port("VIEWER_WEB_PORT")
