@@ -346,12 +346,17 @@ def test_compose_up_runs_a_take_through_crashes_and_drains_on_down(engine: None,
 
         prom = stack.port("PROMETHEUS_PORT")
         want = {s: float(ledger[FINAL_FIELD[s]]) for s in STAGES}
-        scraped = poll("Prometheus to scrape the ledger's counts", lambda: (
-            v := prometheus_values(prom, 'mocapline_frames_total{direction="out"}', "stage")) == want and v,
-            timeout=90, interval=2)
-        gauges = prometheus_values(prom, "mocapline_ledger", "field")
-        assert gauges.get("source_unique_frames") == gauges.get("viewer_applied") == expected, gauges
-        print(f"engine test: Prometheus scraped frames out per stage {scraped}")
+        ledger_fields = ("source_unique_frames", "source_missing_indices", "gmr_processed", "zmq_sent", "viewer_applied")
+
+        def scraped_now() -> tuple[dict[str, float], dict[str, float]]:
+            frames = prometheus_values(prom, 'mocapline_frames_total{direction="out"}', "stage")
+            gauges = prometheus_values(prom, "mocapline_ledger", "field")  # the auditor's, from heartbeats
+            return frames, {f: gauges.get(f) for f in ledger_fields}
+
+        want_gauges = {f: float(ledger[f]) for f in ledger_fields}
+        scraped, gauges = poll("Prometheus to scrape the ledger's counts", scraped_now, timeout=90, interval=2,
+                          until=lambda got: got == (want, want_gauges))
+        print(f"engine test: Prometheus scraped frames out per stage {scraped}, the auditor's ledger {gauges}")
 
         with timed("docker compose down (drain)"):
             log_file = workdir / "down.log"
