@@ -33,14 +33,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-
-from test_compose import read_env_file, local_env
+from test_compose import local_env, read_env_file
 
 pytestmark = pytest.mark.engine
 yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = "mocapline-engine-test"
+# A project (containers, volumes) of its own per run, and images tagged apart from a user's stack.
+PROJECT = f"mocapline-engine-{os.getpid()}"
+IMAGE_TAG = "engine-test"
 STAGES = ("capture", "retarget", "streamer", "viewer")
 HEALTHCHECKED = (*STAGES, "auditor", "nats", "prometheus")
 # per stage: the field of its final counts (the JSON line it prints at exit) and of the ledger
@@ -57,7 +58,7 @@ T = TypeVar("T")
 
 def _ok(argv: list[str], timeout: float = 30.0) -> bool:
     try:
-        return subprocess.run(argv, capture_output=True, timeout=timeout).returncode == 0
+        return subprocess.run(argv, capture_output=True, timeout=timeout, check=False).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -140,7 +141,7 @@ def timed(phase: str) -> Iterator[None]:
 
 
 def run(argv: list[str], timeout: float, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(argv)} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
@@ -156,7 +157,7 @@ class Stack:
         env = local_env("nats://unused")  # every port of .env moved to a free one
         images = read_env_file(ROOT / "deploy/local-images.env")
         env.update({k: v for k, v in images.items() if k.endswith("_IMAGE")})
-        env.update(NATS_URL=f"nats://127.0.0.1:{env['NATS_PORT']}", LOG_LEVEL="INFO")
+        env.update(NATS_URL=f"nats://127.0.0.1:{env['NATS_PORT']}", LOG_LEVEL="INFO", MOCAPLINE_TAG=IMAGE_TAG)
         self.env = env
         env_file = tmp / "engine.env"
         env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
@@ -220,7 +221,7 @@ def metric(port: int, name: str) -> float | None:
             text = r.read().decode()
     except (OSError, urllib.error.URLError):
         return None
-    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    m = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
     return float(m.group(1)) if m else None
 
 
@@ -278,6 +279,116 @@ def take_frames() -> int:
     return json.loads(out.strip().splitlines()[-1])["ledger"]["source_unique_frames"]
 
 
+# --- the phases ------------------------------------------------------------------------------------
+
+def build(workdir: Path) -> Stack:
+    """The local base and stand-ins, then the pipeline images (cached layers are reused)."""
+    with timed("local images (deploy/local-images.sh)"):
+        print(run(["deploy/local-images.sh"], timeout=900).stdout, end="")
+    stack = Stack(workdir)
+    with timed("docker compose build"):
+        stack("build", timeout=1200)
+    sizes = run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}"], timeout=30).stdout
+    print("".join(f"  {ln}\n" for ln in sizes.splitlines() if ln.startswith("mocapline")), end="")
+    return stack
+
+
+def up(stack: Stack) -> None:
+    with timed("docker compose up -d, until healthy"):
+        stack("up", "-d", timeout=300)
+        poll("every container healthy", lambda: all(
+            stack.containers().get(s, {}).get("Health") == "healthy" for s in HEALTHCHECKED), timeout=240, interval=2)
+    print("engine test: healthy: " + ", ".join(HEALTHCHECKED))
+
+
+def take_through_crashes(stack: Stack, expected: int) -> None:
+    """While the emitter plays the take: a crash of retarget (docker restarts its container) and of
+    the capture process (its supervisor restarts it on the sockets it holds)."""
+    port = stack.port("CAPTURE_METRICS_PORT")
+
+    def unique() -> float:
+        return metric(port, "mocapline_source_unique_frames_total") or 0
+
+    with timed("the take, with a retarget container and a capture process SIGKILLed"):
+        poll("capture receiving the emitter's take", lambda: unique() >= 200, timeout=60, interval=0.2)
+        assert stack.containers()["emitter"]["State"] == "running"
+        stack.crash("retarget")
+        poll("capture past 500 frames", lambda: unique() >= 500, timeout=60, interval=0.2)
+        killed = stack("exec", "-T", "capture", "python", "-c", KILL_CAPTURE).strip()
+        assert stack.containers()["emitter"]["State"] == "running", "the take ended before the crashes"
+        print("engine test: SIGKILLed the retarget container's process at >= 200 frames and capture "
+              f"(pid {killed} in its container) at >= 500")
+        emitter = poll("the emitter to finish the take", lambda: stack.containers()["emitter"], timeout=120,
+                       interval=1, until=lambda c: c["State"] == "exited")
+        assert emitter["ExitCode"] == 0, stack.logs("emitter")
+        sent = json.loads(stack.logs("emitter").strip().splitlines()[-1])
+        assert sent["frames"] == expected, sent
+
+
+def conserved_ledger(stack: Stack, expected: int) -> dict[str, Any]:
+    """`mocapline status --json` in the auditor container, once the viewer has every frame."""
+    with timed("drain to the viewer"):
+        ledger = poll("viewer_applied == source_unique_frames == the take", stack.status, timeout=180, interval=2,
+                      until=lambda s: s and s.get("viewer_applied") == s.get("source_unique_frames") == expected)
+    print("engine test: the ledger (docker compose exec auditor mocapline status --json):")
+    for key, value in ledger.items():
+        print(f"  {key:<26} {json.dumps(value)}")
+    assert ledger["source_missing_indices"] == 0 and ledger["unique_frames_conserved"] == 1
+    assert ledger["gmr_processed"] == ledger["zmq_sent"] == expected
+    assert int(stack.inspect("retarget", "{{.RestartCount}}")) >= 1, "retarget was not restarted"
+    capture_log = stack.logs("capture")
+    assert "restart 1 in" in capture_log, "the supervisor did not restart capture"
+    print("engine test: " + next(ln for ln in capture_log.splitlines() if "resumed take" in ln))
+    assert all(stack.containers()[s]["Health"] == "healthy" for s in HEALTHCHECKED)
+    return ledger
+
+
+def check_viewer_page(stack: Stack) -> None:
+    port = stack.port("VIEWER_WEB_PORT")
+    assert b"frame.png" in http_get(port, "/")
+    width, height, raw = png_pixels(http_get(port, "/frame.png"))
+    assert (width, height) > (8, 8), "the viewer serves its placeholder, nothing was rendered"
+    assert len(set(raw[1:1 + width * 3 * height // 2])) > 16, "a blank frame"
+    print(f"engine test: viewer page answers, frame.png {width}x{height} rendered")
+
+
+def check_prometheus(stack: Stack, ledger: dict[str, Any]) -> None:
+    """The Prometheus container's scrape: each stage's frames out, and the auditor's ledger gauges."""
+    port = stack.port("PROMETHEUS_PORT")
+    fields = ("source_unique_frames", "source_missing_indices", "gmr_processed", "zmq_sent", "viewer_applied")
+    want = ({s: float(ledger[FINAL_FIELD[s]]) for s in STAGES}, {f: float(ledger[f]) for f in fields})
+
+    def scraped() -> tuple[dict[str, float], dict[str, float | None]]:
+        gauges = prometheus_values(port, "mocapline_ledger", "field")
+        return prometheus_values(port, 'mocapline_frames_total{direction="out"}', "stage"), {f: gauges.get(f) for f in fields}
+
+    frames, gauges = poll("Prometheus to scrape the ledger's counts", scraped, timeout=90, interval=2,
+                          until=lambda got: got == want)
+    print(f"engine test: Prometheus scraped frames out per stage {frames}, the auditor's ledger {gauges}")
+
+
+def down_and_final_counts(stack: Stack, workdir: Path) -> dict[str, Any]:
+    """`docker compose down`, following the logs meanwhile (they go with the containers); per stage,
+    the final count it printed at exit."""
+    log_file = workdir / "down.log"
+    with timed("docker compose down (drain)"), open(log_file, "w") as fh:
+        follower = subprocess.Popen([*stack.base, "logs", "-f", "--timestamps", "--no-color"], cwd=ROOT,
+                                    stdout=fh, stderr=subprocess.STDOUT, text=True)
+        try:
+            poll("docker compose logs -f to attach", lambda: log_file.stat().st_size > 0, timeout=30)
+            stack("down", timeout=300)
+            # `logs -f` waits for more: done once every stage has printed its final counts
+            poll("the final counts in the logs", lambda: final_counts(log_file.read_text()), timeout=30,
+                 until=lambda f: set(STAGES) <= set(f))
+        finally:
+            follower.terminate()
+            follower.wait(timeout=30)
+    finals = final_counts(log_file.read_text())
+    counts = {s: finals[s].get(FINAL_FIELD[s]) for s in STAGES}
+    print(f"engine test: final counts in the logs at down: {counts}")
+    return counts
+
+
 # --- the test --------------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -292,90 +403,14 @@ def workdir() -> Iterator[Path]:
 def test_compose_up_runs_a_take_through_crashes_and_drains_on_down(engine: None, workdir: Path) -> None:
     expected = take_frames()
     assert expected >= 1000
-    with timed("local images (deploy/local-images.sh)"):
-        print(run(["deploy/local-images.sh"], timeout=900).stdout, end="")
-    stack = Stack(workdir)
-    with timed("docker compose build"):
-        stack("build", timeout=1200)
-    sizes = run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}"], timeout=30).stdout
-    print("".join(ln + "\n" for ln in sizes.splitlines() if ln.startswith("mocapline")), end="")
-    stack("down", "-v", "--remove-orphans", timeout=240)  # what a failed earlier run may have left
-    capture_metrics = stack.port("CAPTURE_METRICS_PORT")
+    stack = build(workdir)
     try:
-        with timed("docker compose up -d, until healthy"):
-            stack("up", "-d", timeout=300)
-            poll("every container healthy", lambda: all(
-                stack.containers().get(s, {}).get("Health") == "healthy" for s in HEALTHCHECKED), timeout=240, interval=2)
-        print("engine test: healthy: " + ", ".join(HEALTHCHECKED))
-
-        with timed("the take, with a retarget container and a capture process SIGKILLed"):
-            unique = lambda: metric(capture_metrics, "mocapline_source_unique_frames_total") or 0  # noqa: E731
-            poll("capture receiving the emitter's take", lambda: unique() >= 200, timeout=60, interval=0.2)
-            assert stack.containers()["emitter"]["State"] == "running"
-            stack.crash("retarget")
-            poll("capture past 500 frames", lambda: unique() >= 500, timeout=60, interval=0.2)
-            killed = stack("exec", "-T", "capture", "python", "-c", KILL_CAPTURE).strip()
-            print(f"engine test: SIGKILLed the retarget container's process at >= 200 frames and capture (pid {killed} in its container) at >= 500")
-            assert stack.containers()["emitter"]["State"] == "running", "the take ended before the crashes"
-            emitter = poll("the emitter to finish the take", lambda: (c := stack.containers()["emitter"])["State"] == "exited" and c,
-                           timeout=120, interval=1)
-            assert emitter["ExitCode"] == 0, stack.logs("emitter")
-            sent = json.loads(stack.logs("emitter").strip().splitlines()[-1])
-            assert sent["frames"] == expected, sent
-
-        with timed("drain to the viewer"):
-            ledger = poll("viewer_applied == source_unique_frames == the take", stack.status, timeout=180, interval=2,
-                          until=lambda s: s and s.get("viewer_applied") == s.get("source_unique_frames") == expected)
-        print("engine test: the ledger (docker compose exec auditor mocapline status --json):")
-        for key, value in ledger.items():
-            print(f"  {key:<26} {json.dumps(value)}")
-        assert ledger["source_missing_indices"] == 0 and ledger["unique_frames_conserved"] == 1
-        assert ledger["gmr_processed"] == ledger["zmq_sent"] == expected
-        assert int(stack.inspect("retarget", "{{.RestartCount}}")) >= 1, "retarget was not restarted"
-        capture_log = stack.logs("capture")
-        assert "restart 1 in" in capture_log, "the supervisor did not restart capture"
-        print("engine test: " + next(ln for ln in capture_log.splitlines() if "resumed take" in ln))
-        assert all(stack.containers()[s]["Health"] == "healthy" for s in HEALTHCHECKED)
-
-        viewer_port = stack.port("VIEWER_WEB_PORT")
-        assert b"frame.png" in http_get(viewer_port, "/")
-        width, height, raw = png_pixels(http_get(viewer_port, "/frame.png"))
-        assert (width, height) > (8, 8), "the viewer serves its placeholder, nothing was rendered"
-        assert len(set(raw[1:1 + width * 3 * height // 2])) > 16, "a blank frame"
-        print(f"engine test: viewer page answers, frame.png {width}x{height} rendered")
-
-        prom = stack.port("PROMETHEUS_PORT")
-        want = {s: float(ledger[FINAL_FIELD[s]]) for s in STAGES}
-        ledger_fields = ("source_unique_frames", "source_missing_indices", "gmr_processed", "zmq_sent", "viewer_applied")
-
-        def scraped_now() -> tuple[dict[str, float], dict[str, float]]:
-            frames = prometheus_values(prom, 'mocapline_frames_total{direction="out"}', "stage")
-            gauges = prometheus_values(prom, "mocapline_ledger", "field")  # the auditor's, from heartbeats
-            return frames, {f: gauges.get(f) for f in ledger_fields}
-
-        want_gauges = {f: float(ledger[f]) for f in ledger_fields}
-        scraped, gauges = poll("Prometheus to scrape the ledger's counts", scraped_now, timeout=90, interval=2,
-                          until=lambda got: got == (want, want_gauges))
-        print(f"engine test: Prometheus scraped frames out per stage {scraped}, the auditor's ledger {gauges}")
-
-        with timed("docker compose down (drain)"):
-            log_file = workdir / "down.log"
-            with open(log_file, "w") as fh:  # the containers' logs go with them: follow them meanwhile
-                follower = subprocess.Popen([*stack.base, "logs", "-f", "--timestamps", "--no-color"], cwd=ROOT,
-                                            stdout=fh, stderr=subprocess.STDOUT, text=True)
-                try:
-                    poll("docker compose logs -f to attach", lambda: log_file.stat().st_size > 0, timeout=30)
-                    print(stack("down", timeout=300), end="")
-                    # `logs -f` waits for more; the final counts are in once every stage printed them
-                    poll("the final counts in the logs", lambda: final_counts(log_file.read_text()), timeout=30,
-                         until=lambda f: set(STAGES) <= set(f))
-                finally:
-                    follower.terminate()
-                    follower.wait(timeout=30)
-        finals = final_counts(log_file.read_text())
-        counts = {s: finals.get(s, {}).get(FINAL_FIELD[s]) for s in STAGES}
-        print(f"engine test: final counts in the logs at down: {counts}")
-        assert counts == {s: expected for s in STAGES}
+        up(stack)
+        take_through_crashes(stack, expected)
+        ledger = conserved_ledger(stack, expected)
+        check_viewer_page(stack)
+        check_prometheus(stack, ledger)
+        assert down_and_final_counts(stack, workdir) == {s: expected for s in STAGES}
     except BaseException:
         for service in (*HEALTHCHECKED, "emitter"):
             print(f"--- {service} (last lines)\n" + "\n".join(stack.logs(service).splitlines()[-25:]))
