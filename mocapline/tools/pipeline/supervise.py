@@ -61,14 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    setup_logging(args.log_level)
     if args.udp_fds is not None:
         parser.error("--udp-fds: the supervisor binds the sockets itself")
-    socks = hold_udp(args.host, args.ports)
+    try:  # the ports as capture resolves them (defaults per source, none with --transport tcp)
+        settings = capture_service.CaptureSettings.from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    setup_logging(args.log_level)
+    socks = hold_udp(settings.host, settings.ports)
     fds = tuple(s.fileno() for s in socks)
-    capture = Service("capture", [*argv, f"--udp-fds={','.join(map(str, fds))}"], pass_fds=fds)
+    held = [f"--udp-fds={','.join(map(str, fds))}"] if fds else []
+    capture = Service("capture", [*argv, *held], pass_fds=fds)
     stop = stop_on_signals()
-    log.info("holding UDP %s on %s; starting capture", " ".join(map(str, args.ports)), args.host)
+    log.info("holding UDP %s on %s; starting capture", " ".join(map(str, settings.ports)) or "-", settings.host)
     try:
         quick_exits = 0
         started = time.monotonic()
