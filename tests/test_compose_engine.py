@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -233,15 +231,6 @@ def http_get(port: int, path: str) -> bytes:
         return r.read()
 
 
-def png_pixels(png: bytes) -> tuple[int, int, bytes]:
-    """Width, height and raw scanlines of the viewer's PNG (8-bit RGB, one IDAT, no filter)."""
-    assert png[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-    width, height = struct.unpack(">II", png[16:24])
-    idat = png.index(b"IDAT")
-    (length,) = struct.unpack(">I", png[idat - 4:idat])
-    return width, height, zlib.decompress(png[idat + 4:idat + 4 + length])
-
-
 def prometheus_values(port: int, promql: str, label: str) -> dict[str, float]:
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
     try:
@@ -346,12 +335,14 @@ def conserved_ledger(stack: Stack, expected: int) -> dict[str, Any]:
 
 
 def check_viewer_page(stack: Stack) -> None:
+    """The web viewer draws the G1 in the browser (three.js): the page, the robot's geometry it
+    loads (mesh-bearing geoms and their vertex data, made in the container from the G1 model)."""
     port = stack.port("VIEWER_WEB_PORT")
-    assert b"frame.png" in http_get(port, "/")
-    width, height, raw = png_pixels(http_get(port, "/frame.png"))
-    assert (width, height) > (8, 8), "the viewer serves its placeholder, nothing was rendered"
-    assert len(set(raw[1:1 + width * 3 * height // 2])) > 16, "a blank frame"
-    print(f"engine test: viewer page answers, frame.png {width}x{height} rendered")
+    assert b"<script" in http_get(port, "/")
+    robot = json.loads(http_get(port, "/robot.json"))
+    meshes = http_get(port, "/robot.bin")
+    assert robot["geoms"] and robot["meshes"] and robot["bytes"] > 0 and len(meshes) > 10_000, len(meshes)
+    print(f"engine test: viewer page answers; robot.json {len(robot['geoms'])} geoms, robot.bin {len(meshes)} bytes")
 
 
 def check_prometheus(stack: Stack, ledger: dict[str, Any]) -> None:
