@@ -1,15 +1,15 @@
-# mocapline's images: one Dockerfile, one build target per service, three runtimes.
+# mocapline's images: one Dockerfile, one build target per service, two runtimes.
 #
 # Why one multi-stage Dockerfile rather than one per service: the services are one Python package
 # (`mocapline`), and the dependency layers below are shared; five Dockerfiles would repeat them and
 # drift apart. Each service target is a thin layer that sets its entry point, ports and user.
 # `docker compose build` builds every target; by hand: `docker build --target capture -t mocapline-capture .`
 #
-# Three runtimes, because what the services import differs a lot (measured sizes: deploy/README.md):
+# Two runtimes, because what the services import differs a lot (measured sizes: deploy/README.md):
 #   light  (capture, auditor, emitter): numpy, pyzmq, nats-py, protobuf, metrics, tracing; no MuJoCo.
-#   full   (retarget, streamer): + MuJoCo, mink, daqp and the G1 model; no GL library, no MUJOCO_GL
+#   full   (retarget, streamer, viewer): + MuJoCo, mink, daqp and the G1 model; no GL library, no MUJOCO_GL
 #          (with MUJOCO_GL set and no GL library, `import mujoco` fails).
-#   viewer: the full runtime. Its web page draws the G1 with three.js in the browser, so nothing
+#   The viewer needs no more: its web page draws the G1 with three.js in the browser, so nothing
 #          renders in the container: no GL library and no MUJOCO_GL here either. (Offscreen rendering
 #          in a container needs libegl1 libopengl0 libegl-mesa0 libgl1-mesa-dri and MUJOCO_GL=egl.)
 # Dependencies are the ones pyproject.toml lists, split by name (HEAVY below), so versions are kept
