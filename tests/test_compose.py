@@ -230,6 +230,17 @@ def command_of(svc: dict[str, Any], base: Path = ROOT) -> list[str]:
     return entry + (shlex.split(cmd) if isinstance(cmd, str) else list(cmd))
 
 
+# Commands that run another with the same arguments: the capture container's supervisor holds the
+# UDP sockets and runs `mocapline capture` (mocapline/tools/pipeline/supervise.py).
+SUPERVISED = {"supervise-capture": "capture"}
+
+
+def mocapline_command(svc: dict[str, Any], base: Path = ROOT) -> list[str]:
+    """``command_of``, with a supervisor replaced by the command it runs: what parses the options."""
+    argv = command_of(svc, base)
+    return [argv[0], SUPERVISED.get(argv[1], argv[1]), *argv[2:]]
+
+
 def build_parser(subcommand: str) -> argparse.ArgumentParser:
     return importlib.import_module(COMMANDS[subcommand][0]).build_parser()
 
@@ -296,7 +307,7 @@ def parsed(services) -> dict[str, argparse.Namespace]:
     """Each pipeline service's options as its process would see them."""
     out = {}
     for name in PIPELINE:
-        argv = command_of(services[name])
+        argv = mocapline_command(services[name])
         out[name] = parse_with_env(argv[1], service_env(services[name]), argv[2:])
     return out
 
@@ -313,7 +324,7 @@ def test_every_service_runs_a_real_mocapline_command(services) -> None:
     for name, svc in services.items():
         if "build" not in svc or svc["build"]["context"] != ".":
             continue
-        argv = command_of(svc)
+        argv = mocapline_command(svc)
         assert argv[0] == "mocapline", (name, argv)
         assert argv[1] in COMMANDS, (name, argv)
         if name in PIPELINE:
@@ -325,7 +336,7 @@ def test_every_mocapline_variable_is_a_flag_and_parses(services) -> None:
     for name, svc in services.items():
         if "build" not in svc or svc["build"]["context"] != ".":
             continue
-        argv = command_of(svc)
+        argv = mocapline_command(svc)
         known = env_flags(build_parser(argv[1]))
         env = service_env(svc)
         ours = {k for k in env if k.startswith(ENV_PREFIX)}
@@ -465,7 +476,18 @@ def test_capture_can_raise_its_priority(services) -> None:
     stages = dockerfile_stages(ROOT / "Dockerfile")
     users = [rest for word, rest in _stage_instructions(ROOT / "Dockerfile", "capture") if word == "USER"]
     assert users and users[-1] == "root", "an added capability is only effective for root in the container"
-    assert stages["capture"]["entrypoint"] == ["mocapline", "capture"]
+    assert stages["capture"]["entrypoint"] == ["mocapline", "supervise-capture"]
+
+
+def test_capture_runs_under_the_supervisor_that_holds_its_sockets(services) -> None:
+    """A capture that dies in its container is restarted by the supervisor on the same sockets
+    (tests/test_compose_engine.py kills it under a real engine); the supervisor takes every
+    option of capture and passes it on."""
+    from mocapline.tools.pipeline import supervise
+
+    assert command_of(services["capture"])[1] == "supervise-capture"
+    assert COMMANDS["supervise-capture"][0] == supervise.__name__
+    assert env_flags(supervise.build_parser()) == env_flags(build_parser("capture"))
 
 
 def _stage_instructions(path: Path, stage: str) -> list[tuple[str, str]]:
@@ -500,8 +522,8 @@ def test_every_dockerfile_copy_source_exists_and_is_not_ignored(services) -> Non
                 assert list(ctx.glob(src)), f"{dockerfile.name}: COPY {src}: no such path in {ctx}"
                 assert not ignored(src, patterns), f"{dockerfile.name}: COPY {src} is excluded by .dockerignore"
                 copied.append(src)
-    # what the services need at run time: the package, its protobuf source, IK configs, the demo take
-    for needed in ("pyproject.toml", "setup.py", "mocapline", "proto", "assets"):
+    # what the wheel is built from: the package, IK configs and the demo take (mocapline.assets)
+    for needed in ("pyproject.toml", "setup.py", "mocapline", "assets"):
         assert needed in copied, needed
     assert not ignored("assets/demo/walk_60hz.mlrec", dockerignore_patterns(ROOT))
     assert ignored("keys/server.key_secret", dockerignore_patterns(ROOT)), "secrets must stay out of images"

