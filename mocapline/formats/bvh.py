@@ -10,7 +10,8 @@ Conventions (the BVH ones, as bvhio reads them): a joint's local rotation is the
 rotation channels in the order they are listed (``Zrotation Xrotation Yrotation``: R = Rz Rx Ry),
 angles in degrees; its local translation is its OFFSET, except along the axes it has position
 channels for, where the channel's value is the translation (exporters that key positions on every
-joint write the whole translation there); world pose = parent world pose * local pose. Units are the file's (no scaling).
+joint write the whole translation there); world pose = parent world pose * local pose. Units are
+the file's (no scaling).
 ``tests/test_bvh.py`` checks the forward kinematics against bvhio.
 
 :func:`gmr_bodies` turns a motion into HumanFrame arrays (the 23 :data:`GMR_BODIES`, Z-up metres)
@@ -139,98 +140,106 @@ def _tokens(text: str) -> list[tuple[int, list[str]]]:
     return out
 
 
-def parse_bvh(text: str, source: str = "BVH") -> BvhMotion:
-    """Parse BVH text; raises :class:`BvhError` naming the line of the first problem."""
-    lines = _tokens(text)
-    if not lines or lines[0][1][0].upper() != "HIERARCHY":
-        raise BvhError(f"{source}: not a BVH file (it does not start with HIERARCHY)")
-    joints: list[BvhJoint] = []
-    stack: list[int] = []  # open joints; -2 marks an End Site
-    pending: dict[str, object] | None = None
-    i = 1
-    motion_at = None
-    while i < len(lines):
-        number, words = lines[i]
+class _Hierarchy:
+    """The HIERARCHY section, read one line at a time: joints, their offsets and channels."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.joints: list[BvhJoint] = []
+        self.stack: list[int] = []  # open joints; -2 marks an End Site
+        self.pending: dict[str, object] | None = None
+
+    def read(self, number: int, words: list[str]) -> None:
+        where = f"{self.source}: line {number}"
         key = words[0].upper()
-        where = f"{source}: line {number}"
         if key in ("ROOT", "JOINT"):
-            if len(words) < 2:
-                raise BvhError(f"{where}: {words[0]} without a name")
-            if key == "ROOT" and (joints and stack):
-                raise BvhError(f"{where}: ROOT inside another joint")
-            parent = next((s for s in reversed(stack) if s >= 0), -1) if stack else -1
-            if key == "JOINT" and parent < 0:
-                raise BvhError(f"{where}: JOINT outside any ROOT")
-            pending = {"name": " ".join(words[1:]), "parent": parent, "offset": None, "channels": ()}
+            self._joint(where, key, words)
         elif key == "END":
-            pending = {"end": True}
+            self.pending = {"end": True}
         elif key == "{":
-            if pending is None:
-                raise BvhError(f"{where}: '{{' without a joint")
-            if pending.get("end"):
-                stack.append(-2)
-            else:
-                joints.append(BvhJoint(str(pending["name"]), int(pending["parent"]), (0.0, 0.0, 0.0), ()))
-                stack.append(len(joints) - 1)
-            pending = None
+            self._open(where)
         elif key == "}":
-            if not stack:
+            if not self.stack:
                 raise BvhError(f"{where}: unbalanced '}}'")
-            stack.pop()
+            self.stack.pop()
         elif key == "OFFSET":
-            if len(words) != 4:
-                raise BvhError(f"{where}: OFFSET needs 3 numbers")
-            try:
-                offset = tuple(float(w) for w in words[1:])
-            except ValueError:
-                raise BvhError(f"{where}: OFFSET needs 3 numbers, got {' '.join(words[1:])}") from None
-            if stack and stack[-1] >= 0:
-                j = joints[stack[-1]]
-                joints[stack[-1]] = BvhJoint(j.name, j.parent, offset, j.channels)  # type: ignore[arg-type]
+            self._offset(where, words)
         elif key == "CHANNELS":
-            if not stack or stack[-1] < 0:
-                raise BvhError(f"{where}: CHANNELS outside a joint")
-            try:
-                count = int(words[1])
-            except (IndexError, ValueError):
-                raise BvhError(f"{where}: CHANNELS needs a count") from None
-            names = tuple(words[2:])
-            if len(names) != count:
-                raise BvhError(f"{where}: CHANNELS {count} lists {len(names)} channels")
-            for c in names:
-                if len(c) != 9 or c[0] not in _AXES or c[1:] not in ("position", "rotation"):
-                    raise BvhError(f"{where}: unknown channel {c!r} (expected Xposition ... Zrotation)")
-            j = joints[stack[-1]]
-            joints[stack[-1]] = BvhJoint(j.name, j.parent, j.offset, names)
-        elif key == "MOTION":
-            motion_at = i
-            break
+            self._channels(where, words)
         else:
             raise BvhError(f"{where}: unexpected {words[0]!r} in the hierarchy")
-        i += 1
-    if stack:
-        raise BvhError(f"{source}: hierarchy not closed (missing '}}')")
-    if not joints:
-        raise BvhError(f"{source}: no joints")
-    if motion_at is None:
-        raise BvhError(f"{source}: no MOTION section")
+
+    def finish(self) -> list[BvhJoint]:
+        if self.stack:
+            raise BvhError(f"{self.source}: hierarchy not closed (missing '}}')")
+        if not self.joints:
+            raise BvhError(f"{self.source}: no joints")
+        return self.joints
+
+    def _joint(self, where: str, key: str, words: list[str]) -> None:
+        if len(words) < 2:
+            raise BvhError(f"{where}: {words[0]} without a name")
+        if key == "ROOT" and (self.joints and self.stack):
+            raise BvhError(f"{where}: ROOT inside another joint")
+        parent = next((s for s in reversed(self.stack) if s >= 0), -1)
+        if key == "JOINT" and parent < 0:
+            raise BvhError(f"{where}: JOINT outside any ROOT")
+        self.pending = {"name": " ".join(words[1:]), "parent": parent}
+
+    def _open(self, where: str) -> None:
+        if self.pending is None:
+            raise BvhError(f"{where}: '{{' without a joint")
+        if self.pending.get("end"):
+            self.stack.append(-2)
+        else:
+            name, parent = str(self.pending["name"]), int(str(self.pending["parent"]))
+            self.joints.append(BvhJoint(name, parent, (0.0, 0.0, 0.0), ()))
+            self.stack.append(len(self.joints) - 1)
+        self.pending = None
+
+    def _offset(self, where: str, words: list[str]) -> None:
+        if len(words) != 4:
+            raise BvhError(f"{where}: OFFSET needs 3 numbers")
+        try:
+            x, y, z = (float(w) for w in words[1:])
+        except ValueError:
+            raise BvhError(f"{where}: OFFSET needs 3 numbers, got {' '.join(words[1:])}") from None
+        if self.stack and self.stack[-1] >= 0:  # an End Site's offset is not kept
+            j = self.joints[self.stack[-1]]
+            self.joints[self.stack[-1]] = BvhJoint(j.name, j.parent, (x, y, z), j.channels)
+
+    def _channels(self, where: str, words: list[str]) -> None:
+        if not self.stack or self.stack[-1] < 0:
+            raise BvhError(f"{where}: CHANNELS outside a joint")
+        try:
+            count = int(words[1])
+        except (IndexError, ValueError):
+            raise BvhError(f"{where}: CHANNELS needs a count") from None
+        names = tuple(words[2:])
+        if len(names) != count:
+            raise BvhError(f"{where}: CHANNELS {count} lists {len(names)} channels")
+        for c in names:
+            if len(c) != 9 or c[0] not in _AXES or c[1:] not in ("position", "rotation"):
+                raise BvhError(f"{where}: unknown channel {c!r} (expected Xposition ... Zrotation)")
+        j = self.joints[self.stack[-1]]
+        self.joints[self.stack[-1]] = BvhJoint(j.name, j.parent, j.offset, names)
+
+
+def _motion(lines: list[tuple[int, list[str]]], n_channels: int, source: str) -> tuple[float, np.ndarray]:
+    """The MOTION section after its keyword: (frame time, values of shape (frames, channels))."""
     try:
-        (n1, w1), (n2, w2) = lines[motion_at + 1], lines[motion_at + 2]
-    except IndexError:
+        (n1, w1), (n2, w2) = lines[0], lines[1]
+    except (IndexError, ValueError):
         raise BvhError(f"{source}: MOTION without Frames / Frame Time") from None
     try:
-        if w1[0].lower() != "frames:":
+        if w1[0].lower() != "frames:" or [w.lower() for w in w2[:2]] != ["frame", "time:"]:
             raise ValueError
-        n_frames = int(w1[1])
-        if [w.lower() for w in w2[:2]] != ["frame", "time:"]:
-            raise ValueError
-        frame_time = float(w2[2])
+        n_frames, frame_time = int(w1[1]), float(w2[2])
     except (ValueError, IndexError):
         raise BvhError(f"{source}: line {n1}-{n2}: expected 'Frames: N' and 'Frame Time: T'") from None
     if not frame_time > 0:
         raise BvhError(f"{source}: line {n2}: Frame Time must be > 0, got {frame_time}")
-    n_channels = sum(len(j.channels) for j in joints)
-    rows = lines[motion_at + 3:]
+    rows = lines[2:]
     if len(rows) < n_frames:
         raise BvhError(f"{source}: Frames: {n_frames} but {len(rows)} frame lines (file truncated?)")
     rows = rows[:n_frames]
@@ -246,7 +255,23 @@ def parse_bvh(text: str, source: str = "BVH") -> BvhMotion:
         raise BvhError(f"{source}: non-finite values in MOTION")
     if n_frames == 0:
         raise BvhError(f"{source}: no frames")
-    return BvhMotion(tuple(joints), frame_time, values, source)
+    return frame_time, values
+
+
+def parse_bvh(text: str, source: str = "BVH") -> BvhMotion:
+    """Parse BVH text; raises :class:`BvhError` naming the line of the first problem."""
+    lines = _tokens(text)
+    if not lines or lines[0][1][0].upper() != "HIERARCHY":
+        raise BvhError(f"{source}: not a BVH file (it does not start with HIERARCHY)")
+    hierarchy = _Hierarchy(source)
+    for k, (number, words) in enumerate(lines[1:], start=1):
+        if words[0].upper() == "MOTION":
+            joints = hierarchy.finish()
+            frame_time, values = _motion(lines[k + 1:], sum(len(j.channels) for j in joints), source)
+            return BvhMotion(tuple(joints), frame_time, values, source)
+        hierarchy.read(number, words)
+    hierarchy.finish()
+    raise BvhError(f"{source}: no MOTION section")
 
 
 def _all_numbers(words: list[str]) -> bool:
