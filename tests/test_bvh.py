@@ -105,7 +105,8 @@ def test_round_trip_through_text_keeps_the_motion() -> None:
 
 
 def test_reader_details() -> None:
-    text = format_bvh(axis_motion(3, prefix="mixamorig:")).replace("\n", "\r\n").replace("Frame Time: ", "Frame Time:\t")
+    text = format_bvh(axis_motion(3, prefix="mixamorig:"))
+    text = text.replace("\n", "\r\n").replace("Frame Time: ", "Frame Time:\t")
     motion = parse_bvh(text)
     assert motion.index("Hips") == 0 and motion.joints[0].name == "mixamorig:Hips"
     assert motion.find("Nope") is None

@@ -604,7 +604,8 @@ def test_grafana_provisioning_matches_the_mounts(services, env) -> None:
     paths = [pr["options"]["path"] for doc in providers for pr in doc.get("providers", [])]
     assert paths, "no dashboard provider provisioned"
     for path in paths:
-        assert Path(path).is_relative_to(dashboards_in_container), f"provider reads {path}, mounted at {dashboards_in_container}"
+        assert Path(path).is_relative_to(dashboards_in_container), (
+            f"provider reads {path}, mounted at {dashboards_in_container}")
     env_g = service_env(services["grafana"])
     assert env_g["GF_AUTH_ANONYMOUS_ENABLED"] == "true" and env_g["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
     assert list((ROOT / "deploy/grafana/dashboards").glob("*.json")), "no dashboard"

@@ -67,7 +67,8 @@ def test_ik_model_forward_kinematics_equal_the_reference(reference, ik_model, se
         np.testing.assert_allclose(d_ik.xpos[ik_ids], d_ref.xpos[ref_ids], atol=1e-12)
         np.testing.assert_allclose(d_ik.xquat[ik_ids], d_ref.xquat[ref_ids], atol=1e-12)
         for s in ref_sites:
-            np.testing.assert_allclose(d_ik.site_xpos[ik_model.site(s).id], d_ref.site_xpos[reference.site(s).id], atol=1e-12)
+            np.testing.assert_allclose(d_ik.site_xpos[ik_model.site(s).id], d_ref.site_xpos[reference.site(s).id],
+                                       atol=1e-12)
         # added sites sit at their declared place on their body
         for name, (parent, pos) in rm.IK_SITES.items():
             b = ik_model.body(parent).id

@@ -70,7 +70,8 @@ def test_curve_needs_both_halves(keys) -> None:
     ctx = zmq.Context()
     try:
         with pytest.raises(ValueError):
-            server_link(ctx, zmq.PUSH, f"tcp://127.0.0.1:{free_tcp_port()}", curve_server_key=str(keys["server_secret"]))
+            server_link(ctx, zmq.PUSH, f"tcp://127.0.0.1:{free_tcp_port()}",
+                        curve_server_key=str(keys["server_secret"]))
         with pytest.raises(ValueError):
             server_link(ctx, zmq.PUSH, f"tcp://127.0.0.1:{free_tcp_port()}", curve_clients=str(keys["clients"]))
         with pytest.raises(ValueError):  # a public certificate is not a server key

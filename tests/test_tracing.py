@@ -135,8 +135,10 @@ def test_traceparent_is_w3c() -> None:
     text = format_traceparent(NonRecordingSpan(ctx))
     assert text == carrier["traceparent"] == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     parsed = parse_traceparent(text)
-    assert (parsed.trace_id, parsed.span_id, parsed.trace_flags, parsed.is_remote) == (ctx.trace_id, ctx.span_id, 1, True)
-    for bad in ("", "00-" + "0" * 32 + "-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319c-" + "0" * 16 + "-01",
+    got = (parsed.trace_id, parsed.span_id, parsed.trace_flags, parsed.is_remote)
+    assert got == (ctx.trace_id, ctx.span_id, 1, True)
+    for bad in ("", "00-" + "0" * 32 + "-b7ad6b7169203331-01",
+                "00-0af7651916cd43dd8448eb211c80319c-" + "0" * 16 + "-01",
                 "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", text.upper().replace("00-", "zz-", 1),
                 text + "-extra", text[:-1]):
         assert parse_traceparent(bad) is None, bad

@@ -15,8 +15,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "retarget": ("mocapline.bench.retarget", "IK onto the G1 frames/s"),
     "e2e": ("mocapline.bench.e2e", "end-to-end through every service"),
     "tracing": ("mocapline.bench.tracing", "per-frame cost of a trace per posture_index, traced vs untraced"),
-    "durability": ("mocapline.bench.durability", "crash safety's cost: reliable links and logs vs plain, per fsync policy"),
-    "viewer": ("mocapline.bench.viewer", "the viewer process's CPU and RSS at 120 Hz, with no page and with one page open"),
+    "durability": ("mocapline.bench.durability", "crash safety's cost: reliable links and logs vs plain"),
+    "viewer": ("mocapline.bench.viewer", "the viewer's CPU and RSS at 120 Hz, with no page and with one open"),
     "metrics": ("mocapline.bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
 }
 

@@ -186,7 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, r in p.items():
             print(f"  {name:<17} p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  "
                   f"flat out {r['flat_out_fps']:7.0f} /s ({r['flat_applied']} frames)   "
-                  f"p99 {r['p99_ms'] / p['plain']['p99_ms']:4.2f}x  throughput {r['flat_out_fps'] / p['plain']['flat_out_fps']:4.2f}x")
+                  f"p99 {r['p99_ms'] / p['plain']['p99_ms']:4.2f}x  "
+                  f"throughput {r['flat_out_fps'] / p['plain']['flat_out_fps']:4.2f}x")
     return 0
 
 

@@ -67,7 +67,9 @@ class StageLog:
     stands. Keyed by the sequence number of the record's first output (``key_by_input``: by the
     input's sequence number, for a stage that sends nothing on, the viewer)."""
 
-    def __init__(self, directory: Path, name: str, config: LogConfig | None = None, *, key_by_input: bool = False) -> None:
+    def __init__(
+        self, directory: Path, name: str, config: LogConfig | None = None, *, key_by_input: bool = False
+    ) -> None:
         self.directory = Path(directory)
         self.log = SegmentLog(self.directory, name, config)
         self.key_by_input = key_by_input

@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     quality = evaluate(model, ours.table_entries(), targets, qpos, motion.fps, limits, root=config.human_root_name)
     summary = {
         "take": str(args.take), "skeleton": skeleton.name, "frames": n, "source_fps": round(motion.fps, 3),
-        "human_height_m": round(height, 3), "err_mm": round(quality.err_mm, 1), "err_p99_mm": round(quality.err_p99_mm, 1),
+        "human_height_m": round(height, 3), "err_mm": round(quality.err_mm, 1),
+        "err_p99_mm": round(quality.err_p99_mm, 1),
         "hands_mm": round(quality.hands_mm, 1), "limit_contacts": quality.limit_contacts, "jumps": quality.jumps,
         "ik_failed": ours.stats.failures, "seconds": round(seconds, 3), "frames_per_s": round(n / seconds, 1),
     }

@@ -291,7 +291,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--replay", type=Path, default=None, help="replay this .mlrec recording instead of generating")
     p.add_argument("--demo", action="store_true", help="replay the bundled demo take (assets/demo)")
     p.add_argument("--loop", action="store_true", help="with --replay/--demo: replay again and again until Ctrl-C")
-    p.add_argument("--write", type=Path, default=None, help="write the generated take to this .mlrec file, send nothing")
+    p.add_argument("--write", type=Path, default=None,
+                   help="write the generated take to this .mlrec file, send nothing")
     p.add_argument("--seed", type=int, default=0, help="seed for the garbage generator")
     return p
 

@@ -1,4 +1,5 @@
-"""`mocapline export TAKE -o CLIP.npz`: a take as a G1 reference clip (the 50 Hz reference-clip contract, docs/recording.md).
+"""`mocapline export TAKE -o CLIP.npz`: a take as a G1 reference clip (the 50 Hz reference-clip
+contract, docs/recording.md).
 
 Input: a raw-datagram recording (``.mlrec``, e.g. ``take/raw.mlrec`` of ``mocapline record`` or
 ``assets/demo/walk_60hz.mlrec``), retargeted offline exactly as the live pipeline does
@@ -262,12 +263,15 @@ def export_frames(frames: list[Any], source_fps: float, fps: float, *, max_gap: 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline export", description=__doc__)
     p.add_argument("take", type=Path, help="a .mlrec recording or a take folder of `mocapline record`")
-    p.add_argument("-o", "--output", type=Path, default=None, help="the .npz to write (default: beside the take: TAKE/TAKE.npz, or REC.npz beside REC.mlrec)")
+    p.add_argument("-o", "--output", type=Path, default=None,
+                   help="the .npz to write (default: beside the take: TAKE/TAKE.npz, or REC.npz beside REC.mlrec)")
     p.add_argument("--fps", type=float, default=DEFAULT_FPS, help="output rate (Hz)")
-    p.add_argument("--input-fps", type=float, default=None, help="the recording's frame rate (default: its metadata, else 60)")
+    p.add_argument("--input-fps", type=float, default=None,
+                   help="the recording's frame rate (default: its metadata, else 60)")
     p.add_argument("--ik-config", default=None, help="IK config name or JSON (default: the take's, else axis_studio)")
     p.add_argument("--human-height", type=float, default=None, help="performer height in m (default: the take's)")
-    p.add_argument("--rotation-order", default=None, help="Axis BVH rotation order (default: the recording's, else YXZ)")
+    p.add_argument("--rotation-order", default=None,
+                   help="Axis BVH rotation order (default: the recording's, else YXZ)")
     p.add_argument("--source", choices=("axis", "xsens"), default=None, help="what sent the datagrams")
     p.add_argument("--max-gap", type=int, default=1,
                    help="longest source interval (frames) a sample may be interpolated across (1 = no missing frame)")

@@ -43,9 +43,11 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--dir", type=Path, required=True, help="the take folder to create")
     add_stack_options(p)
     p.add_argument("--seconds", type=non_negative_float, default=0.0, help="stop after this long (0 = until Ctrl-C)")
-    p.add_argument("--frames", type=non_negative_int, default=0, help="stop once capture has this many unique frames (0 = off)")
+    p.add_argument("--frames", type=non_negative_int, default=0,
+                   help="stop once capture has this many unique frames (0 = off)")
     p.add_argument("--replay", type=Path, default=None, help="feed this .mlrec through the pipeline, then stop")
-    p.add_argument("--replay-speed", type=non_negative_float, default=1.0, help="with --replay: 1 = original timing, 0 = asap")
+    p.add_argument("--replay-speed", type=non_negative_float, default=1.0,
+                   help="with --replay: 1 = original timing, 0 = asap")
     p.add_argument("--no-viewer", action="store_true",
                    help="leave the streamer's port to an external consumer (lossless: without one, nothing is sent)")
     p.add_argument("--display", choices=("auto", "window", "web", "none"), default="none", help="viewer display")
@@ -58,7 +60,8 @@ def take_description(args: Any, config: Any) -> dict[str, Any]:
     from mocapline.services.retarget.config import DEFAULT_CONFIG
     from mocapline.tools.recorder.take import TakeConfig
 
-    ik = str(config.ik_config) if config.ik_config is not None else ("xsens" if config.source == "xsens" else DEFAULT_CONFIG)
+    shipped = "xsens" if config.source == "xsens" else DEFAULT_CONFIG
+    ik = str(config.ik_config) if config.ik_config is not None else shipped
     take = TakeConfig(ik_config=ik, human_height=config.human_height, input_fps=config.input_fps,
                       output_fps=config.output_fps, source=config.source, rotation_order=config.rotation_order)
     return {
