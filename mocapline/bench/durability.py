@@ -12,12 +12,13 @@ side by side in one run.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +123,9 @@ def _reliable_link(n: int, fsync: str) -> float:
 def link(n: int, rounds: int) -> dict[str, float]:
     """Best of ``rounds`` per variant, variants interleaved round by round."""
     best: dict[str, float] = {}
-    variants = {"plain": lambda: _plain_link(n), **{f"reliable_fsync_{p}": (lambda p=p: _reliable_link(n, p))
-                                                    for p in ("never", "interval", "always")}}
+    variants: dict[str, Callable[[], float]] = {"plain": lambda: _plain_link(n)}
+    for policy in ("never", "interval", "always"):
+        variants[f"reliable_fsync_{policy}"] = functools.partial(_reliable_link, n, policy)
     for _ in range(rounds):
         for name, run in variants.items():
             best[name] = max(best.get(name, 0.0), run())

@@ -14,6 +14,7 @@ import json
 import sys
 import timeit
 from collections.abc import Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -30,7 +31,7 @@ def measure(number: int) -> dict[str, float]:
     counter = Counter("c_total", "c", ["stage"], registry=registry).labels(stage="x")
     fast = FastHistogram(STAGE_BUCKETS)
     metrics = ServiceMetrics("capture", reasons=("a", "b", "c"))
-    beat = {"source_received": 0, "human_frames_sent": 0, "input_pending": 0, "last_posture_index": 0,
+    beat: dict[str, Any] = {"source_received": 0, "human_frames_sent": 0, "input_pending": 0, "last_posture_index": 0,
             "source_unique_frames": 0, "source_missing_indices": 0, "source_duplicate_indices": 0,
             "source_backward_indices": 0, "cross_path_copies": 0, "late_frames": 0,
             "rejected_by_reason": {"a": 1, "b": 0, "c": 2}}

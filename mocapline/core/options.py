@@ -30,7 +30,7 @@ class EnvArgumentParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:  # type: ignore[override]
+    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
         long_flags = [n for n in names if n.startswith("--")]
         if not long_flags or kwargs.get("action") in ("help", "version"):
             return super().add_argument(*names, **kwargs)

@@ -90,7 +90,7 @@ class BvhMotion:
         except KeyError:
             return None
 
-    def slice(self, start: int, stop: int) -> BvhMotion:
+    def slice(self, start: int, stop: int | None = None) -> BvhMotion:
         return BvhMotion(self.joints, self.frame_time, self.values[start:stop].copy(), self.source)
 
     def local_poses(self) -> tuple[np.ndarray, np.ndarray]:

@@ -15,7 +15,7 @@ import json
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Self
 
 _LEN = struct.Struct("<I")
 
@@ -67,7 +67,7 @@ class RecordWriter:
     def close(self) -> None:
         self._fh.close()
 
-    def __enter__(self) -> RecordWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -31,7 +31,7 @@ from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, det
 from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.quality import evaluate
 from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
-from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_csv
+from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, save_clip, write_csv
 
 PROG = "mocapline retarget-file"
 
@@ -134,10 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     r = resample(np.arange(n), qpos[:, 0:3], qpos[:, 3:7], qpos[:, 7:], motion.fps, args.fps,
                  ik_failed=failed)
     clip = build_clip(r, args.fps, motion.fps, meta)
-    out = args.out or args.take.with_suffix(".npz").name
-    out = Path(out)
+    out = Path(args.out or args.take.with_suffix(".npz"))  # beside the take, as export and plot write
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out, **clip)
+    save_clip(out, clip)
     summary["npz"] = str(out)
     summary["samples"] = len(clip["time"])
     if args.csv:

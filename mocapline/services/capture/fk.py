@@ -196,6 +196,7 @@ class _Chain:
         """(n_bones, 6) or (F, n_bones, 6) channels -> (size + 1, 4, 4) or (F, size + 1, 4, 4)
         global transforms in the Y-up frame, metres; the last row is the identity."""
         # Plain a[i] is several times cheaper than a[..., i] for one frame: keep both paths.
+        flat: np.ndarray
         if channels.ndim == 2:
             pick = _pick_single
             flat = channels.reshape(-1)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from mocapline.core import durable
 from mocapline.core.bodies import GMR_BODIES
@@ -34,7 +34,7 @@ from mocapline.core.stage import (
 )
 from mocapline.core.tracing import StageTracer
 from mocapline.core.transport import FrameSink
-from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig
+from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig, HeaderFormat
 from mocapline.formats.skeleton import SkeletonKind
 from mocapline.services.capture import checkpoint
 from mocapline.services.capture.journal import RawJournal
@@ -165,7 +165,7 @@ def make_source(settings: CaptureSettings, journal: RawJournal | None = None) ->
     config = AxisBvhConfig(
         skeleton=SkeletonKind(settings.skeleton),
         rotation_order=settings.rotation_order,
-        header_format=settings.header_format,
+        header_format=cast(HeaderFormat, settings.header_format),
     )
     return axis_udp_source(config, settings.ports, tcp=settings.axis, **common)
 

@@ -94,7 +94,8 @@ class GmrBaseline:
     def _solve(self, tasks) -> None:
         dt = self.configuration.model.opt.timestep
         # GMR's call: the limits list is the 6th positional argument, i.e. safety_break.
-        vel = mink.solve_ik(self.configuration, tasks, dt, self.solver, self.damping, self.ik_limits)
+        vel = mink.solve_ik(self.configuration, tasks, dt, self.solver, self.damping,
+                            self.ik_limits)  # type: ignore[arg-type]
         self.configuration.integrate_inplace(vel, dt)
 
     def retarget(self, positions: np.ndarray, quaternions: np.ndarray) -> np.ndarray:

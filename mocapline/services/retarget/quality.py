@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass
 import mujoco
 import numpy as np
 
-from mocapline.core import quat as Q
 from mocapline.robot import g1 as robot_model
 
 JUMP_WINDOW = 10

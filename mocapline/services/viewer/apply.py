@@ -89,12 +89,12 @@ class ViewerCounters:
                 "last_posture_index": self.last_posture_index, "rejected": dict(self.rejected), "applied": applied,
                 "applied_by_performer": {str(k): n for k, n in self.applied_by_performer.items()}}
 
-    def restore(self, state: dict[str, object]) -> None:
-        self.viewer_received = int(state.get("viewer_received", 0))  # type: ignore[arg-type]
-        self.viewer_applied = int(state.get("viewer_applied", 0))  # type: ignore[arg-type]
-        self.last_posture_index = state.get("last_posture_index")  # type: ignore[assignment]
-        self.rejected.update(state.get("rejected", {}))  # type: ignore[arg-type]
-        by_performer: dict[str, int] = state.get("applied_by_performer") or {}  # type: ignore[assignment]
+    def restore(self, state: dict[str, Any]) -> None:
+        self.viewer_received = int(state.get("viewer_received", 0))
+        self.viewer_applied = int(state.get("viewer_applied", 0))
+        self.last_posture_index = state.get("last_posture_index")
+        self.rejected.update(state.get("rejected", {}))
+        by_performer: dict[str, int] = state.get("applied_by_performer") or {}
         self.applied_by_performer.update({int(k): int(n) for k, n in by_performer.items()})
 
     @property

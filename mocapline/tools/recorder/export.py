@@ -186,6 +186,12 @@ def policy_clock(time: np.ndarray) -> np.ndarray:
     return np.stack((progress, duration - time), axis=1)
 
 
+def save_clip(path: Path, clip: dict[str, np.ndarray]) -> None:
+    """Write a clip as one compressed .npz (no pickles: ``numpy.load(path)`` reads it as is)."""
+    # numpy's stubs cannot tell these keyword arrays from its allow_pickle flag
+    np.savez_compressed(path, **clip)  # type: ignore[arg-type]
+
+
 def build_clip(resampled: Resampled, fps: float, source_fps: float, meta: dict[str, Any]) -> dict[str, np.ndarray]:
     from mocapline.robot.g1 import G1_JOINT_NAMES
 
@@ -220,8 +226,8 @@ def build_clip(resampled: Resampled, fps: float, source_fps: float, meta: dict[s
         "valid": r.valid,
         "ik_failed": r.ik_failed,
         "gaps": np.array(r.gaps, dtype=np.int64).reshape(-1, 2),
-        "fps": np.float64(fps),
-        "source_fps": np.float64(source_fps),
+        "fps": np.array(fps, dtype=np.float64),
+        "source_fps": np.array(source_fps, dtype=np.float64),
         "meta": np.array(json.dumps(meta, sort_keys=True)),
     }
 
@@ -320,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.output or (path.parent / f"{path.parent.name}.npz" if path.name == "raw.mlrec"
                           else path.with_suffix(".npz"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(out, **clip)
+    save_clip(out, clip)
     summary = {"npz": str(out), "samples": len(clip["time"]), "fps": args.fps,
                "duration_s": float(clip["time"][-1]), "invalid_samples": int((~clip["valid"]).sum()),
                "gaps": len(clip["gaps"]), "takes_in_input": len(takes)}
