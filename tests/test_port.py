@@ -311,6 +311,7 @@ def test_two_consumers_and_a_raw_pull_joining_mid_take(tmp_path, stacks) -> None
     pull = ctx.socket(zmq.PULL)
     pull.connect(endpoint(stack))
     taps.append(Tap(stack, "robot-a", tmp_path / "a.mltap"))
+    joined(stack, "robot-a")  # the first consumer (a process: slow to start on a loaded host)
     wait_until(lambda: frames_sent_to_someone(stack) > 240, 20, what="a second into the take")
     other = IndependentConsumer(endpoint(stack), "robot-b")
     other.start()
