@@ -12,6 +12,7 @@ import queue
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from mocapline.core.lifecycle import (
 from mocapline.core.metrics import ServiceMetrics
 from mocapline.core.metrics import add_arguments as add_metrics_arguments
 from mocapline.core.metrics import start as start_metrics
-from mocapline.core.options import EnvArgumentParser, port_number
+from mocapline.core.options import EnvArgumentParser, port_number, settings_from
 from mocapline.core.udp import Datagram, UdpReceiver, adopt_udp, open_udp
 from mocapline.formats.axis_bvh import BvhReject, parse_header
 from mocapline.services.auditor.audit import audit
@@ -160,28 +161,49 @@ class Auditor:
             stop.wait(0.02)
 
 
+@dataclass(frozen=True)
+class AuditorSettings:
+    """`mocapline auditor`'s flags."""
+
+    side_port: int
+    side_host: str
+    side_fd: int | None
+    interval: float
+    snapshot: Path | None
+    replay: Path | None
+    nats: str
+    log_level: str
+    metrics_port: int
+    metrics_host: str
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.replay is not None:
-        print(json.dumps(audit(json.loads(args.replay.read_text()))))
+    settings = settings_from(AuditorSettings, build_parser().parse_args(argv))
+    if settings.replay is not None:
+        try:
+            snapshot = json.loads(settings.replay.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"mocapline auditor: --replay {settings.replay}: not a readable snapshot ({exc})", file=sys.stderr)
+            return 2
+        print(json.dumps(audit(snapshot)))
         return 0
-    setup_logging(args.log_level)
-    side = SidePath(args.side_host, args.side_port, args.side_fd) if args.side_port else None
+    setup_logging(settings.log_level)
+    side = SidePath(settings.side_host, settings.side_port, settings.side_fd) if settings.side_port else None
     # the verdict, the current take's ledger, missing by class
-    auditor = Auditor(side, start_metrics("auditor", args.metrics_port, args.metrics_host))
-    bus = Bus(args.nats, "auditor", lambda: {"verdict": auditor.verdict.get("unique_frames_conserved")})
+    auditor = Auditor(side, start_metrics("auditor", settings.metrics_port, settings.metrics_host))
+    bus = Bus(settings.nats, "auditor", lambda: {"verdict": auditor.verdict.get("unique_frames_conserved")})
     bus.subscribe(f"{PREFIX}.heartbeat.*", auditor.on_heartbeat)
     bus.subscribe(GAPS_SUBJECT, auditor.on_gap)
     if side is not None:
         side.start()
     bus.start()
     try:
-        auditor.run(bus, stop_on_signals(), args.interval)
+        auditor.run(bus, stop_on_signals(), settings.interval)
     finally:
         snap = auditor.snapshot()
         final = auditor.judge()  # as answered to the drain, when there was one (ledger.json has it too)
-        if args.snapshot is not None:
-            args.snapshot.write_text(json.dumps(snap, indent=1))
+        if settings.snapshot is not None:
+            settings.snapshot.write_text(json.dumps(snap, indent=1))
         print(json.dumps(final), flush=True)
         bus.stop()
         auditor.metrics.close()
