@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,10 @@ class StackConfig:
     # meanwhile) and restarts a service that dies. None = plain links, nothing on disk.
     state_dir: Path | None = None
     fsync: str = "interval"
+    # Durable mode only: retarget as this many workers sharing the performers (0 = one retarget).
+    # Capture's port becomes a fan-out, the streamer fans in, NATS runs with JetStream (the
+    # assignment), services "retarget.w1" .. (mocapline/services/retarget/worker.py).
+    retarget_workers: int = 0
 
 
 def local_config(**settings: Any) -> StackConfig:
@@ -172,6 +177,8 @@ class Stack:
         if c.viewer:
             plan.append(("viewer", [f"--input=tcp://127.0.0.1:{c.output_port}", f"--display={c.display}",
                                     f"--web-port={c.web_port}"]))
+        if c.retarget_workers and c.state_dir is not None:
+            plan = self._scale_out(plan)
         for name, args in plan:
             if name in c.metrics_ports:
                 args = [*args, f"--metrics-port={c.metrics_ports[name]}"]
@@ -182,15 +189,46 @@ class Stack:
                 args = [*args, f"--state-dir={c.state_dir / name}", f"--fsync={c.fsync}"]
                 if name == "streamer" and c.plain_output:  # consumers that cannot acknowledge
                     args.append("--plain-output")
-            svc = Service(name, args, env, pass_fds=fds.get(name, ()))
+            svc = Service(name, args, env, pass_fds=fds.get(name, ()), command=name.partition(".")[0])
             self.services[name] = svc
             self._start(svc)
+
+    def _scale_out(self, plan: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+        """The plan with retarget as workers: capture's output a fan-out, the streamer fanning in."""
+        out: list[tuple[str, list[str]]] = []
+        for name, args in plan:
+            if name == "retarget":
+                args = [a for a in args if not a.startswith("--output=")]
+                out += [(f"retarget.{w}", [*args, f"--worker={w}", "--output=tcp://127.0.0.1:*", "--metrics-port=0"])
+                        for w in self.worker_names]
+                continue
+            if name == "capture":
+                args = [*args, "--output-fanout"]
+            elif name == "streamer":
+                args = [*args, "--fan-in"]
+            out.append((name, args))
+        return out
+
+    @property
+    def worker_names(self) -> list[str]:
+        return [f"w{k + 1}" for k in range(self.config.retarget_workers)]
+
+    @property
+    def stage_names(self) -> list[str]:
+        """The running stages in data order (retarget workers where retarget is)."""
+        workers = [f"retarget.{w}" for w in self.worker_names]
+        names = [n for s in STAGES for n in ([s] if s != "retarget" or not self.config.retarget_workers else workers)]
+        return [n for n in names if n in self.services]
 
     def _start_nats(self) -> None:
         binary = nats_server_binary()
         assert binary is not None
         url = self.config.nats_url
-        self.nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", url.rpartition(":")[2]],
+        jetstream: list[str] = []
+        if self.config.retarget_workers:  # the worker assignment is a JetStream key-value bucket
+            store = (self.config.state_dir or Path(tempfile.mkdtemp(prefix="mocapline-nats-"))) / "nats"
+            jetstream = ["-js", "-sd", str(store)]
+        self.nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", url.rpartition(":")[2], *jetstream],
                                      stdout=self._log("nats"), stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 10
         while not nats_reachable(url):
@@ -272,9 +310,8 @@ class Stack:
     def drain(self, timeout: float = 120.0) -> dict[str, dict[str, Any]]:
         """End of take: each stage flushes in order and reports its final counts."""
         finals: dict[str, dict[str, Any]] = {}
-        for name in STAGES:
-            if name in self.services:
-                finals[name] = self.ask(name, "drain", timeout=timeout)
+        for name in self.stage_names:
+            finals[name] = self.ask(name, "drain", timeout=timeout)
         return finals
 
     def verdict(self, finals: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -288,12 +325,12 @@ class Stack:
         return audit({"services": finals, "side": side})
 
     def reset(self) -> None:
-        for name in (*STAGES, "auditor"):
+        for name in (*self.stage_names, "auditor"):
             if name in self.services:
                 self.ask(name, "reset")
 
     def stop(self) -> None:
-        for name in ("capture", "retarget", "streamer", "viewer", "auditor"):
+        for name in (*self.stage_names, "auditor"):
             svc = self.services.get(name)
             if svc is not None:
                 svc.stop()
