@@ -52,6 +52,30 @@ def test_a_claim_is_won_once_and_a_stale_owner_cannot_overwrite(jetstream_nats) 
         b.close()
 
 
+def test_the_scale_override_makes_retarget_scalable() -> None:
+    """deploy/compose.scale.yml over docker-compose.yml: valid Compose, nothing fixed on retarget
+    (name, port, metrics port), and every service's flags parse into scale-out mode. (No Docker
+    engine run here: `docker compose ... config` accepts it too.)"""
+    import json as _json
+
+    from test_compose import COMPOSE, ROOT, command_of, load_compose, parse_with_env, service_env
+
+    jsonschema = pytest.importorskip("jsonschema")
+    model, unset = load_compose(COMPOSE, None, [ROOT / "deploy/compose.scale.yml"])
+    assert not unset
+    validator = jsonschema.Draft7Validator(_json.loads((ROOT / "tests/data/compose-spec.json").read_text()))
+    assert not list(validator.iter_errors(model))
+    svcs = model["services"]
+    retarget = svcs["retarget"]
+    assert "container_name" not in retarget and "ports" not in retarget
+    parsed = {name: parse_with_env(command_of(svcs[name])[1], service_env(svcs[name]), command_of(svcs[name])[2:])
+              for name in ("capture", "retarget", "streamer")}
+    assert parsed["retarget"].worker == "auto" and parsed["retarget"].output.endswith(":*")
+    assert parsed["retarget"].metrics_port == 0 and parsed["retarget"].state_dir is not None
+    assert parsed["capture"].output_fanout and parsed["streamer"].fan_in
+    assert "-js" in svcs["nats"]["command"]
+
+
 def collect(port: int, emitter: threading.Thread, on_progress, timeout_s: float = 120.0) -> dict[int, list[tuple[int, bool]]]:
     """Every frame of the robot port per performer, (posture_index, bridged), until the take has
     been sent and nothing arrived for 8 s (a takeover waits out the dead worker's 3 s TTL)."""

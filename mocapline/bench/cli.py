@@ -16,6 +16,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "e2e": ("mocapline.bench.e2e", "end-to-end through every service"),
     "tracing": ("mocapline.bench.tracing", "per-frame cost of a trace per posture_index, traced vs untraced"),
     "durability": ("mocapline.bench.durability", "crash safety's cost: reliable links and logs vs plain, per fsync policy"),
+    "scale": ("mocapline.bench.scale", "retarget as 1, 2, 3 workers on 6 performers at 120 Hz: frames/s and p99"),
     "metrics": ("mocapline.bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
 }
 

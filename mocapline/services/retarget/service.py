@@ -95,7 +95,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--shutdown-wait", type=float, default=30.0,
                    help="on exit, seconds to wait for the consumer to take queued frames")
     p.add_argument("--worker", default="",
-                   help="scale-out: run as the retarget worker NAME ('auto' = this host's name), one of several "
+                   help="scale-out: run as the retarget worker NAME ('auto' = host name + a random part, written to "
+                        "$TMPDIR/mocapline-retarget-worker), one of several "
                         "sharing the performers (assignment and positions in NATS JetStream; capture needs "
                         "--output-fanout, the streamer --fan-in, and this --state-dir, kept per worker name); "
                         "--output may use port * (any free port: it is announced in NATS)")
@@ -390,10 +391,11 @@ class RetargetSettings:
         stage = StageSettings.from_args(args)
         worker = args.worker
         if worker:
-            if worker == "auto":
+            if worker == "auto":  # replicas on one host network share the hostname: add a random part
+                import secrets
                 import socket
 
-                worker = socket.gethostname()
+                worker = f"{socket.gethostname()}-{secrets.token_hex(3)}"
             if stage.state_dir is None or not stage.nats:
                 raise ValueError("--worker needs --state-dir and --nats (positions and assignment live there)")
             stage = replace(stage, state_dir=stage.state_dir / worker)

@@ -26,9 +26,11 @@ Ownership and positions live in the NATS key-value buckets of ``mocapline.core.a
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -304,4 +306,5 @@ def run_worker(settings: RetargetSettings, retargeter: G1Retargeter) -> int:
             service.restore(links.durable.restored)
             service.tracks.clear()  # ownership and poses come from NATS
         log.info("retarget worker %s: %s -> %s (announced as %s)", settings.worker, settings.input, bound, endpoint)
+        (Path(tempfile.gettempdir()) / "mocapline-retarget-worker").write_text(settings.worker)  # for healthchecks
         return stage.run(WorkerLoop(service, links, registry, settings.worker, endpoint))

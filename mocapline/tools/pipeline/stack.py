@@ -312,6 +312,11 @@ class Stack:
         finals: dict[str, dict[str, Any]] = {}
         for name in self.stage_names:
             finals[name] = self.ask(name, "drain", timeout=timeout)
+        workers = {n: finals[n] for n in finals if n.startswith("retarget.")}
+        if workers:  # the ledger's retarget line: the workers together (a takeover's resends included)
+            finals["retarget"] = {key: sum(int(w.get(key) or 0) for w in workers.values())
+                                  for key in ("frames_in", "gmr_processed", "robot_frames_sent", "ik_failed")}
+            finals["retarget"]["workers"] = {n: w.get("worker", {}) for n, w in workers.items()}
         return finals
 
     def verdict(self, finals: dict[str, dict[str, Any]]) -> dict[str, Any]:
