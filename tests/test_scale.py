@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,8 @@ def test_the_scale_override_makes_retarget_scalable() -> None:
     assert "-js" in svcs["nats"]["command"]
 
 
-def collect(port: int, emitter: threading.Thread, on_progress, timeout_s: float = 120.0) -> dict[int, list[tuple[int, bool]]]:
+def collect(port: int, emitter: threading.Thread, on_progress: Callable[[int], None],
+            timeout_s: float = 120.0) -> dict[int, list[tuple[int, bool]]]:
     """Every frame of the robot port per performer, (posture_index, bridged), until the take has
     been sent and nothing arrived for 8 s (a takeover waits out the dead worker's 3 s TTL)."""
     got: dict[int, list[tuple[int, bool]]] = {}

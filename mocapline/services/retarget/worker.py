@@ -92,7 +92,9 @@ class WorkerLoop:
         self.takeovers = 0
         self.skipped = 0
         self._sync_at = self._view_at = self._announce_at = 0.0
-        links.rx.ack_cap = self.ack_cap  # type: ignore[attr-defined]
+        assert links.durable is not None and links.durable.rx is not None
+        self.rx = links.durable.rx  # capture's fan-out, as the consumer retarget.<NAME>
+        self.rx.ack_cap = self.ack_cap
 
     # --- the data path ---
 
@@ -103,8 +105,7 @@ class WorkerLoop:
                 time.sleep(0.05)
                 self._view_at = self._announce_at = 0.0
             return True
-        rx = self.links.rx
-        msg = rx.recv(timeout_ms=20)
+        msg = self.rx.recv(timeout_ms=20)
         if msg is not None:
             seq = msg.header.frame_id
             if msg.header.message_type is MessageType.END_OF_STREAM:
@@ -118,7 +119,7 @@ class WorkerLoop:
         self.maintain()
         return True
 
-    def on_frame(self, seq: int, payload: bytes) -> None:
+    def on_frame(self, seq: int, payload: bytes | memoryview) -> None:
         try:
             frame = HumanFrame.from_bytes(payload)
         except Exception as exc:  # noqa: BLE001 - counted, never fatal
@@ -147,7 +148,7 @@ class WorkerLoop:
         position, nor past the first frame of a performer nobody has claimed yet."""
         caps = [own.saved for own in self.owned.values()]
         caps += [self.first_seq[k] - 1 for k in self.seen if k in self.first_seq]
-        return min(caps, default=self.links.rx.last)
+        return min(caps, default=self.rx.last)
 
     # --- NATS: deliveries, positions, claims ---
 
@@ -172,11 +173,11 @@ class WorkerLoop:
 
     def sync_positions(self) -> None:
         delivered = self.delivered()
-        epoch = self.links.rx.epoch.hex()  # type: ignore[attr-defined]
+        epoch = self.rx.epoch.hex()
         for k, own in list(self.owned.items()):
             while own.inflight and own.inflight[0][1] <= delivered:
                 own.inflight.popleft()
-            resume = own.inflight[0][0] - 1 if own.inflight else self.links.rx.last
+            resume = own.inflight[0][0] - 1 if own.inflight else self.rx.last
             if resume <= own.saved:
                 continue
             track = self.service.tracks.get(k)
@@ -229,11 +230,10 @@ class WorkerLoop:
                 continue
             old = claims.get(k)
             if old is None:
-                claim = Claim(self.name, self.links.rx.epoch.hex(), self.first_seq.get(k, 0) - 1)  # type: ignore[attr-defined]
-                revision = self.registry.write(k, claim, None)
+                claim = Claim(self.name, self.rx.epoch.hex(), self.first_seq.get(k, 0) - 1)
             else:
                 claim = Claim(self.name, old[0].epoch, old[0].seq, old[0].qpos)
-                revision = self.registry.write(k, claim, old[1])
+            revision = self.registry.write(k, claim, None if old is None else old[1])
             if revision is not None:
                 if old is not None:
                     self.takeovers += 1
@@ -245,11 +245,11 @@ class WorkerLoop:
     def adopt(self, k: int, claim: Claim, revision: int) -> None:
         """Own performer ``k`` from its stored position: rewind capture's stream to it if needed
         and start its IK from the stored pose."""
-        rx = self.links.rx
-        same_epoch = claim.epoch == rx.epoch.hex()  # type: ignore[attr-defined]
+        rx = self.rx
+        same_epoch = claim.epoch == rx.epoch.hex()
         start = claim.seq if same_epoch else -1
         if same_epoch and start < rx.last:
-            rx.rewind(start)  # type: ignore[attr-defined]
+            rx.rewind(start)
         self.owned[k] = Owned(revision, start, start)
         track = self.service.tracks.pop(k, None)
         if claim.qpos is not None:

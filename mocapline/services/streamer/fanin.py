@@ -142,7 +142,7 @@ class FanInLoop(StreamerLoop):
             self.links.done(self.received, self.durable_state())
         return True
 
-    def on_frame(self, payload: bytes) -> None:
+    def on_frame(self, payload: bytes | memoryview) -> None:
         try:
             frame = RobotFrame.from_bytes(payload)
         except ValueError as exc:
