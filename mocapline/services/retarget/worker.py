@@ -233,14 +233,14 @@ class WorkerLoop:
                 claim = Claim(self.name, self.rx.epoch.hex(), self.first_seq.get(k, 0) - 1)
             else:
                 claim = Claim(self.name, old[0].epoch, old[0].seq, old[0].qpos)
-            revision = self.registry.write(k, claim, None if old is None else old[1])
-            if revision is not None:
+            won = self.registry.write(k, claim, None if old is None else old[1])
+            if won is not None:
                 if old is not None:
                     self.takeovers += 1
                     log.warning("performer %d: taking over from %s at capture frame %d", k, old[0].owner, claim.seq)
                 self.seen.pop(k, None)
                 self.first_seq.pop(k, None)
-                self.adopt(k, claim, revision)
+                self.adopt(k, claim, won)
 
     def adopt(self, k: int, claim: Claim, revision: int) -> None:
         """Own performer ``k`` from its stored position: rewind capture's stream to it if needed
