@@ -27,12 +27,13 @@ PERFORMERS = 6
 
 def test_the_deal_is_balanced_and_the_same_for_every_worker() -> None:
     load = {"w1": 0, "w2": 0, "w3": 0}
-    dealt = deal(list(range(6)), load)
+    dealt = deal(list(range(6)), [], load)
     assert sorted(dealt.values()) == ["w1", "w1", "w2", "w2", "w3", "w3"]
-    assert deal(list(reversed(range(6))), dict(reversed(load.items()))) == dealt
-    # the least loaded first: an orphan goes to the worker owning fewest
-    assert deal([4], {"w1": 2, "w2": 1, "w3": 2}) == {4: "w2"}
-    assert deal([1], {}) == {}
+    # whatever a worker's view of the claims so far, a new performer goes to the same worker
+    assert deal([4], [], {"w3": 1, "w2": 0, "w1": 2}) == {4: dealt[4]}
+    # an orphan goes to the least loaded
+    assert deal([], [4], {"w1": 2, "w2": 1, "w3": 2}) == {4: "w2"}
+    assert deal([1], [], {}) == {}
 
 
 def test_a_claim_is_won_once_and_a_stale_owner_cannot_overwrite(jetstream_nats) -> None:

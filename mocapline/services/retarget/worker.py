@@ -9,8 +9,8 @@ streamer --fan-in``); the port is announced in NATS (``mocapline.core.assign``).
 Ownership and positions live in the NATS key-value buckets of ``mocapline.core.assign``:
 
 - A performer nobody owns (new, or its owner's announcement expired: killed, hung, host gone) is
-  claimed by compare-and-set. Unowned performers are dealt round-robin over the live workers,
-  least loaded first, so every worker computes the same deal; one still unowned after
+  claimed by compare-and-set: a new one by ``avatar_index % workers`` (sorted by name), an orphan
+  by the least loaded (``deal``), so every worker computes the same deal; one still unowned after
   ``CLAIM_ANYONE_S`` goes to whoever claims first. There is no rebalancing of owned performers
   (a worker joining later takes new or orphaned ones).
 - Its resume position - the capture frame_id through which all its frames are at the streamer
@@ -66,11 +66,18 @@ class Owned:
     inflight: deque[tuple[int, int]] = field(default_factory=deque)  # (capture frame_id, output frame_id)
 
 
-def deal(unowned: list[int], load: dict[str, int]) -> dict[int, str]:
-    """Unowned performers -> live workers: round-robin in performer order over the workers sorted
-    by (performers owned, name). Every worker computes the same answer from the same view."""
-    workers = sorted(load, key=lambda w: (load[w], w))
-    return {k: workers[i % len(workers)] for i, k in enumerate(sorted(unowned))} if workers else {}
+def deal(new: list[int], orphans: list[int], load: dict[str, int]) -> dict[int, str]:
+    """Performers without a live owner -> live workers. A new performer goes by its index over the
+    workers sorted by name (``avatar_index % n``: balanced for indices 0..N-1, and the same answer
+    in every worker whatever its view of the claims so far); an orphan (its owner died) to the
+    least loaded, round-robin over (performers owned, name)."""
+    if not load:
+        return {}
+    names = sorted(load)
+    out = {k: names[k % len(names)] for k in new}
+    by_load = sorted(load, key=lambda w: (load[w], w))
+    out.update({k: by_load[i % len(by_load)] for i, k in enumerate(sorted(orphans))})
+    return out
 
 
 class WorkerLoop:
@@ -222,7 +229,7 @@ class WorkerLoop:
         for claim, _ in claims.values():
             if claim.owner in load:
                 load[claim.owner] += 1
-        dealt = deal(unowned, load)
+        dealt = deal(sorted(self.seen), orphans, load)
         now = time.monotonic()
         for k in unowned:
             waited = now - self.seen.get(k, now)
