@@ -27,6 +27,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Coroutine
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
@@ -36,6 +37,7 @@ log = logging.getLogger("mocapline.core.assign")
 WORKERS_BUCKET = "mocapline_workers"
 PERFORMERS_BUCKET = "mocapline_performers"
 WORKER_TTL_S = 3.0
+RETRY_S = 2.0
 T = TypeVar("T")
 
 
@@ -75,6 +77,7 @@ class Registry:
         self._nc: Any = None
         self._workers: Any = None
         self._performers: Any = None
+        self._retry_at = 0.0
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T | None:
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -97,10 +100,17 @@ class Registry:
         return True
 
     def ready(self) -> bool:
-        """Connected and both buckets open (connects on the first call)."""
+        """Connected and both buckets open (connects on the first call; while NATS is away, tries
+        again at most every ``RETRY_S`` and answers False at once in between)."""
         if self._performers is not None and self._nc is not None and self._nc.is_connected:
             return True
-        return bool(self._call(self._open(), 3.0))
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        if self._call(self._open(), 3.0):
+            return True
+        self._retry_at = now + RETRY_S
+        return False
 
     def close(self) -> None:
         if self._nc is not None:
