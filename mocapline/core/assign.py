@@ -91,9 +91,12 @@ class Registry:
     async def _open(self) -> bool:
         import nats
 
-        if self._nc is None or not self._nc.is_connected:
-            self._nc = await nats.connect(self.url, name="mocapline-assign", allow_reconnect=True,
-                                          connect_timeout=1, max_reconnect_attempts=-1)
+        if self._nc is None or not self._nc.is_connected:  # (re)connect here: one connection at a time
+            if self._nc is not None and not self._nc.is_closed:
+                with contextlib.suppress(Exception):
+                    await self._nc.close()
+            self._nc = await nats.connect(self.url, name="mocapline-assign", allow_reconnect=False,
+                                          connect_timeout=1)
         js = self._nc.jetstream()
         self._workers = await js.create_key_value(bucket=WORKERS_BUCKET, ttl=self.worker_ttl_s, history=1)
         self._performers = await js.create_key_value(bucket=PERFORMERS_BUCKET, history=1)
