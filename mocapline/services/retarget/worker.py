@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import zmq
 
-from mocapline.core import durable
+from mocapline.core import durable, pb
 from mocapline.core.assign import Claim, Registry
 from mocapline.core.bodies import GMR_BODIES
 from mocapline.core.fanout import FanoutSender
@@ -98,6 +98,7 @@ class WorkerLoop:
         self.last_end = -1  # frame_id of the last END_OF_STREAM forwarded
         self.takeovers = 0
         self.skipped = 0
+        self._state: dict[str, Any] | None = None  # the durable state, rebuilt when it changes
         self._sync_at = self._view_at = self._announce_at = 0.0
         assert links.durable is not None and links.durable.rx is not None
         self.rx = links.durable.rx  # capture's fan-out, as the consumer retarget.<NAME>
@@ -119,36 +120,42 @@ class WorkerLoop:
                 if seq > self.last_end:  # (a rewind hands it out again)
                     self.service.on_end()
                     self.last_end = seq
-            else:
-                self.on_frame(seq, msg.payload)
+                    self._state = None
+            elif self.on_frame(seq, msg.payload):
+                self._state = None
+            if self._state is None:  # (unchanged by another worker's frame: not rebuilt)
+                self._state = self.service.durable_state()
             # the position remembered is what may be acknowledged: a restart resumes from there
-            self.links.done(min(seq, self.ack_cap()), self.service.durable_state())
+            self.links.done(min(seq, self.ack_cap()), self._state)
         self.maintain()
         return True
 
-    def on_frame(self, seq: int, payload: bytes | memoryview) -> None:
-        try:
-            frame = HumanFrame.from_bytes(payload)
+    def on_frame(self, seq: int, payload: bytes | memoryview) -> bool:
+        """Retarget the frame if its performer is mine; True if it was."""
+        try:  # the message first: a frame of another worker's performer needs no more than its avatar_index
+            msg = pb.HumanFrame.FromString(bytes(payload))
+            k = msg.avatar_index
+            own = self.owned.get(k)
+            frame = HumanFrame.from_proto(msg) if own is not None and seq > own.done else None
         except Exception as exc:  # noqa: BLE001 - counted, never fatal
             self.service.counters.decode_errors += 1
             self.service.counters.last_error = f"decode: {exc}"
-            return
-        k = frame.avatar_index
-        own = self.owned.get(k)
+            return True
         if own is None:
             self.skipped += 1
             if k not in self.claims and k not in self.seen:
                 self.seen[k] = time.monotonic()
                 self.first_seq.setdefault(k, seq)
-            return
-        if seq <= own.done:  # already retargeted here (another performer's rewind)
-            return
+            return False
+        if frame is None:  # already retargeted here (another performer's rewind)
+            return False
         out = self.links.durable.out if self.links.durable is not None else None
         before = out.next_frame_id if out is not None else 0
         self.service.on_frame(frame, time.time_ns())
         own.done = seq
         if out is not None and out.next_frame_id > before:
             own.inflight.append((seq, out.next_frame_id - 1))
+        return True
 
     def ack_cap(self) -> int:
         """The capture frame_id this worker may acknowledge: not past any owned performer's stored
@@ -208,6 +215,7 @@ class WorkerLoop:
         log.warning("performer %d is %s's now: letting it go", k, claim.owner)
         del self.owned[k]
         self.service.tracks.pop(k, None)
+        self._state = None
         return True
 
     def refresh(self) -> None:
@@ -258,6 +266,7 @@ class WorkerLoop:
         if same_epoch and start < rx.last:
             rx.rewind(start)
         self.owned[k] = Owned(revision, start, start)
+        self._state = None
         track = self.service.tracks.pop(k, None)
         if claim.qpos is not None:
             track = self.service.track(k)
@@ -274,6 +283,7 @@ class WorkerLoop:
         return hb
 
     def reset(self) -> None:
+        self._state = None
         self.service.reset()
         self.links.rx.rejects.clear()
         self.links.remember(self.service.durable_state())
