@@ -7,7 +7,8 @@ every frame from capture's arrival (``capture_timestamp_us``) to its own receipt
 count: the offered load, frames/s through each worker and in total (frames over the span from the
 first arrival at capture to the last frame out), p50/p99/max latency in steady state (from 2 s in:
 the first frames wait for the performers to be claimed; ``p99_with_start`` includes them), and whether the stack kept up
-(every frame out, total >= 97% of offered, p99 under ``--keep-up-ms``). On one machine the workers
+(every frame out, total >= 97% of offered, p99 under ``--keep-up-ms``), with each process's CPU
+use over the take (cores busy: CPU seconds / span; start-up included) and the host's load average. On one machine the workers
 share its cores with capture, the streamer and each other: past the cores, more workers add
 fan-out copies and context switches, not IK.
 """
@@ -30,6 +31,15 @@ import numpy as np
 from mocapline.client import ClientSettings, MocapClient
 from mocapline.tools.emitter.emitter import TakePlan, emit_take
 from mocapline.tools.pipeline.stack import Stack, local_config
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def run_one(workers: int, performers: int, rate: float, seconds: float, state: Path) -> dict[str, Any]:
@@ -65,6 +75,8 @@ def run_one(workers: int, performers: int, rate: float, seconds: float, state: P
                 latencies.append((now_us - cap_us) / 1000)
                 caps.append(cap_us)
         span_s = max(1e-9, (last_out - first_cap) / 1e6)
+        cpu = {name: round(cpu_seconds(svc.proc.pid) / span_s, 2) for name, svc in stack.services.items()
+               if svc.proc is not None}
         per_worker = {}
         for w in stack.worker_names:
             status = stack.ask(f"retarget.{w}", "status", timeout=5)
@@ -80,7 +92,8 @@ def run_one(workers: int, performers: int, rate: float, seconds: float, state: P
         return {
             "workers": workers, "performers": performers, "rate_hz": rate, "offered_fps": rate * performers,
             "frames_expected": expected, "frames_out": len(latencies), "total_fps": round(total_fps, 1),
-            "per_worker": per_worker, "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 2),
+            "per_worker": per_worker, "cpu_cores_busy": cpu, "load_average_1m": os.getloadavg()[0],
+            "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 2),
                                                      "p99": round(p99, 2), "max": round(float(lat.max()), 2),
                                                      "p99_with_start": round(float(np.percentile(lat_all, 99)), 2)},
         }
