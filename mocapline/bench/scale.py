@@ -6,11 +6,11 @@ streamer fanning in, NATS with JetStream; mocapline/services/retarget/worker.py)
 every frame from capture's arrival (``capture_timestamp_us``) to its own receipt. Reported per
 count: the offered load, frames/s through each worker and in total (frames over the span from the
 first arrival at capture to the last frame out), p50/p99/max latency in steady state (from 2 s in:
-the first frames wait for the performers to be claimed; ``p99_with_start`` includes them), and whether the stack kept up
-(every frame out, total >= 97% of offered, p99 under ``--keep-up-ms``), with each process's CPU
-use over the take (cores busy: CPU seconds / span; start-up included) and the host's load average. On one machine the workers
-share its cores with capture, the streamer and each other: past the cores, more workers add
-fan-out copies and context switches, not IK.
+the first frames wait for the performers to be claimed; ``p99_with_start`` includes them), whether
+the stack kept up (every frame out, total >= 97% of offered, p99 under ``--keep-up-ms``), each
+process's CPU use (cores busy: CPU seconds over the span, start-up included) and the host's load
+average. On one machine the workers share its cores with capture, the streamer and each other:
+past the cores, more workers add fan-out copies and context switches, not IK.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from mocapline.tools.pipeline.stack import Stack, local_config
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc; 0 elsewhere)."""
     try:
-        fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return 0.0
