@@ -82,7 +82,8 @@ def run_one(workers: int, performers: int, rate: float, seconds: float, state: P
             status = stack.ask(f"retarget.{w}", "status", timeout=5)
             per_worker[w] = {"performers": status["worker"]["owned"], "frames": status["gmr_processed"],
                              "fps": round(status["gmr_processed"] / span_s, 1),
-                             "ik_ms_mean": status["ik_ms_mean"]}
+                             "ik_ms_mean": status["ik_ms_mean"],
+                             "takeovers": status["worker"]["takeovers"]}
         # steady state: from 2 s into the take (the first frames wait for the performers' claims)
         lat_all = np.asarray(latencies) if latencies else np.zeros(1)
         steady = lat_all[np.asarray(caps) >= first_cap + 2e6] if latencies else lat_all

@@ -10,8 +10,9 @@ Ownership and positions live in the NATS key-value buckets of ``mocapline.core.a
 
 - A performer nobody owns (new, or its owner's announcement expired: killed, hung, host gone) is
   claimed by compare-and-set: a new one by ``avatar_index % workers`` (sorted by name), an orphan
-  by the least loaded (``deal``), so every worker computes the same deal; one still unowned after
-  ``CLAIM_ANYONE_S`` goes to whoever claims first. There is no rebalancing of owned performers
+  by the least loaded (``deal``), so every worker computes the same deal from the same live set
+  (a worker reading slowly still gets its share; one that hangs stops announcing and its
+  performers become orphans). There is no rebalancing of owned performers
   (a worker joining later takes new or orphaned ones).
 - Its resume position - the capture frame_id through which all its frames are at the streamer
   (the streamer acknowledged the RobotFrames) - is written to the claim every ``SYNC_S``, and the
@@ -53,7 +54,6 @@ log = logging.getLogger("mocapline.retarget.worker")
 SYNC_S = 0.2  # positions to NATS, deliveries from the streamer's ACKs
 VIEW_S = 0.5  # live workers and claims read from NATS
 ANNOUNCE_S = 1.0
-CLAIM_ANYONE_S = 3.0
 
 
 @dataclass
@@ -238,10 +238,8 @@ class WorkerLoop:
             if claim.owner in load:
                 load[claim.owner] += 1
         dealt = deal(sorted(self.seen), orphans, load)
-        now = time.monotonic()
         for k in unowned:
-            waited = now - self.seen.get(k, now)
-            if dealt.get(k) != self.name and not (k in self.seen and waited > CLAIM_ANYONE_S):
+            if dealt.get(k) != self.name:  # (a dealt worker that hangs stops announcing: then an orphan)
                 continue
             old = claims.get(k)
             if old is None:
