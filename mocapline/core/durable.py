@@ -200,6 +200,7 @@ class DurableStage:
 
             self.client = MocapClient(
                 ClientSettings(input.endpoint, name=input.name, joint_count=input.joint_count or 0,
+                               message_type=input.message_type,
                                curve_client_key=input.curve_client_key,
                                curve_server_public=input.curve_server_public),
                 store=StagePosition(self.stage_log), ctx=ctx)

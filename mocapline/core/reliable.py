@@ -296,18 +296,22 @@ class ReliableReceiver:
         if not self.single:
             self._poller.register(control, zmq.POLLIN)
         self._wake: list[zmq.Socket] = []
+        # The highest seq the caller allows to be acknowledged (None: everything handed out). A
+        # retarget worker acknowledges capture only what the streamer already holds (core/assign.py).
+        self.ack_cap: Callable[[], int] | None = None
         self._hello()
 
-    def _send_control(self, kind: int) -> bool:
+    def _send_control(self, kind: int, seq: int | None = None) -> bool:
         try:  # IMMEDIATE: with no sender connected this fails and the timer asks again later
             name = self.name if kind == HELLO else ""
-            self.control.send(encode_control(kind, self.epoch, self.last, name), zmq.NOBLOCK)
+            self.control.send(encode_control(kind, self.epoch, self.last if seq is None else seq, name), zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False
 
     def _hello(self) -> None:
-        self._send_control(HELLO)
+        # with a cap, HELLO says what is finished, not merely received: the sender resends the rest
+        self._send_control(HELLO, None if self.ack_cap is None else min(self.last, self.ack_cap()))
         self.counters.hellos += 1
         self._hello_at = time.monotonic()
 
@@ -317,13 +321,24 @@ class ReliableReceiver:
             self._backoff = min(self._backoff * 2, self.MAX_BACKOFF_S)
 
     def ack(self) -> None:
-        """Acknowledge everything handed out so far (call after it is committed)."""
-        if self.welcomed and self.last > self._acked:
+        """Acknowledge everything handed out so far (call after it is committed), or up to
+        ``ack_cap()`` when set."""
+        upto = self.last if self.ack_cap is None else min(self.last, self.ack_cap())
+        if self.welcomed and upto > self._acked:
             if self.before_ack is not None:
                 self.before_ack(self.epoch, self.last)
-            if self._send_control(ACK):
-                self._acked = self.last
+            if self._send_control(ACK, upto):
+                self._acked = upto
         self._ack_at = time.monotonic()
+
+    def rewind(self, seq: int) -> None:
+        """Ask the sender again for everything after ``seq`` (still held in its log: a fan-out
+        keeps what any consumer has not acknowledged); frames from ``seq + 1`` on are handed out
+        again. Used by a retarget worker taking over a performer from a dead one."""
+        if seq < self.last:
+            self.last = seq
+            self._acked = min(self._acked, seq)
+            self._hello()
 
     def recv(self, timeout_ms: int) -> Received | None:
         """The next frame of the link (each exactly once, in order), or None on timeout.

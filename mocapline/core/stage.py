@@ -151,9 +151,13 @@ class Stage:
     """A running stage's resources; see the module docstring."""
 
     def __init__(self, name: str, settings: StageSettings, *, reasons: Iterable[str] = (),
-                 status_interval: float = 0.0, status_line: Callable[[dict[str, Any]], str] | None = None) -> None:
+                 status_interval: float = 0.0, status_line: Callable[[dict[str, Any]], str] | None = None,
+                 bus_name: str = "") -> None:
+        """``bus_name``: the name on NATS (heartbeat and control subjects) when it is not ``name``
+        (retarget workers: ``retarget.<worker>``; the metrics keep the stage's name)."""
         setup_logging(settings.log_level)
         self.name = name
+        self.bus_name = bus_name or name
         self.settings = settings
         self.status_interval = status_interval
         self.status_line = status_line
@@ -241,7 +245,7 @@ class Stage:
             return self.heartbeat(handler)
 
         if self.settings.nats:
-            self.bus = Bus(self.settings.nats, self.name, counts).start()
+            self.bus = Bus(self.settings.nats, self.bus_name, counts).start()
             self.exits.callback(self.bus.stop)
         drains: list[ControlRequest] = []
         deadline = 0.0

@@ -91,6 +91,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--checkpoint-s", type=float, default=30.0,
                    help="durable mode: seconds between checkpoints of capture's state, so a restart replays "
                         "at most this much of the journal instead of the whole take")
+    p.add_argument("--output-fanout", action="store_true",
+                   help="durable mode: the HumanFrame port is an acknowledged fan-out (every named consumer gets "
+                        "every frame): several retarget workers (`mocapline retarget --worker NAME`)")
     add_stage_arguments(p, "capture", nats_help="NATS server for heartbeats, gap reports and control", retain_mb=2048)
     return p
 
@@ -128,6 +131,7 @@ class CaptureSettings:
     udp_fds: list[int] | None
     checkpoint_s: float
     stage: StageSettings
+    output_fanout: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CaptureSettings:
@@ -146,6 +150,8 @@ class CaptureSettings:
                                  "use one port or turn off 'use old header format' in Axis Studio")
             log.warning("legacy Axis header: no frame index in the stream; frames are numbered on "
                         "arrival and losses upstream cannot be detected")
+        if args.output_fanout and args.state_dir is None:
+            raise ValueError("--output-fanout needs --state-dir (the fan-out sends from the durable log)")
         if args.udp_fds is not None and len(args.udp_fds) != len(args.ports):
             raise ValueError(f"--udp-fds gives {len(args.udp_fds)} sockets for {len(args.ports)} --ports")
         return settings_from(cls, args, axis=axis, stage=StageSettings.from_args(args))
@@ -420,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
             journal = RawJournal(settings.stage.state_dir, settings.stage.log)
             stage.exits.callback(journal.close)
         try:
-            links = stage.open_links(output=durable.LinkSpec(settings.output, MessageType.HUMAN_FRAME, len(GMR_BODIES)),
+            links = stage.open_links(output=durable.LinkSpec(settings.output, MessageType.HUMAN_FRAME, len(GMR_BODIES),
+                                                             kind="fanout" if settings.output_fanout else "link"),
                                      log_config=replace(settings.stage.log, retain_bytes=0),
                                      output_linger_ms=int(settings.shutdown_wait * 1000))
         except StageError as exc:

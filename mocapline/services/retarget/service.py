@@ -94,6 +94,14 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--status-interval", type=float, default=1.0, help="seconds between status lines on stderr; 0 = off")
     p.add_argument("--shutdown-wait", type=float, default=30.0,
                    help="on exit, seconds to wait for the consumer to take queued frames")
+    p.add_argument("--worker", default="",
+                   help="scale-out: run as the retarget worker NAME ('auto' = host name + a random part, written to "
+                        "$TMPDIR/mocapline-retarget-worker), one of several "
+                        "sharing the performers (assignment and positions in NATS JetStream; capture needs "
+                        "--output-fanout, the streamer --fan-in, and this --state-dir, kept per worker name); "
+                        "--output may use port * (any free port: it is announced in NATS)")
+    p.add_argument("--advertise-host", default="127.0.0.1",
+                   help="--worker: the host name the streamer reaches this worker's --output at")
     add_stage_arguments(p, "retarget", nats_help="NATS server for heartbeats and control ('' = none)")
     return p
 
@@ -362,6 +370,8 @@ class RetargetSettings:
     status_interval: float
     shutdown_wait: float
     stage: StageSettings
+    worker: str = ""
+    advertise_host: str = "127.0.0.1"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RetargetSettings:
@@ -378,8 +388,19 @@ class RetargetSettings:
         if args.state_dir is not None and args.filter != "none":
             raise ValueError("--filter smooth3 holds a frame in memory, which a crash would lose; "
                              "it cannot be combined with --state-dir")
+        stage = StageSettings.from_args(args)
+        worker = args.worker
+        if worker:
+            if worker == "auto":  # replicas on one host network share the hostname: add a random part
+                import secrets
+                import socket
+
+                worker = f"{socket.gethostname()}-{secrets.token_hex(3)}"
+            if stage.state_dir is None or not stage.nats:
+                raise ValueError("--worker needs --state-dir and --nats (positions and assignment live there)")
+            stage = replace(stage, state_dir=stage.state_dir / worker)
         return settings_from(cls, args, options=options, performer_height=dict(args.performer_height),
-                             stage=StageSettings.from_args(args))
+                             stage=stage, worker=worker)
 
 
 @dataclass
@@ -427,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"mocapline retarget: {exc}", file=sys.stderr)
         return 2
+    if settings.worker:
+        from .worker import run_worker
+
+        return run_worker(settings, retargeter)
     with Stage("retarget", settings.stage, reasons=(*LINK_REJECT_REASONS, "decode"),
                status_interval=settings.status_interval, status_line=status_line) as stage:
         try:

@@ -69,6 +69,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--consumer-backlog", type=int, default=DEFAULT_MAX_BACKLOG,
                    help="frames a consumer may fall behind before it stops holding the log (alarm; it is told "
                         "where the kept frames resume when it returns)")
+    p.add_argument("--fan-in", action="store_true",
+                   help="read RobotFrames from every retarget worker announced in NATS (`mocapline retarget "
+                        "--worker`) instead of --input; needs --state-dir (services/streamer/fanin.py)")
     add_curve_server_options(p)
     add_stage_arguments(p, "streamer", nats_help="NATS server for heartbeats and control")
     return p
@@ -263,11 +266,14 @@ class StreamerSettings:
     curve_server_key: str
     curve_clients: str
     stage: StageSettings
+    fan_in: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> StreamerSettings:
         if args.consumer_backlog < 1:
             raise ValueError("--consumer-backlog must be >= 1")
+        if args.fan_in and (args.state_dir is None or not args.nats):
+            raise ValueError("--fan-in needs --state-dir and --nats (the workers' ports are announced there)")
         return settings_from(cls, args, stage=StageSettings.from_args(args))
 
 
@@ -303,8 +309,11 @@ class StreamerLoop:
             self.links.done(msg.header.frame_id, self.streamer.durable_state())
         return True
 
+    def rejects(self) -> dict[str, int]:
+        return dict(self.links.rx.rejects)
+
     def heartbeat(self) -> dict[str, Any]:
-        hb = {**self.streamer.heartbeat(), "rejected_by_reason": dict(self.links.rx.rejects), "unconfirmed": 0}
+        hb = {**self.streamer.heartbeat(), "rejected_by_reason": self.rejects(), "unconfirmed": 0}
         stage = self.links.durable
         if stage is not None and isinstance(stage.sender, FanoutSender):
             # where every frame of the take is: acknowledged by a consumer, handed out without an
@@ -359,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
                                   max_backlog=settings.consumer_backlog)
         try:
             links = stage.open_links(
-                input=durable.LinkSpec(settings.input, MessageType.ROBOT_STATE, G1_JOINT_COUNT),
+                input=None if settings.fan_in else durable.LinkSpec(settings.input, MessageType.ROBOT_STATE,
+                                                                    G1_JOINT_COUNT),
                 output=output, plain_output=plain_output, output_linger_ms=5000,
             )
         except StageError as exc:
@@ -374,7 +384,13 @@ def main(argv: list[str] | None = None) -> int:
             streamer.recorder = FrameFileWriter(settings.record_frames, {
                 "generator": "mocapline streamer --record-frames", "input_fps": settings.input_fps,
                 "output_fps": settings.output_fps, "started_ns": time.time_ns()})
-        return stage.run(StreamerLoop(streamer, links))
+        loop = StreamerLoop(streamer, links)
+        if settings.fan_in:
+            from .fanin import fan_in_loop
+
+            assert links.durable is not None
+            loop = fan_in_loop(loop, stage.ctx, settings.stage.nats, links.durable.restored)
+        return stage.run(loop)
 
 
 if __name__ == "__main__":

@@ -72,11 +72,12 @@ class Service:
     proc: subprocess.Popen[str] | None = None
     pass_fds: tuple[int, ...] = ()  # inherited by the child (sockets a supervisor keeps open)
     restarts: int = 0
+    command: str = ""  # the `mocapline` subcommand when it is not ``name`` (retarget workers)
 
     def start(self, stdout: Any = subprocess.PIPE, stderr: Any = None) -> None:
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mocapline.cli", self.name, *self.args],
+            [sys.executable, "-m", "mocapline.cli", self.command or self.name, *self.args],
             stdout=stdout,
             stderr=stderr,
             text=True,

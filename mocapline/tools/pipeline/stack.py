@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,6 +71,10 @@ class StackConfig:
     # meanwhile) and restarts a service that dies. None = plain links, nothing on disk.
     state_dir: Path | None = None
     fsync: str = "interval"
+    # Durable mode only: retarget as this many workers sharing the performers (0 = one retarget).
+    # Capture's port becomes a fan-out, the streamer fans in, NATS runs with JetStream (the
+    # assignment), services "retarget.w1" .. (mocapline/services/retarget/worker.py).
+    retarget_workers: int = 0
 
 
 def local_config(**settings: Any) -> StackConfig:
@@ -190,14 +195,36 @@ class Stack:
         if not nats_reachable(c.nats_url):
             self._start_nats()
         env = {"MOCAPLINE_NATS": c.nats_url, **c.extra_env}
-        # Over TCP the main path is the connection to Axis; --ports lists the UDP side path (merge).
-        main = [] if c.transport == "tcp" else [c.main_port]
-        capture_ports = [*main, c.side_port] if c.merge else main
         fds: dict[str, tuple[int, ...]] = {}
         if c.state_dir is not None:
-            fds["capture"] = tuple(self._hold_udp(port) for port in capture_ports)
+            fds["capture"] = tuple(self._hold_udp(port) for port in self._capture_ports())
             if not c.merge:
                 fds["auditor"] = (self._hold_udp(c.side_port),)
+        for name, args in self._plan():
+            if name in c.metrics_ports:
+                args = [*args, f"--metrics-port={c.metrics_ports[name]}"]
+            if c.state_dir is not None and fds.get(name):
+                flag = "--udp-fds" if name == "capture" else "--side-fd"
+                args = [*args, f"{flag}={','.join(map(str, fds[name]))}"]
+            if c.state_dir is not None and name != "auditor":
+                args = [*args, f"--state-dir={c.state_dir / name}", f"--fsync={c.fsync}"]
+                if name == "streamer" and c.plain_output:  # consumers that cannot acknowledge
+                    args.append("--plain-output")
+            svc = Service(name, args, env, pass_fds=fds.get(name, ()), command=name.partition(".")[0])
+            self.services[name] = svc
+            self.start_service(svc)
+
+    def _capture_ports(self) -> list[int]:
+        """Capture's UDP ports. Over TCP the main path is the connection to Axis, and only the side
+        path (when merging) is UDP."""
+        c = self.config
+        main = [] if c.transport == "tcp" else [c.main_port]
+        return [*main, c.side_port] if c.merge else main
+
+    def _plan(self) -> list[tuple[str, list[str]]]:
+        """Each service to start, in order, with its own flags (the shared ones are added by start)."""
+        c = self.config
+        capture_ports = self._capture_ports()
         retarget_args = [f"--input=tcp://127.0.0.1:{c.human_port}", f"--output=tcp://127.0.0.1:{c.robot_port}",
                          f"--input-fps={c.input_fps}"]
         if c.human_height is not None:
@@ -223,25 +250,46 @@ class Stack:
             if c.plots_dir is not None:
                 viewer_args.append(f"--plots-dir={c.plots_dir}")
             plan.append(("viewer", viewer_args))
+        if c.retarget_workers and c.state_dir is not None:
+            plan = self._scale_out(plan)
+        return plan
+
+    def _scale_out(self, plan: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+        """The plan with retarget as workers: capture's output a fan-out, the streamer fanning in."""
+        out: list[tuple[str, list[str]]] = []
         for name, args in plan:
-            if name in c.metrics_ports:
-                args = [*args, f"--metrics-port={c.metrics_ports[name]}"]
-            if c.state_dir is not None and fds.get(name):
-                flag = "--udp-fds" if name == "capture" else "--side-fd"
-                args = [*args, f"{flag}={','.join(map(str, fds[name]))}"]
-            if c.state_dir is not None and name != "auditor":
-                args = [*args, f"--state-dir={c.state_dir / name}", f"--fsync={c.fsync}"]
-                if name == "streamer" and c.plain_output:  # consumers that cannot acknowledge
-                    args.append("--plain-output")
-            svc = Service(name, args, env, pass_fds=fds.get(name, ()))
-            self.services[name] = svc
-            self.start_service(svc)
+            if name == "retarget":
+                args = [a for a in args if not a.startswith("--output=")]
+                out += [(f"retarget.{w}", [*args, f"--worker={w}", "--output=tcp://127.0.0.1:*", "--metrics-port=0"])
+                        for w in self.worker_names]
+                continue
+            if name == "capture":
+                args = [*args, "--output-fanout"]
+            elif name == "streamer":
+                args = [*args, "--fan-in"]
+            out.append((name, args))
+        return out
+
+    @property
+    def worker_names(self) -> list[str]:
+        return [f"w{k + 1}" for k in range(self.config.retarget_workers)]
+
+    @property
+    def stage_names(self) -> list[str]:
+        """The running stages in data order (retarget workers where retarget is)."""
+        workers = [f"retarget.{w}" for w in self.worker_names]
+        names = [n for s in STAGES for n in ([s] if s != "retarget" or not self.config.retarget_workers else workers)]
+        return [n for n in names if n in self.services]
 
     def _start_nats(self) -> None:
         binary = nats_server_binary()
         assert binary is not None
         url = self.config.nats_url
-        self.nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", url.rpartition(":")[2]],
+        jetstream: list[str] = []
+        if self.config.retarget_workers:  # the worker assignment is a JetStream key-value bucket
+            store = (self.config.state_dir or Path(tempfile.mkdtemp(prefix="mocapline-nats-"))) / "nats"
+            jetstream = ["-js", "-sd", str(store)]
+        self.nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", url.rpartition(":")[2], *jetstream],
                                      stdout=self._log("nats"), stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 10
         while not nats_reachable(url):
@@ -324,9 +372,13 @@ class Stack:
     def drain(self, timeout: float = 120.0) -> dict[str, dict[str, Any]]:
         """End of take: each stage flushes in order and reports its final counts."""
         finals: dict[str, dict[str, Any]] = {}
-        for name in STAGES:
-            if name in self.services:
-                finals[name] = self.ask(name, "drain", timeout=timeout)
+        for name in self.stage_names:
+            finals[name] = self.ask(name, "drain", timeout=timeout)
+        workers = {n: finals[n] for n in finals if n.startswith("retarget.")}
+        if workers:  # the ledger's retarget line: the workers together (a takeover's resends included)
+            finals["retarget"] = {key: sum(int(w.get(key) or 0) for w in workers.values())
+                                  for key in ("frames_in", "gmr_processed", "robot_frames_sent", "ik_failed")}
+            finals["retarget"]["workers"] = {n: w.get("worker", {}) for n, w in workers.items()}
         return finals
 
     def verdict(self, finals: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -343,7 +395,7 @@ class Stack:
         return audit({"services": finals, "side": None})
 
     def reset(self) -> None:
-        for name in (*STAGES, "auditor"):
+        for name in (*self.stage_names, "auditor"):
             if name in self.services:
                 self.ask(name, "reset")
 

@@ -58,6 +58,9 @@ def add_stack_options(p: EnvArgumentParser) -> None:
                    help="plain PUSH/PULL links, nothing on disk: faster, but a crashed service loses frames")
     p.add_argument("--fsync", choices=("never", "interval", "always"), default="interval",
                    help="durable mode: when logs are flushed to disk (see mocapline/core/segmentlog.py)")
+    p.add_argument("--retarget-workers", type=int, default=0, metavar="N",
+                   help="durable mode: retarget as N workers sharing the performers (assignment in NATS "
+                        "JetStream; a NATS started here runs with -js); 0 = one retarget (README: Scaling retarget)")
 
 
 def stack_config(args: Any, **overrides: Any) -> StackConfig:
@@ -85,6 +88,7 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
         log_dir=log_dir,
         state_dir=None if args.plain else (args.state_dir or log_dir / "state"),
         fsync=args.fsync,
+        retarget_workers=0 if args.plain else args.retarget_workers,
     )
     for key, value in overrides.items():
         setattr(config, key, value)

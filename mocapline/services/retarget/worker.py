@@ -1,0 +1,325 @@
+"""`mocapline retarget --worker NAME`: one of N retarget processes, each owning some performers.
+
+Capture runs with ``--output-fanout``: every worker is a named consumer (``retarget.<NAME>``) of
+the one HumanFrame log and receives every frame; it retargets the frames of the performers it
+owns (one IK state each, so a performer's frames stay in order) and passes over the others. Its
+RobotFrames go out on its own acknowledged fan-out port, where the streamer connects (``mocapline
+streamer --fan-in``); the port is announced in NATS (``mocapline.core.assign``).
+
+Ownership and positions live in the NATS key-value buckets of ``mocapline.core.assign``:
+
+- A performer nobody owns (new, or its owner's announcement expired: killed, hung, host gone) is
+  claimed by compare-and-set: a new one by ``avatar_index % workers`` (sorted by name), an orphan
+  by the least loaded (``deal``), so every worker computes the same deal from the same live set
+  (a worker reading slowly still gets its share; one that hangs stops announcing and its
+  performers become orphans). There is no rebalancing of owned performers
+  (a worker joining later takes new or orphaned ones).
+- Its resume position - the capture frame_id through which all its frames are at the streamer
+  (the streamer acknowledged the RobotFrames) - is written to the claim every ``SYNC_S``, and the
+  worker acknowledges capture only up to the lowest position it has written (and not past the
+  first frame of a performer nobody has claimed yet). So capture's log keeps everything any
+  performer may still need.
+- The new owner rewinds its capture consumer to the stored position, starts the performer's IK
+  from the stored pose, and sends from there on; frames the dead worker had sent already arrive
+  twice at the streamer, which drops them by (segment, posture_index).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq
+
+from mocapline.core import durable, pb
+from mocapline.core.assign import Claim, Registry
+from mocapline.core.bodies import GMR_BODIES
+from mocapline.core.fanout import FanoutSender
+from mocapline.core.frames import HumanFrame
+from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.metrics import LINK_REJECT_REASONS
+from mocapline.core.stage import Links, Stage, StageError
+
+from .retargeter import G1Retargeter
+from .service import RetargetService, RetargetSettings, status_line
+
+log = logging.getLogger("mocapline.retarget.worker")
+
+SYNC_S = 0.2  # positions to NATS, deliveries from the streamer's ACKs
+VIEW_S = 0.5  # live workers and claims read from NATS
+ANNOUNCE_S = 1.0
+
+
+@dataclass
+class Owned:
+    """A performer this worker retargets."""
+
+    revision: int  # of its claim in NATS (compare-and-set)
+    saved: int  # the resume position written there
+    done: int  # the capture frame_id of its last frame retargeted here
+    inflight: deque[tuple[int, int]] = field(default_factory=deque)  # (capture frame_id, output frame_id)
+
+
+def deal(new: list[int], orphans: list[int], load: dict[str, int]) -> dict[int, str]:
+    """Performers without a live owner -> live workers. A new performer goes by its index over the
+    workers sorted by name (``avatar_index % n``: balanced for indices 0..N-1, and the same answer
+    in every worker whatever its view of the claims so far); an orphan (its owner died) to the
+    least loaded, round-robin over (performers owned, name)."""
+    if not load:
+        return {}
+    names = sorted(load)
+    out = {k: names[k % len(names)] for k in new}
+    by_load = sorted(load, key=lambda w: (load[w], w))
+    out.update({k: by_load[i % len(by_load)] for i, k in enumerate(sorted(orphans))})
+    return out
+
+
+class WorkerLoop:
+    """The stage handler of a retarget worker (see the module docstring)."""
+
+    def __init__(self, service: RetargetService, links: Links, registry: Registry, name: str,
+                 endpoint: str) -> None:
+        self.service = service
+        self.links = links
+        self.registry = registry
+        self.name = name
+        self.endpoint = endpoint
+        self.owned: dict[int, Owned] = {}
+        self.seen: dict[int, float] = {}  # performers without a claim -> when first seen
+        self.first_seq: dict[int, int] = {}  # ... and the frame_id of their first frame seen here
+        self.claims: dict[int, tuple[Claim, int]] = {}
+        self.live: dict[str, dict[str, Any]] = {}
+        self.last_end = -1  # frame_id of the last END_OF_STREAM forwarded
+        self.takeovers = 0
+        self.skipped = 0
+        self._state: dict[str, Any] | None = None  # the durable state, rebuilt when it changes
+        self._sync_at = self._view_at = self._announce_at = 0.0
+        assert links.durable is not None and links.durable.rx is not None
+        self.rx = links.durable.rx  # capture's fan-out, as the consumer retarget.<NAME>
+        self.rx.ack_cap = self.ack_cap
+
+    # --- the data path ---
+
+    def step(self) -> bool:
+        if not self.live:  # nothing before the first view of NATS: my claims first (after a restart)
+            self.maintain()
+            if not self.live:
+                time.sleep(0.05)
+                self._view_at = self._announce_at = 0.0
+            return True
+        msg = self.rx.recv(timeout_ms=20)
+        if msg is not None:
+            seq = msg.header.frame_id
+            if msg.header.message_type is MessageType.END_OF_STREAM:
+                if seq > self.last_end:  # (a rewind hands it out again)
+                    self.service.on_end()
+                    self.last_end = seq
+                    self._state = None
+            elif self.on_frame(seq, msg.payload):
+                self._state = None
+            if self._state is None:  # (unchanged by another worker's frame: not rebuilt)
+                self._state = self.service.durable_state()
+            # the position remembered is what may be acknowledged: a restart resumes from there
+            self.links.done(min(seq, self.ack_cap()), self._state)
+        self.maintain()
+        return True
+
+    def on_frame(self, seq: int, payload: bytes | memoryview) -> bool:
+        """Retarget the frame if its performer is mine; True if it was."""
+        try:  # the message first: a frame of another worker's performer needs no more than its avatar_index
+            msg = pb.HumanFrame.FromString(bytes(payload))
+            k = msg.avatar_index
+            own = self.owned.get(k)
+            frame = HumanFrame.from_proto(msg) if own is not None and seq > own.done else None
+        except Exception as exc:  # noqa: BLE001 - counted, never fatal
+            self.service.counters.decode_errors += 1
+            self.service.counters.last_error = f"decode: {exc}"
+            return True
+        if own is None:
+            self.skipped += 1
+            if k not in self.claims and k not in self.seen:
+                self.seen[k] = time.monotonic()
+                self.first_seq.setdefault(k, seq)
+            return False
+        if frame is None:  # already retargeted here (another performer's rewind)
+            return False
+        out = self.links.durable.out if self.links.durable is not None else None
+        before = out.next_frame_id if out is not None else 0
+        self.service.on_frame(frame, time.time_ns())
+        own.done = seq
+        if out is not None and out.next_frame_id > before:
+            own.inflight.append((seq, out.next_frame_id - 1))
+        return True
+
+    def ack_cap(self) -> int:
+        """The capture frame_id this worker may acknowledge: not past any owned performer's stored
+        position, nor past the first frame of a performer nobody has claimed yet."""
+        caps = [own.saved for own in self.owned.values()]
+        caps += [self.first_seq[k] - 1 for k in self.seen if k in self.first_seq]
+        return min(caps, default=self.rx.last)
+
+    # --- NATS: deliveries, positions, claims ---
+
+    def maintain(self) -> None:
+        now = time.monotonic()
+        if now >= self._announce_at:
+            self._announce_at = now + ANNOUNCE_S
+            self.registry.announce(self.name, {"endpoint": self.endpoint, "performers": sorted(self.owned)})
+        if now >= self._sync_at:
+            self._sync_at = now + SYNC_S
+            self.sync_positions()
+        if now >= self._view_at:
+            self._view_at = now + VIEW_S
+            self.refresh()
+
+    def delivered(self) -> int:
+        """The highest output frame_id a consumer (the streamer) has acknowledged."""
+        sender = self.links.durable.sender if self.links.durable is not None else None
+        if not isinstance(sender, FanoutSender):
+            return -1
+        return max([c.acked for c in sender.consumers.values() if c.acknowledges], default=-1)
+
+    def sync_positions(self) -> None:
+        delivered = self.delivered()
+        epoch = self.rx.epoch.hex()
+        for k, own in list(self.owned.items()):
+            while own.inflight and own.inflight[0][1] <= delivered:
+                own.inflight.popleft()
+            resume = own.inflight[0][0] - 1 if own.inflight else self.rx.last
+            if resume <= own.saved:
+                continue
+            track = self.service.tracks.get(k)
+            qpos = None if track is None or track.qpos is None else [float(x) for x in track.qpos]
+            revision = self.registry.write(k, Claim(self.name, epoch, resume, qpos), own.revision)
+            if revision is None:
+                if self._lost(k):
+                    continue
+            else:
+                own.revision, own.saved = revision, resume
+
+    def _lost(self, k: int) -> bool:
+        """A write was refused: if the claim is someone else's now, let the performer go."""
+        claims = self.registry.claims()
+        if claims is None or k not in claims:
+            return False
+        claim, revision = claims[k]
+        if claim.owner == self.name:
+            self.owned[k].revision = revision
+            return False
+        log.warning("performer %d is %s's now: letting it go", k, claim.owner)
+        del self.owned[k]
+        self.service.tracks.pop(k, None)
+        self._state = None
+        return True
+
+    def refresh(self) -> None:
+        live, claims = self.registry.workers(), self.registry.claims()
+        if live is None or claims is None or self.name not in live:
+            return
+        self.live, self.claims = live, claims
+        for k in claims:
+            self.seen.pop(k, None)
+            self.first_seq.pop(k, None)
+        for k, (claim, revision) in claims.items():  # mine in NATS, not here: after my restart
+            if claim.owner == self.name and k not in self.owned:
+                self.adopt(k, claim, revision)
+        orphans = [k for k, (claim, _) in claims.items() if claim.owner not in live]
+        unowned = sorted({*orphans, *self.seen})
+        if not unowned:
+            return
+        load = {w: 0 for w in live}
+        for claim, _ in claims.values():
+            if claim.owner in load:
+                load[claim.owner] += 1
+        dealt = deal(sorted(self.seen), orphans, load)
+        for k in unowned:
+            if dealt.get(k) != self.name:  # (a dealt worker that hangs stops announcing: then an orphan)
+                continue
+            old = claims.get(k)
+            if old is None:
+                claim = Claim(self.name, self.rx.epoch.hex(), self.first_seq.get(k, 0) - 1)
+            else:
+                claim = Claim(self.name, old[0].epoch, old[0].seq, old[0].qpos)
+            won = self.registry.write(k, claim, None if old is None else old[1])
+            if won is not None:
+                if old is not None:
+                    self.takeovers += 1
+                    log.warning("performer %d: taking over from %s at capture frame %d", k, old[0].owner, claim.seq)
+                self.seen.pop(k, None)
+                self.first_seq.pop(k, None)
+                self.adopt(k, claim, won)
+
+    def adopt(self, k: int, claim: Claim, revision: int) -> None:
+        """Own performer ``k`` from its stored position: rewind capture's stream to it if needed
+        and start its IK from the stored pose."""
+        rx = self.rx
+        same_epoch = claim.epoch == rx.epoch.hex()
+        start = claim.seq if same_epoch else -1
+        if same_epoch and start < rx.last:
+            rx.rewind(start)
+        self.owned[k] = Owned(revision, start, start)
+        self._state = None
+        track = self.service.tracks.pop(k, None)
+        if claim.qpos is not None:
+            track = self.service.track(k)
+            track.qpos = np.asarray(claim.qpos, dtype=np.float64)
+            track.retargeter.reset(track.qpos)
+        log.info("performer %d: mine from capture frame %d", k, start + 1)
+
+    # --- the rest of the StageHandler ---
+
+    def heartbeat(self) -> dict[str, Any]:
+        hb = self.service.heartbeat(self.links.rx.rejects)
+        hb["worker"] = {"name": self.name, "endpoint": self.endpoint, "owned": sorted(self.owned),
+                        "live_workers": sorted(self.live), "takeovers": self.takeovers, "skipped": self.skipped}
+        return hb
+
+    def reset(self) -> None:
+        self._state = None
+        self.service.reset()
+        self.links.rx.rejects.clear()
+        self.links.remember(self.service.durable_state())
+
+    def begin_drain(self, args: dict[str, Any]) -> None:
+        pass
+
+    def drained(self) -> bool:
+        return self.service.ended and self.links.unacked == 0
+
+    def finish(self) -> None:
+        self.registry.withdraw(self.name)
+
+
+def run_worker(settings: RetargetSettings, retargeter: G1Retargeter) -> int:
+    """`mocapline retarget --worker NAME`: the stage with capture's fan-out as input, its own
+    fan-out as output, and the WorkerLoop as handler."""
+    name = f"retarget.{settings.worker}"
+    with Stage("retarget", settings.stage, reasons=(*LINK_REJECT_REASONS, "decode"), bus_name=name,
+               status_interval=settings.status_interval, status_line=status_line) as stage:
+        try:
+            links = stage.open_links(
+                input=durable.LinkSpec(settings.input, MessageType.HUMAN_FRAME, len(GMR_BODIES), kind="fanout",
+                                       name=name),
+                output=durable.LinkSpec(settings.output, MessageType.ROBOT_STATE, G1_JOINT_COUNT, kind="fanout"),
+            )
+        except StageError as exc:
+            return stage.fail(str(exc))
+        assert links.durable is not None and isinstance(links.durable.sender, FanoutSender)
+        bound = links.durable.sender.sock.getsockopt_string(zmq.LAST_ENDPOINT)  # port * -> the real one
+        endpoint = f"tcp://{settings.advertise_host}:{bound.rpartition(':')[2]}"
+        registry = Registry(settings.stage.nats)
+        stage.exits.callback(registry.close)
+        service = RetargetService(retargeter, links.tx, metrics=stage.metrics, tracer=stage.tracer,
+                                  heights=settings.performer_height)
+        if links.durable.restored is not None:
+            service.restore(links.durable.restored)
+            service.tracks.clear()  # ownership and poses come from NATS
+        log.info("retarget worker %s: %s -> %s (announced as %s)", settings.worker, settings.input, bound, endpoint)
+        (Path(tempfile.gettempdir()) / "mocapline-retarget-worker").write_text(settings.worker)  # for healthchecks
+        return stage.run(WorkerLoop(service, links, registry, settings.worker, endpoint))
