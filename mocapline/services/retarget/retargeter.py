@@ -48,6 +48,7 @@ offsets (Axis, Xsens: the robot faces where the human faces).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -126,13 +127,18 @@ class FrameVelocityLimit(mink.Limit):
         self.G = np.vstack((projection, -projection))
         self.q_ref: np.ndarray | None = None
         self.max_step = self.velocity * self.frame_dt  # largest change of each joint (rad)
+        self._frames = 1
+        self._reach = self.max_step * _WINDOW_SIGNS
 
     def set_reference(self, q: np.ndarray | None, frames: int = 1) -> None:
         """Bound the joints to ``frames`` frame periods of motion from ``q`` (None: no bound)."""
         self.q_ref = None if q is None else np.array(q[self.qposadr], dtype=np.float64)
-        self.max_step = self.velocity * self.frame_dt * frames
+        if frames != self._frames:
+            self._frames = frames
+            self.max_step = self.velocity * self.frame_dt * frames
+            self._reach = self.max_step * _WINDOW_SIGNS
         if self.q_ref is not None:
-            self.window = self.q_ref + self.max_step * _WINDOW_SIGNS  # the joints' (lower, upper) this frame
+            self.window = self.q_ref + self._reach  # the joints' (lower, upper) this frame
             self.low, self.high = self.window
 
     def bounds(self, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -162,6 +168,16 @@ class _Table:
     rot_offset: np.ndarray  # (n, 4)
     scale: np.ndarray  # (n,)
     weights: np.ndarray  # (n, 6): position x3, rotation x3
+
+    def __post_init__(self) -> None:
+        # The targets as two batched matrix products per frame (numpy's per-call overhead, not the
+        # arithmetic, is the cost at these sizes): q * rot_offset = q @ right[i], and the position
+        # offset in the target frame, R(q) R(rot_offset) pos_offset = (q outer q).reshape(16) @
+        # offset[i] / |q|^2 (the rotation matrix is quadratic in q; the division makes q unit).
+        t3 = Q._T.reshape(4, 4, 4)
+        self.right = np.einsum("nb,abj->naj", self.rot_offset, t3)  # (n, 4, 4)
+        local = Q.rotate(self.rot_offset, self.pos_offset)  # (n, 3)
+        self.offset = np.einsum("kij,nj->nki", Q._M.reshape(16, 3, 3), local)  # (n, 16, 3)
 
 
 _SKEW = np.zeros((3, 9))  # v @ _SKEW = [v]_x flattened (cross-product matrix)
@@ -677,12 +693,19 @@ class G1Retargeter:
         root = positions[self._root_index]
         idx = t.human_index
         q = quaternions[idx]
-        q = q / np.sqrt(np.einsum("ij,ij->i", q, q))[:, None]
-        rot = Q.multiply(q, t.rot_offset)
-        pos = self._root_scale * root + t.scale[:, None] * (positions[idx] - root)
-        pos = pos + Q.rotate(rot, t.pos_offset)
+        norm2 = np.einsum("ij,ij->i", q, q)[:, None]
+        out = np.empty((len(idx), 7))
+        rot = out[:, :4]
+        np.matmul(q[:, None, :], t.right, out=rot[:, None, :])
+        rot /= np.sqrt(norm2)
+        pos = out[:, 4:]
+        np.subtract(positions[idx], root, out=pos)
+        pos *= t.scale[:, None]
+        qq = (q[:, :, None] * q[:, None, :]).reshape(-1, 1, 16)
+        pos += np.matmul(qq, t.offset)[:, 0] / norm2
+        pos += self._root_scale * root
         pos[:, 2] -= self.ground
-        return np.concatenate((rot, pos), axis=1)
+        return out
 
     def _place_root(self, positions: np.ndarray, quaternions: np.ndarray) -> None:
         """First frame of a take: put the root on its target (the joints keep their pose), so the
@@ -750,8 +773,9 @@ class G1Retargeter:
             positions = np.asarray(positions, dtype=np.float64)
             quaternions = np.asarray(quaternions, dtype=np.float64)
             used = self._used_bodies
-            norms = np.einsum("ij,ij->i", quaternions[used], quaternions[used])
-            if not np.isfinite(positions[used].sum() + norms.sum()):  # one check: NaN and inf propagate
+            quats = quaternions[used]
+            norms = np.einsum("ij,ij->i", quats, quats)
+            if not math.isfinite(positions[used].sum() + norms.sum()):  # one check: NaN and inf propagate
                 raise FloatingPointError("non-finite human body pose")
             if norms.min() < 1e-12:
                 raise FloatingPointError("zero-norm human body quaternion")
@@ -764,7 +788,7 @@ class G1Retargeter:
             self.backend.begin_frame(self._settled)
             self._solve(schedule)
             q = self.backend.qpos
-            if not np.all(np.isfinite(q)):
+            if not math.isfinite(q.sum()):  # NaN and inf propagate
                 raise FloatingPointError("non-finite IK solution")
         except Exception as exc:  # noqa: BLE001 - a failed solve must never kill the stream
             error = f"{type(exc).__name__}: {exc}"
