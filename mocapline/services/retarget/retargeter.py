@@ -27,8 +27,10 @@ Per frame:
    backends solve it:
    - ``fast`` (default): all tasks at once in a handful of numpy operations (MuJoCo Jacobians,
      world-aligned errors: position, and the quaternion error vector 2v of q_target * conj(q) with
-     its exact derivative), the limits as daqp simple bounds. A step that raises the cost (the
-     linear model overshot) is halved: one more FK, never a second solve.
+     its exact derivative; all frames' Jacobians at once from MuJoCo's ``cdof``). The QP is one
+     Cholesky solve (LAPACK ``dposv``) when no bound binds, else daqp with the limits as simple
+     bounds. A step that raises the cost (the linear model overshot) is halved: one more FK, never
+     a second solve.
    - ``mink``: ``mink.solve_ik`` on FrameTasks (built once, targets updated per frame) with
      ``limits=[ConfigurationLimit, FrameVelocityLimit]`` passed as limits, so that they apply;
      daqp through qpsolvers. The reference; ``tests/test_retarget.py`` checks both agree.
