@@ -190,12 +190,15 @@ _EYE9 = np.eye(3).reshape(9)
 # multiply(a, conjugate(b)) as one product: (a outer b).reshape(16) @ _T_CONJ
 _T_CONJ = (Q._T.reshape(4, 4, 4) * Q._CONJ[None, :, None]).reshape(16, 4)
 _T_CONJ_LEFT = _T_CONJ.reshape(4, 16)  # target @ _T_CONJ_LEFT -> (4, 4) L with q_target * conj(q) = q @ L
-# [offset, error quaternion] (7,) @ _JAC_FACTORS -> the (6, 3) matrix that turns a dof's angular
-# motion into the frame's rows: -[offset]x (position: ang x offset) over (w I + [v]x) (rotation error)
-_JAC_FACTORS = np.zeros((7, 18))
-_JAC_FACTORS[0:3, 0:9] = -_SKEW
-_JAC_FACTORS[3, 9:18] = _EYE9
-_JAC_FACTORS[4:7, 9:18] = _SKEW
+# [offset, error quaternion, 1] (8,) @ _JAC_FACTORS -> the (6, 6) matrix that turns a dof's motion
+# (cdof: angular, linear) into the frame's rows: [-[offset]x, I] (position: lin + ang x offset) over
+# [(w I + [v]x), 0] (rotation error). One matrix product then gives all rows of all frames.
+_JAC_FACTORS = np.zeros((8, 6, 6))
+_JAC_FACTORS[0:3, 0:3, 0:3] = -_SKEW.reshape(3, 3, 3)
+_JAC_FACTORS[3, 3:6, 0:3] = np.eye(3)
+_JAC_FACTORS[4:7, 3:6, 0:3] = _SKEW.reshape(3, 3, 3)
+_JAC_FACTORS[7, 0:3, 3:6] = np.eye(3)
+_JAC_FACTORS = _JAC_FACTORS.reshape(8, 36)
 
 
 @dataclass
@@ -255,6 +258,7 @@ class _FastTable:
         if len(roots) != 1:
             raise ValueError("the IK frames must hang from one root body")
         self.root = roots.pop()
+        self.jac_in = np.ones((n, 8))  # [offset, error quaternion, 1] per frame, written in place
 
 
 class _FastBackend:
@@ -365,13 +369,13 @@ class _FastBackend:
         mujoco.mj_comPos(m, d)  # cdof and the subtree centres of mass at q
         # All frames' Jacobians at once (see _FastTable), the rotation rows already multiplied by
         # the error's derivative: d(2 v) = -(w I + [v]x) J_rot dq (sign folded into the residual).
-        cdof = d.cdof
-        offset = pos - d.subtree_com[t.root]
-        factors = (np.concatenate((offset, qe), axis=1) @ _JAC_FACTORS).reshape(-1, 6, 3)
-        jac = factors @ cdof[:, :3].T
-        jac[:, :3] += cdof[:, 3:].T
+        z = t.jac_in
+        np.subtract(pos, d.subtree_com[t.root], out=z[:, :3])
+        z[:, 3:7] = qe
+        factors = (z @ _JAC_FACTORS).reshape(-1, 6, 6)
+        factors *= w[:, :, None]  # the row weights, on the small factor matrices
+        jac = factors @ d.cdof.T
         jac *= t.mask
-        jac *= w[:, :, None]
         A = jac.reshape(-1, self.nv)
         H = A.T @ A
         H.flat[:: self.nv + 1] += self.solver_damping + self._lm * track
