@@ -372,11 +372,11 @@ class _FastBackend:
         z = t.jac_in
         np.subtract(pos, d.subtree_com[t.root], out=z[:, :3])
         z[:, 3:7] = qe
-        factors = (z @ _JAC_FACTORS).reshape(-1, 6, 6)
-        factors *= w[:, :, None]  # the row weights, on the small factor matrices
-        jac = factors @ d.cdof.T
-        jac *= t.mask
-        A = jac.reshape(-1, self.nv)
+        factors = (z @ _JAC_FACTORS).reshape(-1, 6)  # (6n, 6): frame by frame, 6 rows each
+        factors *= w.reshape(-1, 1)  # the row weights, on the small factor matrices
+        A = factors @ d.cdof.T  # one (6n, 6) x (6, nv) product, not n small ones
+        rows = A.reshape(-1, 6, self.nv)  # a view of A
+        rows *= t.mask  # zero the dofs not on the frame's path to the root
         H = A.T @ A
         H.flat[:: self.nv + 1] += self.solver_damping + self._lm * track
         g = b.reshape(-1) @ A  # = -f, the QP's linear term is f
