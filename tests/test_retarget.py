@@ -349,6 +349,8 @@ def test_nan_or_infeasible_solver_output_is_a_counted_failure(model, axis, monke
     rt = G1Retargeter(axis, model=model)
     last = rt.retarget(pos[0], quat[0]).qpos
     real_solve = module.daqp.solve
+    # the Cholesky fast path reports failure, so each step goes to daqp
+    monkeypatch.setattr(module, "dposv", lambda H, g: (H, g, 1))
     monkeypatch.setattr(module.daqp, "solve", lambda H, f, *a, **k: (np.full(len(f), np.nan), 0.0, 1, {}))
     r = rt.retarget(pos[1], quat[1])
     assert r.ik_failed and "non-finite" in r.error
@@ -360,6 +362,21 @@ def test_nan_or_infeasible_solver_output_is_a_counted_failure(model, axis, monke
     assert not rt.retarget(pos[2], quat[2]).ik_failed
     assert rt.stats.failures == 2
     np.testing.assert_array_equal(rt.backend.qpos, rt.qpos)
+
+
+def test_the_cholesky_step_is_the_qp_solution_when_no_bound_binds(model, monkeypatch) -> None:
+    """The fast backend solves H x = -f by Cholesky and calls daqp only when a bound binds: the
+    same trajectory as daqp on every step, on a take that touches joint limits."""
+    import mocapline.services.retarget.retargeter as module
+
+    pos, quat = synthetic.human_motion(90, 60.0)
+    out = {}
+    for path in ("cholesky", "daqp"):
+        if path == "daqp":
+            monkeypatch.setattr(module, "dposv", lambda H, g: (H, g, 1))
+        rt = G1Retargeter("axis_studio", model=model)
+        out[path] = np.array([rt.retarget(p, q).qpos for p, q in zip(pos, quat)])
+    np.testing.assert_allclose(out["cholesky"], out["daqp"], atol=1e-9)
 
 
 def test_mink_backend_failure_is_counted(model, axis) -> None:

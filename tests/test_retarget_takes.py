@@ -61,3 +61,32 @@ def test_real_takes_are_tracked_closely(runs) -> None:
         assert r.ours.feet_mm < 20.0 and r.ours.pelvis_mm < 15.0, (r.take, r.rate)
         assert r.ours.err_mm < 100.0, (r.take, r.rate)
         assert np.isfinite(r.ours.rot_deg) and r.ours.rot_deg < 25.0, (r.take, r.rate)
+
+
+def test_the_swing_metric_counts_limit_to_limit_sweeps_only() -> None:
+    from mocapline.services.retarget.quality import limit_swings
+
+    ranges = np.array([[-3.09, 2.67], [-0.26, 0.26]])  # a shoulder pitch, an ankle roll
+    t = np.arange(600) / 60.0
+    still = np.zeros_like(t)
+    # limit to limit within 2 s: one event; the same sweep over 8 s: none
+    fast = np.interp(t, [1.0, 3.0], [2.6, -3.0])
+    slow = np.interp(t, [1.0, 9.0], [2.6, -3.0])
+    assert limit_swings(np.stack((fast, still), axis=1), ranges, 60.0) == 1
+    assert limit_swings(np.stack((slow, still), axis=1), ranges, 60.0) == 0
+    # back and forth twice: two events; a small joint crossing its whole range: motion, not a swing
+    twice = np.interp(t, [0.5, 1.5, 5.0, 6.0], [2.6, -3.0, -3.0, 2.6])
+    ankle = np.interp(t, [1.0, 1.5], [-0.25, 0.25])
+    assert limit_swings(np.stack((twice, ankle), axis=1), ranges, 60.0) == 2
+
+
+@pytest.mark.xfail(strict=True, reason="open: successive overhead raises of the demo take meet the G1 "
+                   "shoulder's gimbal on alternate sides, so the IK (like GMR) takes alternate branches "
+                   "(+2.67 / -3.09 rad); see docs/retarget.md")
+def test_the_demo_take_has_no_limit_to_limit_shoulder_swings() -> None:
+    """Two arm raises of the demo take (8 s at 60 Hz): the shoulders must not sweep their range."""
+    model = robot_model.load_ik_model()
+    demo = next(t for t in take_set(model, ("demo",)) if t.fps == 60.0).head(480)
+    run = run_take(demo, model, baseline=False)
+    assert run.ours.err_mm < 40.0
+    assert run.ours.swings == 0

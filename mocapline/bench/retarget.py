@@ -20,8 +20,9 @@ hits both alike: the ratio is the number to read on a shared machine.
 
 Per run, for both (see ``mocapline.services.retarget.quality``): frames/s and the ratio; mean and
 p99 position error over the position-weighted frames, and for hands / feet / pelvis (mm);
-orientation error (deg); joint jerk (rad/s^3); configuration jumps; joint-limit contacts (frames);
-range and velocity violations. ``--json``: the same per run, plus an overall line.
+orientation error (deg); joint jerk (rad/s^3); configuration jumps; limit-to-limit swings (a joint
+sweeping > 80 % of its range and > pi rad within 3 s); joint-limit contacts (frames); range and
+velocity violations. ``--json``: the same per run, plus an overall line.
 """
 
 from __future__ import annotations
@@ -216,12 +217,14 @@ def _summary(runs: list[Run]) -> dict:
     fps = frames / sum(r.frames / r.fps for r in runs)
     base_fps = frames / sum(r.frames / r.baseline_fps for r in runs)
     ok = [r for r in runs if r.speedup >= 10 and r.ours.err_mm <= r.base.err_mm and r.ours.hands_mm <= r.base.hands_mm
-          and _smoother(r) and r.ours.jumps == 0 and r.ours.range_violations == 0 and r.ours.velocity_violations == 0]
+          and _smoother(r) and r.ours.jumps == 0 and r.ours.swings == 0 and r.ours.range_violations == 0
+          and r.ours.velocity_violations == 0]
     return {
         "fps": round(fps, 1), "baseline_fps": round(base_fps, 1), "speedup": round(fps / base_fps, 2),
         "min_speedup": round(min(r.speedup for r in runs), 2),
         "runs_meeting_every_goal": len(ok), "runs": [r.as_dict() for r in runs],
         "jumps": sum(r.ours.jumps for r in runs), "baseline_jumps": sum(r.base.jumps for r in runs),
+        "swings": sum(r.ours.swings for r in runs), "baseline_swings": sum(r.base.swings for r in runs),
         "violations": sum(r.ours.range_violations + r.ours.velocity_violations for r in runs),
         "baseline_violations": sum(r.base.range_violations + r.base.velocity_violations for r in runs),
     }
@@ -232,10 +235,11 @@ def _table(summary: dict, options: RetargetOptions) -> str:
         f"retarget bench: G1 29-DoF; mocapline {options.backend} backend, {options.describe()}",
         "baseline: GMR's algorithm (2 stages, each until drop < 0.001 or 10 iter, lm_damping 1, damping 0.5)",
         "errors: mm over the position-weighted frames (hands / feet / pelvis), deg over the rotation-weighted ones;",
-        "each cell: mocapline | baseline. jumps: joint > 1 rad in 10 frames while targets < 5 cm, 20 deg",
+        "each cell: mocapline | baseline. jumps: joint > 1 rad in 10 frames while targets < 5 cm, 20 deg;",
+        "swing: a joint sweeping > 80 % of its range and > pi rad within 3 s (limit to limit)",
         "",
         f"{'take':<22} {'Hz':>4} {'fps':>6} {'base':>5} {'ratio':>6} {'err mm':>13} {'p99':>13} {'hands':>13} "
-        f"{'feet':>11} {'pelvis':>11} {'rot deg':>11} {'jerk':>13} {'jumps':>5} {'lim':>9} {'viol':>6}",
+        f"{'feet':>11} {'pelvis':>11} {'rot deg':>11} {'jerk':>13} {'jumps':>5} {'swing':>5} {'lim':>9} {'viol':>6}",
     ]
 
     def pair(a: float, b: float, width: int, fmt: str = ".1f") -> str:
@@ -249,13 +253,14 @@ def _table(summary: dict, options: RetargetOptions) -> str:
             f"{pair(o['err_mm'], b['err_mm'], 13)} {pair(o['err_p99_mm'], b['err_p99_mm'], 13)} "
             f"{pair(o['hands_mm'], b['hands_mm'], 13)} {pair(o['feet_mm'], b['feet_mm'], 11)} "
             f"{pair(o['pelvis_mm'], b['pelvis_mm'], 11)} {pair(o['rot_deg'], b['rot_deg'], 11)} "
-            f"{pair(o['jerk'], b['jerk'], 13, '.0f')} {o['jumps']:>2}|{b['jumps']:<2} "
+            f"{pair(o['jerk'], b['jerk'], 13, '.0f')} {o['jumps']:>2}|{b['jumps']:<2} {o['swings']:>2}|{b['swings']:<2} "
             f"{pair(o['limit_contacts'], b['limit_contacts'], 9, 'd')} {viol:>6}"
         )
     lines += [
         "",
         f"overall: {summary['fps']:.0f} vs {summary['baseline_fps']:.0f} frames/s = {summary['speedup']:.1f}x "
         f"(lowest run {summary['min_speedup']:.1f}x); jumps {summary['jumps']} vs {summary['baseline_jumps']}; "
+        f"swings {summary['swings']} vs {summary['baseline_swings']}; "
         f"limit violations {summary['violations']} vs {summary['baseline_violations']}; "
         f"runs meeting every goal: {summary['runs_meeting_every_goal']}/{len(summary['runs'])}",
     ]

@@ -12,6 +12,12 @@ the config's last table (the one that decides the pose), on the robot frames it 
   ``JUMP_WINDOW`` frames while every target moves less than ``JUMP_TARGET_M`` and
   ``JUMP_TARGET_DEG``: the IK switched to another solution of the same targets (an arm flip).
   Consecutive flagged frames are one event;
+- limit-to-limit swings: events where a joint sweeps more than ``SWING_SHARE`` of its range, and
+  more than half a turn, within ``SWING_WINDOW_S`` seconds (targets moving or not), per joint;
+  consecutive windows are one event. Such a sweep of a wide joint (a G1 shoulder has 330 deg) means
+  the IK took the other branch of its range (the demo take's shoulders met successive overhead
+  raises at +2.67 and -3.09 rad), which the robot executes as a full-range swing; the half-turn
+  floor keeps real motion of small ranges out (an ankle's 30 deg roll in a crouch, an elbow's bend);
 - limit contacts: frames with a joint within ``CONTACT_RAD`` of its range; violations: samples
   outside the range or moving faster than the joint's velocity limit.
 """
@@ -30,6 +36,8 @@ JUMP_JOINT_RAD = 1.0
 JUMP_TARGET_M = 0.05
 JUMP_TARGET_DEG = 20.0
 CONTACT_RAD = 1e-3
+SWING_SHARE = 0.8
+SWING_WINDOW_S = 3.0
 SKIP_FRAMES = 5  # the first frames of a take start from the standing pose: not tracking yet
 
 
@@ -46,6 +54,7 @@ class Quality:
     limit_contacts: int
     range_violations: int
     velocity_violations: int
+    swings: int = 0
 
     def as_dict(self) -> dict[str, float | int]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -85,6 +94,21 @@ def configuration_jumps(joints: np.ndarray, targets: np.ndarray, window: int = J
         target_deg = angle_deg(targets[k:, :, :4], targets[:-k, :, :4]).max(axis=1)
         flagged[:-k] |= (moved > JUMP_JOINT_RAD) & (target_m < JUMP_TARGET_M) & (target_deg < JUMP_TARGET_DEG)
     return int(np.count_nonzero(flagged[1:] & ~flagged[:-1]) + flagged[0])
+
+
+def limit_swings(joints: np.ndarray, ranges: np.ndarray, fps: float, window_s: float = SWING_WINDOW_S,
+                 share: float = SWING_SHARE) -> int:
+    """Events in (F, n) joint trajectories where a joint sweeps more than ``share`` of its (n, 2)
+    range, and more than pi rad, within ``window_s`` seconds; consecutive windows of one joint are
+    one event."""
+    if len(joints) < 2:
+        return 0
+    width = min(len(joints), max(2, int(round(window_s * fps)) + 1))
+    windows = np.lib.stride_tricks.sliding_window_view(joints, width, axis=0)  # (F - width + 1, n, width)
+    swept = windows.max(axis=2) - windows.min(axis=2)
+    flagged = swept > np.maximum(share * (ranges[:, 1] - ranges[:, 0]), np.pi)
+    starts = flagged[1:] & ~flagged[:-1]
+    return int(np.count_nonzero(starts) + np.count_nonzero(flagged[0]))
 
 
 def joint_jerk(joints: np.ndarray, fps: float) -> float:
@@ -136,4 +160,5 @@ def evaluate(
         limit_contacts=int(np.count_nonzero(contact[skip:].any(axis=1))),
         range_violations=int(np.count_nonzero(outside)),
         velocity_violations=int(np.count_nonzero(speed > velocity_limits * (1.0 + 1e-6) + 1e-9)),
+        swings=limit_swings(joints[skip:], ranges, fps),
     )
