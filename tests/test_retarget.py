@@ -375,7 +375,7 @@ def test_the_cholesky_step_is_the_qp_solution_when_no_bound_binds(model, monkeyp
         if path == "daqp":
             monkeypatch.setattr(module, "dposv", lambda H, g: (H, g, 1))
         rt = G1Retargeter("axis_studio", model=model)
-        out[path] = np.array([rt.retarget(p, q).qpos for p, q in zip(pos, quat)])
+        out[path] = np.array([rt.retarget(p, q).qpos for p, q in zip(pos, quat, strict=True)])
     np.testing.assert_allclose(out["cholesky"], out["daqp"], atol=1e-9)
 
 

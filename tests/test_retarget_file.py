@@ -24,7 +24,8 @@ def test_a_take_becomes_a_50_hz_clip_with_a_summary(tmp_path, capsys) -> None:
     out = tmp_path / "clip.npz"
     assert main([str(TAKE), "--frames", "120", "--out", str(out), "--csv", "--baseline"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["skeleton"] == "cmu_daz" and summary["frames"] == 120 and summary["source_fps"] == pytest.approx(120.0)
+    assert summary["skeleton"] == "cmu_daz" and summary["frames"] == 120
+    assert summary["source_fps"] == pytest.approx(120.0)
     assert summary["ik_failed"] == 0 and summary["jumps"] == 0
     assert 0 < summary["err_mm"] < 100 and summary["limit_contacts"] >= 0 and summary["seconds"] > 0
     assert summary["err_mm"] <= summary["baseline_err_mm"] + 0.05 and summary["speedup"] > 0
@@ -80,6 +81,7 @@ def test_adaptive_steps_stop_early_on_slow_motion_and_fixed_steps_do_not() -> No
 
 
 def test_options_are_validated() -> None:
-    for bad in (dict(tolerance=1.0), dict(min_iterations=0), dict(min_iterations=9, iterations=8), dict(arm_huber=-1.0)):
+    for bad in (dict(tolerance=1.0), dict(min_iterations=0), dict(min_iterations=9, iterations=8),
+                dict(arm_huber=-1.0)):
         with pytest.raises(ValueError):
             RetargetOptions(**bad).validate()

@@ -98,7 +98,8 @@ def test_one_robot_frame_per_human_frame_and_end_forwarded(take, links, filter_n
     if filter_name == "none":  # the known answer, frame by frame (the first one settles from standing)
         got = np.array([np.concatenate([r.root_pos, r.root_quat, r.joint_pos]) for r in robots])
         keep = [i for i in range(len(truth)) if i != 5]
-        err = np.linalg.norm(synthetic.all_body_positions(model, truth[keep]) - synthetic.all_body_positions(model, got), axis=2)
+        truth_pos = synthetic.all_body_positions(model, truth[keep])
+        err = np.linalg.norm(truth_pos - synthetic.all_body_positions(model, got), axis=2)
         assert err[1:].max() < 0.005
     hb = service.heartbeat({})
     assert hb["gmr_processed"] == 11 and hb["input_link"]["frame_id_missing_indices"] == 0

@@ -70,7 +70,9 @@ class Take:
                     self.config, self.human_height, self.q0)
 
 
-def resample_bodies(positions: np.ndarray, quaternions: np.ndarray, fps: float, to_fps: float) -> tuple[np.ndarray, np.ndarray]:
+def resample_bodies(
+    positions: np.ndarray, quaternions: np.ndarray, fps: float, to_fps: float
+) -> tuple[np.ndarray, np.ndarray]:
     """HumanFrame arrays at ``to_fps``: positions linear, rotations slerped (exact copies on source frames)."""
     n = len(positions)
     t = np.arange(int(np.floor((n - 1) * to_fps / fps + 1e-9)) + 1) * fps / to_fps
@@ -117,7 +119,8 @@ def demo_take(model: mujoco.MjModel) -> Take:
     frames, _ = human_frames(rec, cfg)
     pos = np.array([f.positions for f in frames])
     quat = np.array([f.quaternions for f in frames])
-    return Take("demo_walk", "demo", float(cfg.input_fps or 60.0), pos, quat, load_ik_config(cfg.ik_config, model=model))
+    config = load_ik_config(cfg.ik_config, model=model)
+    return Take("demo_walk", "demo", float(cfg.input_fps or 60.0), pos, quat, config)
 
 
 def synthetic_takes(model: mujoco.MjModel, fps: float) -> list[Take]:
@@ -168,11 +171,14 @@ class Run:
             "take": self.take, "kind": self.kind, "rate": self.rate, "frames": self.frames,
             "fps": round(self.fps, 1), "baseline_fps": round(self.baseline_fps, 1), "speedup": round(self.speedup, 2),
             "ours": self.ours.as_dict(), "baseline": self.base.as_dict(), "ik_failed": self.ik_failed,
-            "baseline_failures": self.baseline_failures, "steps_per_frame": round(self.steps_per_frame, 2), **self.extra,
+            "baseline_failures": self.baseline_failures, "steps_per_frame": round(self.steps_per_frame, 2),
+            **self.extra,
         }
 
 
-def run_take(take: Take, model: mujoco.MjModel, options: RetargetOptions | None = None, *, baseline: bool = True) -> Run:
+def run_take(
+    take: Take, model: mujoco.MjModel, options: RetargetOptions | None = None, *, baseline: bool = True
+) -> Run:
     """Both IKs over one take, timed alternately; quality of both against our targets."""
     opts = options or RetargetOptions()
     opts = RetargetOptions(**{**opts.__dict__, "fps": take.fps, "human_height": take.human_height})
@@ -253,7 +259,8 @@ def _table(summary: dict, options: RetargetOptions) -> str:
             f"{pair(o['err_mm'], b['err_mm'], 13)} {pair(o['err_p99_mm'], b['err_p99_mm'], 13)} "
             f"{pair(o['hands_mm'], b['hands_mm'], 13)} {pair(o['feet_mm'], b['feet_mm'], 11)} "
             f"{pair(o['pelvis_mm'], b['pelvis_mm'], 11)} {pair(o['rot_deg'], b['rot_deg'], 11)} "
-            f"{pair(o['jerk'], b['jerk'], 13, '.0f')} {o['jumps']:>2}|{b['jumps']:<2} {o['swings']:>2}|{b['swings']:<2} "
+            f"{pair(o['jerk'], b['jerk'], 13, '.0f')} {o['jumps']:>2}|{b['jumps']:<2} "
+            f"{o['swings']:>2}|{b['swings']:<2} "
             f"{pair(o['limit_contacts'], b['limit_contacts'], 9, 'd')} {viol:>6}"
         )
     lines += [
@@ -271,8 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mocapline bench retarget", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--takes", default=",".join(KINDS), help=f"kinds of take, comma separated (default {','.join(KINDS)})")
-    parser.add_argument("--frames", type=int, default=None, help="cut every run to this many frames (default: whole takes)")
+    parser.add_argument("--takes", default=",".join(KINDS),
+                        help=f"kinds of take, comma separated (default {','.join(KINDS)})")
+    parser.add_argument("--frames", type=int, default=None,
+                        help="cut every run to this many frames (default: whole takes)")
     parser.add_argument("--iterations", type=int, default=None, help="mocapline's cap on IK steps per frame")
     parser.add_argument("--lm-damping", type=float, default=None, help="mocapline FrameTask lm_damping")
     parser.add_argument("--backend", choices=("fast", "mink"), default="fast")

@@ -59,7 +59,8 @@ class GmrBaseline:
                 tasks.append(task)
                 body_to_task[e.human_body] = task
                 if t_index == 0:  # GMR offsets the data with table 1's offsets for both tables
-                    self.pos_offsets[e.human_body] = np.array(e.position_offset) - config.ground_height * np.array([0, 0, 1])
+                    ground = config.ground_height * np.array([0, 0, 1])
+                    self.pos_offsets[e.human_body] = np.array(e.position_offset) - ground
                     self.rot_offsets[e.human_body] = Rotation.from_quat(e.rotation_offset, scalar_first=True)
             self.tables.append((use, tasks, body_to_task))
         self.failures = 0

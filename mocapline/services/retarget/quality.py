@@ -66,7 +66,9 @@ def angle_deg(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return 2.0 * np.degrees(np.arccos(np.clip(w, 0.0, 1.0)))
 
 
-def frame_poses(model: mujoco.MjModel, frames: list[tuple[str, str]], qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def frame_poses(
+    model: mujoco.MjModel, frames: list[tuple[str, str]], qpos: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """World positions (F, n, 3) and quaternions (F, n, 4) of named bodies / sites for (F, nq) qpos."""
     data = mujoco.MjData(model)
     ids = [(kind, model.body(n).id if kind == "body" else model.site(n).id) for n, kind in frames]

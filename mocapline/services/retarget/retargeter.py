@@ -193,12 +193,12 @@ _T_CONJ_LEFT = _T_CONJ.reshape(4, 16)  # target @ _T_CONJ_LEFT -> (4, 4) L with 
 # [offset, error quaternion, 1] (8,) @ _JAC_FACTORS -> the (6, 6) matrix that turns a dof's motion
 # (cdof: angular, linear) into the frame's rows: [-[offset]x, I] (position: lin + ang x offset) over
 # [(w I + [v]x), 0] (rotation error). One matrix product then gives all rows of all frames.
-_JAC_FACTORS = np.zeros((8, 6, 6))
-_JAC_FACTORS[0:3, 0:3, 0:3] = -_SKEW.reshape(3, 3, 3)
-_JAC_FACTORS[3, 3:6, 0:3] = np.eye(3)
-_JAC_FACTORS[4:7, 3:6, 0:3] = _SKEW.reshape(3, 3, 3)
-_JAC_FACTORS[7, 0:3, 3:6] = np.eye(3)
-_JAC_FACTORS = _JAC_FACTORS.reshape(8, 36)
+_factors = np.zeros((8, 6, 6))
+_factors[0:3, 0:3, 0:3] = -_SKEW.reshape(3, 3, 3)
+_factors[3, 3:6, 0:3] = np.eye(3)
+_factors[4:7, 3:6, 0:3] = _SKEW.reshape(3, 3, 3)
+_factors[7, 0:3, 3:6] = np.eye(3)
+_JAC_FACTORS = _factors.reshape(8, 36)
 
 
 @dataclass
@@ -305,7 +305,8 @@ class _FastBackend:
         self._A = np.zeros((0, nv))
         self._sense = np.zeros(nv, dtype=np.int32)
         self._q_old = np.zeros(model.nq)
-        self._cached: tuple | None = None  # (table, error, error quaternions, positions, row weights, W error, cost, tracking cost) at q
+        # (table, error, error quaternions, positions, row weights, W error, cost, tracking cost) at q
+        self._cached: tuple | None = None
         self._lm = lm_damping  # this frame's lm_damping
 
     @property
@@ -459,7 +460,8 @@ class _MinkBackend:
         self.lm_damping = lm_damping
         self.arm_huber = arm_huber
         self.arm_tasks = [
-            [(k, e.rotation_weight) for k, e in enumerate(t.entries) if e.human_body.endswith(("Arm", "ForeArm", "Hand"))]
+            [(k, e.rotation_weight) for k, e in enumerate(t.entries)
+             if e.human_body.endswith(("Arm", "ForeArm", "Hand"))]
             for t in tables
         ]
         self.configuration = mink.Configuration(model, robot_model.default_qpos(model))

@@ -83,7 +83,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--ground-offset", type=float, default=0.0, help="m subtracted from every target's height")
     p.add_argument("--input-fps", type=float, default=DEFAULT_FPS,
                    help="rate of the HumanFrames (the Axis rate): the joint velocity limit is per frame")
-    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="cap on the IK steps of a frame (it stops earlier once a step gains < 2%%)")
+    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
+                   help="cap on the IK steps of a frame (it stops earlier once a step gains < 2%%)")
     p.add_argument("--lm-damping", type=float, default=DEFAULT_LM_DAMPING, help="FrameTask Levenberg-Marquardt damping")
     p.add_argument("--filter", choices=FILTERS, default="none",
                    help="output filter: smooth3 = centred [1,2,1]/4 over frames, exactly one frame of delay")

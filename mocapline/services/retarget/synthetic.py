@@ -84,7 +84,9 @@ def g1_motion(
     return q
 
 
-def random_poses(n: int, rng: np.random.Generator, *, model: mujoco.MjModel | None = None, spread: float = 0.6) -> np.ndarray:
+def random_poses(
+    n: int, rng: np.random.Generator, *, model: mujoco.MjModel | None = None, spread: float = 0.6
+) -> np.ndarray:
     """(n, 36) random reachable poses: joints uniform in ``spread`` of their range about the middle
     (clipped to include 0), root anywhere near the origin with any yaw and a small tilt."""
     model = model or robot_model.load_ik_model()
