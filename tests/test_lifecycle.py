@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 from mocapline.tools.emitter.emitter import TakePlan, emit_take
 from mocapline.tools.pipeline.procs import child_pids, free_tcp_port, free_udp_port, port_free
@@ -119,11 +120,21 @@ def wait_for_file(term: Terminal, path: Path, timeout: float = 60.0) -> None:
         term.read(0.05)
 
 
+def _loaded(pid: int, library: str) -> bool:
+    """Whether process ``pid`` has mapped a file whose path names ``library``."""
+    try:
+        return library in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
 def test_ctrl_c_while_python_still_imports(tmp_path) -> None:
     """So early that nothing was started: one line, no traceback, nothing to stop."""
     args, ports = up_args(tmp_path)
     term = Terminal.start(*args)
-    term.read(0.3)
+    # Once the interpreter runs mocapline's imports (numpy is among the first): a signal before
+    # Python's own start-up is done (its site module) is the interpreter's to report, not ours.
+    wait_until(lambda: _loaded(term.proc.pid, "numpy"), 60, interval=0.01, what="mocapline's imports to begin")
     term.ctrl_c()
     assert term.finish() == 130, term.text
     early = ("mocapline: interrupted", "mocapline up: interrupted during start-up")
