@@ -12,8 +12,8 @@ from mocapline.core.subcommands import dispatch
 # name -> (module, one-line summary). Each module has `main(argv: list[str] | None) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
     "capture": ("mocapline.services.capture.service", "receive Axis BVH / Xsens UDP, ledger, FK, push HumanFrames"),
-    "retarget": ("mocapline.services.retarget.service", "IK onto the Unitree G1: HumanFrames in, RobotFrames out"),
-    "streamer": ("mocapline.services.streamer.service", "resample, MocapFrame + header, lossless PUSH on tcp 5555"),
+    "retarget": ("mocapline.services.retarget.main", "IK onto the Unitree G1: HumanFrames in, RobotFrames out"),
+    "streamer": ("mocapline.services.streamer.main", "resample, MocapFrame + header, lossless PUSH on tcp 5555"),
     "viewer": ("mocapline.services.viewer.service", "validate and apply MocapFrames to the G1 in MuJoCo"),
     "auditor": ("mocapline.services.auditor.service", "side-path audit and the conservation verdict"),
     "tap": ("mocapline.tools.tap", "a consumer of the robot port: print or record every frame once (resumes)"),

@@ -183,7 +183,7 @@ def test_main_runs_as_a_process(take) -> None:
 
 
 def test_bad_config_is_a_clear_start_up_error(tmp_path) -> None:
-    from mocapline.services.retarget.service import main
+    from mocapline.services.retarget.main import main
 
     bad = tmp_path / "cfg.json"
     bad.write_text("{}")

@@ -17,29 +17,24 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from mocapline.core import durable
-from mocapline.core.bodies import GMR_BODIES
 from mocapline.core.frames import HumanFrame
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.ledger import SequenceLedger
-from mocapline.core.metrics import LINK_REJECT_REASONS, ServiceMetrics
+from mocapline.core.metrics import ServiceMetrics
 from mocapline.core.options import EnvArgumentParser, settings_from
 from mocapline.core.stage import (
     Links,
-    Stage,
-    StageError,
     StageSettings,
     add_stage_arguments,
 )
 from mocapline.core.tracing import StageTracer
 from mocapline.core.transport import FrameSink
 
-from .config import DEFAULT_CONFIG, SHIPPED_CONFIGS, load_ik_config
+from .config import DEFAULT_CONFIG, SHIPPED_CONFIGS
 from .retargeter import (
     BACKENDS,
     DEFAULT_FPS,
@@ -440,38 +435,3 @@ class RetargetLoop:
         mid_take = service.pending or (service.counters.robot_frames_sent and not service.ended)
         if self.links.durable is None and mid_take:
             service.on_end()  # stopped mid-take: send what is held and tell the next stage
-
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        settings = RetargetSettings.from_args(build_parser().parse_args(argv))
-        retargeter = G1Retargeter(load_ik_config(settings.ik_config), settings.options)
-    except (ValueError, OSError) as exc:
-        print(f"mocapline retarget: {exc}", file=sys.stderr)
-        return 2
-    if settings.worker:
-        from .worker import run_worker
-
-        return run_worker(settings, retargeter)
-    with Stage("retarget", settings.stage, reasons=(*LINK_REJECT_REASONS, "decode"),
-               status_interval=settings.status_interval, status_line=status_line) as stage:
-        try:
-            links = stage.open_links(
-                input=durable.LinkSpec(settings.input, MessageType.HUMAN_FRAME, len(GMR_BODIES)),
-                output=durable.LinkSpec(settings.output, MessageType.ROBOT_STATE, G1_JOINT_COUNT),
-                output_linger_ms=int(settings.shutdown_wait * 1000),
-            )
-        except StageError as exc:
-            return stage.fail(str(exc))
-        service = RetargetService(retargeter, links.tx, filter=settings.filter, metrics=stage.metrics,
-                                  tracer=stage.tracer, heights=settings.performer_height)
-        if links.durable is not None and links.durable.restored is not None:
-            service.restore(links.durable.restored)
-        log.info("retarget %s -> %s (config %s, %d steps/frame, lm_damping %s, filter %s)", settings.input,
-                 settings.output, retargeter.config.source, settings.options.iterations,
-                 settings.options.lm_damping, settings.filter)
-        return stage.run(RetargetLoop(service, links, settings.max_takes))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

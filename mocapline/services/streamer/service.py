@@ -20,34 +20,26 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import zmq
-
-from mocapline.core import durable
 from mocapline.core.fanout import DEFAULT_MAX_BACKLOG, FanoutSender
 from mocapline.core.frames import RobotFrame
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.metrics import (
-    LINK_REJECT_REASONS,
-    PAYLOAD_REJECT_REASONS,
     ServiceMetrics,
 )
 from mocapline.core.options import EnvArgumentParser, settings_from
 from mocapline.core.stage import (
     Links,
-    Stage,
-    StageError,
     StageSettings,
     add_stage_arguments,
 )
 from mocapline.core.tracing import StageTracer
-from mocapline.core.transport import FrameSink, add_curve_server_options, server_link
+from mocapline.core.transport import FrameSink, add_curve_server_options
 from mocapline.services.streamer.frames import MocapFrameBuilder
 from mocapline.services.streamer.interpolator import MotionStreamInterpolator
 
@@ -340,58 +332,3 @@ class StreamerLoop:
     def finish(self) -> None:
         if self.streamer.recorder is not None:
             self.streamer.recorder.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        settings = StreamerSettings.from_args(build_parser().parse_args(argv))
-    except ValueError as exc:
-        print(f"mocapline streamer: {exc}", file=sys.stderr)
-        return 2
-    with Stage("streamer", settings.stage, reasons=(*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS)) as stage:
-
-        def plain_output(ctx: zmq.Context) -> zmq.Socket:
-            sock, auth = server_link(ctx, zmq.PUSH, settings.output, curve_server_key=settings.curve_server_key,
-                                     curve_clients=settings.curve_clients)
-            if auth is not None:
-                stage.exits.callback(auth.stop)
-                log.info("CURVE on %s: clients admitted from %s", settings.output, settings.curve_clients)
-            return sock
-
-        if exposed(settings.output) and not settings.curve_server_key:
-            print(f"mocapline streamer: WARNING: the robot port {settings.output} is reachable from other hosts "
-                  "without CURVE: anyone there can connect (use `mocapline keys` and --curve-server-key, or bind "
-                  "127.0.0.1)", file=sys.stderr, flush=True)
-        output = durable.LinkSpec(settings.output, MessageType.MOTION_FRAME, G1_JOINT_COUNT,
-                                  kind="push" if settings.plain_output else "fanout",
-                                  curve_server_key=settings.curve_server_key, curve_clients=settings.curve_clients,
-                                  max_backlog=settings.consumer_backlog)
-        try:
-            links = stage.open_links(
-                input=None if settings.fan_in else durable.LinkSpec(settings.input, MessageType.ROBOT_STATE,
-                                                                    G1_JOINT_COUNT),
-                output=output, plain_output=plain_output, output_linger_ms=5000,
-            )
-        except StageError as exc:
-            return stage.fail(str(exc))
-        streamer = Streamer(links.tx, settings.input_fps, settings.output_fps, metrics=stage.metrics,
-                            tracer=stage.tracer)
-        if links.durable is not None and links.durable.restored is not None:
-            streamer.restore(links.durable.restored)
-        if settings.record_frames is not None:
-            from mocapline.formats.mlmf import FrameFileWriter
-
-            streamer.recorder = FrameFileWriter(settings.record_frames, {
-                "generator": "mocapline streamer --record-frames", "input_fps": settings.input_fps,
-                "output_fps": settings.output_fps, "started_ns": time.time_ns()})
-        loop = StreamerLoop(streamer, links)
-        if settings.fan_in:
-            from .fanin import fan_in_loop
-
-            assert links.durable is not None
-            loop = fan_in_loop(loop, stage.ctx, settings.stage.nats, links.durable.restored)
-        return stage.run(loop)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
