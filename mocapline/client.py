@@ -58,6 +58,9 @@ class ClientSettings:
     joint_count: int = G1_JOINT_COUNT
     fsync: bool = False  # flush the position file to disk on every write (power cuts, not just crashes)
     message_type: MessageType = MessageType.MOTION_FRAME  # HUMAN_FRAME: a retarget worker on capture's fan-out
+    # Several performers: hand out only these avatar indices (None: all). The others are still
+    # taken off the link and acknowledged, so the position moves on past them.
+    performers: frozenset[int] | None = None
 
 
 class PositionStore(Protocol):
@@ -145,6 +148,7 @@ class MocapClient:
                                    epoch=epoch, last=last, name=settings.name, before_ack=self._save)
         self.rejects: Counter[str] = self.rx.rejects
         self.delivered = 0
+        self.skipped = 0  # frames of performers this client did not ask for
 
     def _save(self, epoch: bytes | None = None, last: int | None = None) -> None:
         position = (self.rx.epoch, self.rx.last)
@@ -167,6 +171,10 @@ class MocapClient:
                     frame.end = pb.EndOfStream.FromString(frame.payload)
                 else:
                     frame.mocap = parse_mocap_frame(frame.payload)
+                    wanted = self.settings.performers
+                    if wanted is not None and frame.mocap.avatar_index not in wanted:
+                        self.skipped += 1
+                        continue
             except Exception as exc:  # noqa: BLE001 - FrameFieldError, ProtobufDecodeError, protobuf's DecodeError
                 self.rejects[getattr(exc, "reason", "protobuf")] += 1  # counted, skipped, never raised
                 if time.monotonic() >= deadline:

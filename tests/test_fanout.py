@@ -23,10 +23,11 @@ from mocapline.core.transport import lossless_socket, server_link
 from mocapline.tools.pipeline.procs import free_tcp_port
 
 
-def mocap(i: int) -> bytes:
+def mocap(i: int, avatar: int = 0) -> bytes:
     return pb.MocapFrame(index=i, body_pos_w=[0.0] * 3, body_lin_vel_w=[0.0] * 3, body_quat_w=[1.0, 0, 0, 0],
                          body_ang_vel_w=[0.0] * 3, joint_pos=[0.0] * 29, joint_vel=[0.0] * 29,
-                         left_hand=[0.0] * 7, right_hand=[0.0] * 7, posture_index=1000 + i).SerializeToString()
+                         left_hand=[0.0] * 7, right_hand=[0.0] * 7, posture_index=1000 + i,
+                         avatar_index=avatar).SerializeToString()
 
 
 class Port:
@@ -53,10 +54,11 @@ class Port:
                 self.sender.pump()
             self.sender.sock.poll(5)
 
-    def produce(self, values: range, end: bool = False) -> None:
+    def produce(self, values: range, end: bool = False, performers: int = 1) -> None:
         with self.lock:
             for v in values:
-                self.sender.commit(StageRecord(NO_EPOCH, v, b"", [Output(MessageType.MOTION_FRAME, mocap(v), v)]))
+                outputs = [Output(MessageType.MOTION_FRAME, mocap(v, k), v) for k in range(performers)]
+                self.sender.commit(StageRecord(NO_EPOCH, v, b"", outputs))
             if end:
                 self.sender.commit(StageRecord(NO_EPOCH, -1, b"", [Output(MessageType.END_OF_STREAM, b"", 0)]))
 
@@ -116,6 +118,30 @@ def test_two_consumers_each_get_every_frame_and_a_raw_pull_gets_nothing(tmp_path
         b.close()
         pull.close(0)
         ctx.term()
+        port.close()
+
+
+def test_a_consumer_of_one_performer_gets_that_performers_frames_and_moves_past_the_others(tmp_path, endpoint) -> None:
+    port = Port(tmp_path / "port", endpoint)
+    one = MocapClient(ClientSettings(endpoint, name="one", performers=frozenset({1})))
+    try:
+        port.produce(range(100), performers=3)
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < 100 and time.monotonic() < deadline:
+            f = one.recv(100)
+            if f is not None and not f.is_end:
+                got.append((f.mocap.avatar_index, f.mocap.posture_index))
+        assert got == [(1, 1000 + i) for i in range(100)]
+        assert one.recv(500) is None  # the last frame (performer 2's) is taken and skipped
+        assert one.skipped == 200 and one.delivered == 100
+        one.commit()
+        deadline = time.monotonic() + 10
+        while port.counts()["delivered"] < 300 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert port.counts()["delivered"] == 300  # the other performers' frames were acknowledged too
+    finally:
+        one.close()
         port.close()
 
 

@@ -94,6 +94,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--until-end", action="store_true", help="exit after END_OF_STREAM")
     p.add_argument("--idle-s", type=float, default=0.0, help="exit after this long without a frame; 0 = never")
     p.add_argument("--fsync", action="store_true", help="flush every record / position to disk")
+    p.add_argument("--performer", type=int, action="append", default=None, metavar="AVATAR_INDEX",
+                   help="only this performer's frames (repeatable); default: every performer")
     p.add_argument("--curve-client-key", default="", help="CURVE: this client's secret certificate")
     p.add_argument("--curve-server-public", default="", help="CURVE: the streamer's public certificate")
     return p
@@ -106,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         recording = TapRecording(args.record, {"generator": "mocapline tap", "name": args.name,
                                                "endpoint": args.endpoint}, args.fsync)
     settings = ClientSettings(args.endpoint, name=args.name, state=args.state, fsync=args.fsync,
-                              curve_client_key=args.curve_client_key, curve_server_public=args.curve_server_public)
+                              curve_client_key=args.curve_client_key, curve_server_public=args.curve_server_public,
+                              performers=frozenset(args.performer) if args.performer else None)
     try:
         client = MocapClient(settings, store=recording)
     except (ValueError, OSError) as exc:
