@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import daqp
 import mink
@@ -259,6 +260,28 @@ class _FastTable:
             raise ValueError("the IK frames must hang from one root body")
         self.root = roots.pop()
         self.jac_in = np.ones((n, 8))  # [offset, error quaternion, 1] per frame, written in place
+
+
+class IKBackend(Protocol):
+    """What :class:`G1Retargeter` needs of an IK solver: the fast one (numpy + daqp) and the
+    reference one (mink.solve_ik) both provide it, and a test checks they reach the same answer."""
+
+    @property
+    def qpos(self) -> np.ndarray: ...
+
+    def set_qpos(self, q: np.ndarray) -> None: ...
+
+    def reset(self) -> None: ...
+
+    def begin_frame(self, settled: bool) -> None:
+        """A new frame: ``settled`` once the take's first frame has converged."""
+        ...
+
+    def set_targets(self, table: int, poses: np.ndarray) -> None: ...
+
+    def step(self, table: int) -> tuple[float, float]:
+        """One step on ``table``; the weighted cost before and after it."""
+        ...
 
 
 class _FastBackend:
@@ -639,7 +662,7 @@ class G1Retargeter:
             neutral=robot_model.default_qpos(self.model)[7:],
             posture=np.full(len(self.joint_names), self.options.posture_weight),
         )
-        self.backend = backend_cls(
+        self.backend: IKBackend = backend_cls(
             self.model,
             self._tables,
             self.options.lm_damping,
