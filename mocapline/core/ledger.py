@@ -136,6 +136,17 @@ class SequenceLedger:
         return [seg.as_dict(first_number + k) for k, seg in enumerate(self.segments)]
 
 
+def index_ranges(indices: Iterable[int]) -> list[list[int]]:
+    """Indices as sorted inclusive ``[lo, hi]`` runs of consecutive values (repeats count once)."""
+    out: list[list[int]] = []
+    for i in sorted(set(indices)):
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return out
+
+
 def union_ranges(*range_lists: Iterable[Iterable[int]]) -> list[list[int]]:
     """Inclusive ``[lo, hi]`` ranges of several lists merged into one sorted, non-overlapping list."""
     spans = sorted((int(lo), int(hi)) for ranges in range_lists for lo, hi in ranges)

@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from itertools import pairwise
 from typing import Any
 
+from mocapline.core.ledger import index_ranges
+
 # The ledger fields capture owns, then the whole ledger in its documented order.
 CAPTURE_FIELDS: tuple[str, ...] = (
     "source_received",
@@ -195,16 +197,6 @@ def _indices(ranges: Iterable[Iterable[int]]) -> set[int]:
     return out
 
 
-def _ranges(indices: Iterable[int]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for i in sorted(indices):
-        if out and i == out[-1][1] + 1:
-            out[-1][1] = i
-        else:
-            out.append([i, i])
-    return out
-
-
 def classify_missing(
     main_missing: Iterable[Iterable[int]],
     side_missing: Iterable[Iterable[int]] | None,
@@ -230,4 +222,4 @@ def classify_missing(
         else:
             out[MAIN_ONLY].add(i)
     out[SIDE_ONLY] = side - main
-    return {k: _ranges(v) for k, v in out.items()}
+    return {k: index_ranges(v) for k, v in out.items()}

@@ -21,7 +21,7 @@ import numpy as np
 
 from mocapline.core.bodies import GMR_BODY_INDEX
 from mocapline.core.frames import HumanFrame
-from mocapline.core.ledger import combine
+from mocapline.core.ledger import combine, index_ranges
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import AxisBvhConfig, BvhReject, parse_datagram
 from mocapline.formats.mxtp02 import (
@@ -144,16 +144,6 @@ class XsensDecoder:
 class CaptureCounters:
     rejected: Counter[str] = field(default_factory=Counter)
     frames_out: int = 0
-
-
-def _ranges(indices: list[int]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for i in sorted(set(indices)):
-        if out and i == out[-1][1] + 1:
-            out[-1][1] = i
-        else:
-            out.append([i, i])
-    return out
 
 
 def _role(k: int) -> str:
@@ -308,7 +298,7 @@ class CaptureCore:
             "per_segment": merged.segment_counts(),
             "cross_path_copies": merger.cross_path_copies,
             "late_frames": merger.late_frames,
-            "late_ranges": _ranges(merger.late_indices),
+            "late_ranges": index_ranges(merger.late_indices),
             "input_pending": merger.pending,
             # In --ports order: the first is the main path, the second the side path.
             "paths": {
