@@ -134,3 +134,30 @@ def test_demo_says_in_one_line_why_it_exits_1() -> None:
                               "missing_by_path": {"main_only": [[80, 80]], "both": [[50, 52]], "side_only": []}})
     assert line == ("exit 1, frames not conserved: 4 posture indices missing at the source "
                     "(missing by path: main_only 1, both 3)")
+
+
+def test_no_stage_shows_more_than_the_one_feeding_it_while_acknowledgements_are_on_their_way(capsys) -> None:
+    """Durable mode: the viewer applied 3159 and acknowledged 3111 so far (48 acknowledgements on
+    their way): the streamer's output is the 3159 on the wire, not the 3111 acknowledged."""
+    from mocapline.core.verdict import stage_rows
+    from mocapline.services.auditor.audit import audit
+    from mocapline.tools.pipeline.stack import format_line, print_ledger
+    from mocapline.tools.pipeline.status import readable
+
+    stages = {
+        "capture": {**STAGES["capture"], "source_received": 3170, "human_frames_sent": 3170,
+                    "source_unique_frames": 3170},
+        "retarget": {"frames_in": 3170, "robot_frames_sent": 3165, "gmr_processed": 3165, "pending": 5},
+        "streamer": {"frames_in": 3165, "zmq_sent": 3111, "unconfirmed": 48, "motion_generated": 3160, "pending": 1},
+        "viewer": {"viewer_received": 3159, "viewer_applied": 3159, "viewer_pending": 0},
+    }
+    outs = [row[2] for row in stage_rows(stages)]
+    assert outs == [3170, 3165, 3159, 3159]
+    assert all(up >= down for up, down in zip(outs, outs[1:]))
+    assert "streamer 3159 " in format_line(stages)
+    ledger = audit({"services": stages, "side": None}, final=False)
+    assert ledger["state"] == "running, 11 in flight"
+    print_ledger(readable(ledger))
+    shown = capsys.readouterr().out
+    assert "3159 on the wire (3111 acknowledged, 48 not yet)" in shown
+    assert readable({**ledger, "unconfirmed": 0})["zmq_sent"] == 3111

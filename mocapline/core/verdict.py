@@ -61,14 +61,20 @@ UNKNOWN = "main_no_side_data"  # missing on main while no side path covered that
 LATE = "late"  # a path had it, but its copy arrived after the merge declared the gap final
 
 
+def on_the_wire(counts: dict[str, Any]) -> int | None:
+    """Frames the streamer handed to the wire, acknowledged (zmq_sent) or not yet (unconfirmed).
+    A consumer applies a frame before its acknowledgement reaches the streamer, so this, not
+    zmq_sent alone, is the count no downstream count exceeds (a streamer's status or the ledger)."""
+    sent = counts.get("zmq_sent")
+    return None if sent is None else sent + (counts.get("unconfirmed") or 0)
+
+
 def _layers(counts: dict[str, Any]) -> list[tuple[str, Any]]:
     """The layer counts in pipeline order (viewer_applied only when a viewer was part of the run);
     the streamer's output layer is what went on the wire, acknowledged or not (zmq_sent + unconfirmed)."""
     out = []
     for key in LAYERS:
-        value = counts.get(key)
-        if key == "zmq_sent" and value is not None:
-            value += counts.get("unconfirmed") or 0
+        value = on_the_wire(counts) if key == "zmq_sent" else counts.get(key)
         if key != "viewer_applied" or value is not None:
             out.append((key, value))
     return out
@@ -184,7 +190,7 @@ def stage_rows(stages: dict[str, dict[str, Any]]) -> list[tuple[str, Any, Any, A
         ("capture", cap.get("source_received"), cap.get("human_frames_sent"), cap.get("input_pending"),
          cap.get("rejected_datagrams")),
         ("retarget", ret.get("frames_in"), ret.get("robot_frames_sent"), ret.get("pending"), ret.get("ik_failed")),
-        ("streamer", st.get("frames_in"), st.get("zmq_sent"), st.get("pending"), None),
+        ("streamer", st.get("frames_in"), on_the_wire(st), st.get("pending"), None),
         ("viewer", view.get("viewer_received"), view.get("viewer_applied"), view.get("viewer_pending"),
          sum((view.get("rejected_by_reason") or {}).values()) if view else None),
     ]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import nats_server_binary, request
-from mocapline.core.verdict import stage_rows
+from mocapline.core.verdict import on_the_wire, stage_rows
 from mocapline.services.auditor.audit import audit
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.procs import (
@@ -480,7 +480,7 @@ def format_line(beats: dict[str, dict[str, Any]]) -> str:
     return (
         f"capture {_n(cap.get('source_unique_frames'))} (rejected {_n(cap.get('rejected_datagrams'))}, "
         f"missing {_n(cap.get('source_missing_indices'))}) | retarget {_n(ret.get('gmr_processed'))} | "
-        f"streamer {_n(st.get('zmq_sent'))} (pending {_n(st.get('pending'))}) | "
+        f"streamer {_n(on_the_wire(st))} (pending {_n(st.get('pending'))}) | "
         f"viewer {_n(view.get('viewer_applied'))} | last_posture_index {_n(cap.get('last_posture_index'))}"
     )
 

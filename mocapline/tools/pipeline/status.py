@@ -3,6 +3,11 @@
 The stages are asked for their counts over NATS downstream first (viewer, streamer, retarget,
 capture), so the counts are one consistent picture (no stage above the one that feeds it); the
 auditor adds its side path. Mid-take the verdict says ``running, N in flight``, not a loss.
+
+The streamer's ``zmq_sent`` counts acknowledged frames, and a consumer applies a frame before its
+acknowledgement arrives: the ledger shown says how many are on the wire, acknowledged or not, so
+``viewer_applied`` is never above the count beside ``zmq_sent`` (``--json`` keeps the raw fields,
+``zmq_sent`` and ``unconfirmed``).
 """
 
 from __future__ import annotations
@@ -11,9 +16,11 @@ import asyncio
 import contextlib
 import json
 import sys
+from typing import Any
 
 from mocapline.core.bus import DEFAULT_URL, request
 from mocapline.core.options import EnvArgumentParser
+from mocapline.core.verdict import on_the_wire
 from mocapline.services.auditor.audit import audit
 from mocapline.tools.pipeline.console import snapshot
 from mocapline.tools.pipeline.stack import print_ledger
@@ -24,6 +31,15 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server of the pipeline")
     p.add_argument("--json", action="store_true", help="one JSON object")
     return p
+
+
+def readable(ledger: dict[str, Any]) -> dict[str, Any]:
+    """The ledger as printed: zmq_sent with the frames whose acknowledgement is still on its way."""
+    unconfirmed = ledger.get("unconfirmed") or 0
+    if not unconfirmed or ledger.get("zmq_sent") is None:
+        return ledger
+    return {**ledger, "zmq_sent": f"{on_the_wire(ledger)} on the wire ({ledger['zmq_sent']} acknowledged, "
+                                  f"{unconfirmed} not yet)"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,5 +59,5 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(verdict))
     else:
-        print_ledger(verdict)
+        print_ledger(readable(verdict))
     return 0
