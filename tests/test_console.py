@@ -153,7 +153,6 @@ def test_no_stage_shows_more_than_the_one_feeding_it_while_acknowledgements_are_
     }
     outs = [row[2] for row in stage_rows(stages)]
     assert outs == [3170, 3165, 3159, 3159]
-    assert all(up >= down for up, down in zip(outs, outs[1:]))
     assert "streamer 3159 " in format_line(stages)
     ledger = audit({"services": stages, "side": None}, final=False)
     assert ledger["state"] == "running, 11 in flight"
