@@ -160,3 +160,31 @@ def test_no_stage_shows_more_than_the_one_feeding_it_while_acknowledgements_are_
     shown = capsys.readouterr().out
     assert "3159 on the wire (3111 acknowledged, 48 not yet)" in shown
     assert readable({**ledger, "unconfirmed": 0})["zmq_sent"] == 3111
+
+
+NO_VIEWER_LEDGER = {
+    "source_unique_frames": 240, "source_missing_indices": 0, "gmr_processed": 240, "motion_generated": 240,
+    "zmq_sent": 0, "unconfirmed": 0, "viewer_applied": None, "input_pending": 0, "robot_pending": 240,
+    "streamer_pending": 240, "unique_frames_conserved": 0, "state": "not conserved: motion_generated 240 > zmq_sent 0",
+}
+
+
+def test_demo_without_a_viewer_is_judged_through_the_streamer_and_says_so() -> None:
+    from mocapline.tools.pipeline.demo import unconsumed_output
+
+    judged = unconsumed_output(NO_VIEWER_LEDGER)
+    assert judged is not None and judged["unique_frames_conserved"] == 1
+    assert judged["state"].startswith("conserved through the streamer; its output was not consumed (240 frames")
+    assert judged["verdict_covers"].startswith("capture..streamer")
+
+
+@pytest.mark.parametrize("change", [
+    {"source_missing_indices": 3},  # a loss upstream stays a loss
+    {"gmr_processed": 239},
+    {"streamer_pending": 200, "robot_pending": 200},  # 40 frames neither sent nor waiting
+    {"viewer_applied": 0},  # a viewer ran: its count is judged as it is
+])
+def test_demo_without_a_viewer_still_reports_a_real_loss(change) -> None:
+    from mocapline.tools.pipeline.demo import unconsumed_output
+
+    assert unconsumed_output({**NO_VIEWER_LEDGER, **change}) is None

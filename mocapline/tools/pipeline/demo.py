@@ -6,6 +6,12 @@ take to the main and side paths, drains every stage in order and prints the ledg
 ledger's field names (docs/ledger.md). Exit status 0 when the unique frames were conserved, 1 when
 not (with one line saying why), 2 when the pipeline could not start, 130 when interrupted (Ctrl-C
 stops emitting, drains what was sent and prints its ledger; a second Ctrl-C stops at once).
+
+With ``--no-viewer`` nothing consumes the streamer's output: the streamer keeps every frame until
+a consumer takes it (``streamer_pending``; durable: in its log until acknowledged), as it must. The verdict
+then covers capture..streamer (every frame passed every stage and is held for a consumer, nothing
+missing), says so in ``verdict_covers`` and in its ``state``, and the last line says the output
+was not consumed; the demo does not invent a consumer to make the count come out.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from mocapline.core.options import (
     positive_float,
     positive_int,
 )
+from mocapline.core.verdict import conserved
 from mocapline.tools.emitter.emitter import TakePlan, emit_take, parse_performer_skip
 from mocapline.tools.emitter.tcp_server import AxisTcpServer
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Phase, SignalGuard
@@ -94,6 +101,23 @@ def why_not_conserved(ledger: dict[str, Any]) -> str:
     return f"exit 1, frames not conserved: {reason}{where}"
 
 
+def unconsumed_output(ledger: dict[str, Any]) -> dict[str, Any] | None:
+    """The ledger judged through the streamer, for a run without a consumer of its output: the
+    frames waiting in the streamer's log count as its output, not as pending inside the pipeline.
+    None when a viewer ran or nothing waits there."""
+    waiting = ledger.get("streamer_pending") or 0
+    if ledger.get("viewer_applied") is not None or not waiting:
+        return None
+    counts = {**ledger, "unconfirmed": (ledger.get("unconfirmed") or 0) + waiting,
+              "robot_pending": max(0, (ledger.get("robot_pending") or 0) - waiting)}
+    if not conserved(counts):
+        return None
+    return {**ledger, "unique_frames_conserved": 1,
+            "state": f"conserved through the streamer; its output was not consumed ({waiting} frames wait in "
+                     "the streamer for a consumer)",
+            "verdict_covers": "capture..streamer (no consumer of the output: --no-viewer)"}
+
+
 def run(stack: Stack, args: Any, guard: SignalGuard, server: AxisTcpServer | None) -> int:
     config = stack.config
     side = ("127.0.0.1", config.side_port)
@@ -106,6 +130,8 @@ def run(stack: Stack, args: Any, guard: SignalGuard, server: AxisTcpServer | Non
               "(Ctrl-C again stops at once)", file=sys.stderr, flush=True)
     guard.enter(Phase.DRAINING)
     ledger = stack.verdict(stack.drain())
+    through_streamer = unconsumed_output(ledger) if args.no_viewer else None
+    ledger = through_streamer or ledger
     if args.json:
         print(json.dumps(ledger))
     else:
@@ -115,6 +141,9 @@ def run(stack: Stack, args: Any, guard: SignalGuard, server: AxisTcpServer | Non
     if not ledger["unique_frames_conserved"]:
         guard.closing = why_not_conserved(ledger)  # the last line: why the exit status is 1
         return 1
+    if through_streamer is not None:
+        guard.closing = (f"output not consumed (--no-viewer): {ledger['streamer_pending']} frames wait in the "
+                         "streamer; the verdict covers capture..streamer")
     return 0
 
 
