@@ -18,12 +18,12 @@ from mocapline.services.viewer.apply import FrameApplier, FrameValidator, QposWr
 from mocapline.services.viewer.service import ViewerLoop
 
 
-def received(frame_id: int) -> Received:
+def received(frame_id: int, avatar: int = 0) -> Received:
     q = np.linspace(-0.3, 0.3, 29) * np.sin(frame_id / 10)
     msg = pb.MocapFrame(index=frame_id, body_pos_w=[0.0, 0.0, 0.79], body_lin_vel_w=[0, 0, 0],
                         body_quat_w=[1, 0, 0, 0], body_ang_vel_w=[0, 0, 0], joint_pos=q.tolist(),
                         joint_vel=[0.0] * 29, left_hand=[0.0] * 7, right_hand=[0.0] * 7,
-                        posture_index=1000 + frame_id)
+                        posture_index=1000 + frame_id, avatar_index=avatar, avatar_name=f"actor{avatar}")
     wire = encode_frame(MessageType.MOTION_FRAME, frame_id, msg.SerializeToString(), capture_timestamp_us=1,
                         send_timestamp_us=2, joint_count=29)
     header, payload = decode_frame(wire)
@@ -45,17 +45,18 @@ class QueuedSource:
 @dataclass
 class FakeWeb:
     watching: bool
-    poses: list[int | None] = field(default_factory=list)
+    updates: list[list[tuple[int, int | None, float]]] = field(default_factory=list)
 
-    def publish_pose(self, posture_index: int | None, xpos: np.ndarray, xquat: np.ndarray) -> None:
-        self.poses.append(posture_index)
+    def publish_poses(self, performers: list[tuple[int, int | None, np.ndarray, np.ndarray]]) -> None:
+        """Per update: (avatar_index, posture_index, pelvis height) of each performer."""
+        self.updates.append([(k, index, round(float(xpos[1, 2]), 3)) for k, index, xpos, _ in performers])
 
 
-def viewer_loop(frames: int, web: FakeWeb) -> tuple[ViewerLoop, QueuedSource]:
+def viewer_loop(frames: int, web: FakeWeb, performers: int = 1) -> tuple[ViewerLoop, QueuedSource]:
     model = load_ik_model()
     data = mujoco.MjData(model)
     counters = ViewerCounters()
-    source = QueuedSource(deque(received(k) for k in range(frames)))
+    source = QueuedSource(deque(received(k, k % performers) for k in range(frames)))
     loop = ViewerLoop(Links(source=source), data, counters, FrameValidator(counters),
                       FrameApplier(model, data, QposWriter(model, G1_JOINT_NAMES), counters), web=web,
                       idle_batch_s=0.001)
@@ -67,7 +68,7 @@ def test_with_no_page_open_a_step_takes_what_queued_without_waiting_per_frame() 
     assert loop.step()
     assert source.timeouts == [0] * 6  # five frames and the empty receive that ends the batch
     assert loop.counters.viewer_applied == 5
-    assert loop.web.poses == []  # nothing packed for a page nobody has open
+    assert loop.web.updates == []  # nothing packed for a page nobody has open
 
 
 def test_with_a_page_open_the_first_frame_is_awaited_and_the_pose_published() -> None:
@@ -75,4 +76,16 @@ def test_with_a_page_open_the_first_frame_is_awaited_and_the_pose_published() ->
     assert loop.step()
     assert source.timeouts == [10, 0, 0, 0]
     assert loop.counters.viewer_applied == 3
-    assert loop.web.poses == [1002]
+    assert [[(k, i) for k, i, _ in update] for update in loop.web.updates] == [[(0, 1002)]]
+
+
+def test_each_performer_has_its_own_robot_and_name() -> None:
+    loop, _ = viewer_loop(7, FakeWeb(watching=True), performers=3)
+    assert loop.step()
+    (update,) = loop.web.updates
+    # frames 0..6 went to avatars 0, 1, 2, 0, 1, 2, 0: each robot holds its own latest frame
+    assert [(k, i) for k, i, _ in update] == [(0, 1006), (1, 1004), (2, 1005)]
+    assert all(z > 0.5 for _, _, z in update)  # every robot's pelvis was placed, not left at the origin
+    assert loop.counters.as_dict()["performers"] == {
+        "0": {"viewer_applied": 3, "avatar_name": "actor0"}, "1": {"viewer_applied": 2, "avatar_name": "actor1"},
+        "2": {"viewer_applied": 2, "avatar_name": "actor2"}}

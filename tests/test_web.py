@@ -47,6 +47,28 @@ def test_page_data_has_every_stage_and_the_verdict() -> None:
     assert d["stages"][3]["out"] == 5  # the snapshot's, not the newer own count: never above streamer
     assert d["verdict"]["state"] == "conserved" and d["verdict"]["missing_by_path"]["both"] == [[7, 8]]
     assert d["durable"] == [["a", "1"]] and d["viewer"] == {"viewer_applied": 6}
+    assert d["performers"] == []
+
+
+def test_page_data_judges_each_performer_from_the_same_snapshot() -> None:
+    stages = {
+        "capture": {"source_received": 12, "human_frames_sent": 12, "source_unique_frames": 12,
+                    "source_missing_indices": 2, "performers": {
+                        "0": {"avatar_name": "Ann", "source_unique_frames": 6, "source_missing_indices": 0},
+                        "1": {"avatar_name": "Bo", "source_unique_frames": 6, "source_missing_indices": 2}}},
+        "retarget": {"frames_in": 12, "gmr_processed": 12,
+                     "performers": {"0": {"gmr_processed": 6}, "1": {"gmr_processed": 6}}},
+        "streamer": {"frames_in": 12, "zmq_sent": 11, "motion_generated": 12,
+                     "performers": {"0": {"zmq_sent": 5, "motion_generated": 6},
+                                    "1": {"zmq_sent": 6, "motion_generated": 6}}},
+        "viewer": {"viewer_applied": 11, "performers": {"0": {"viewer_applied": 5, "avatar_name": "Ann"},
+                                                        "1": {"viewer_applied": 6, "avatar_name": "Bo"}}},
+    }
+    rows = page_data({"viewer_applied": 11}, stages, LatencyHistory(list))["performers"]
+    assert [(r["performer"], r["name"], r["unique"], r["applied"], r["missing"]) for r in rows] == [
+        (0, "Ann", 6, 5, 0), (1, "Bo", 6, 6, 2)]
+    assert rows[0]["state"] == "running, 1 in flight"
+    assert rows[1]["state"] == "not conserved: 2 posture indices missing at the source" and not rows[1]["conserved"]
 
 
 def test_poses_stream_only_to_an_open_page() -> None:
@@ -61,10 +83,15 @@ def test_poses_stream_only_to_an_open_page() -> None:
                 time.sleep(0.05)
             assert view.watching
             xpos, xquat = np.arange(9.0).reshape(3, 3), np.tile([1.0, 0, 0, 0], (3, 1))
-            view.publish_pose(1234, xpos, xquat)
+            view.publish_poses([(0, 1234, xpos, xquat), (2, None, xpos + 1, xquat)])
             pose = np.frombuffer(ws.recv(timeout=10), "<f4")
-        assert pose[0] == 1234 and pose[1:4].tolist() == [0, 1, 2] and pose[4:8].tolist() == [1, 0, 0, 0]
-        assert len(pose) == len(RobotScene.pose_bytes(None, xpos, xquat)) // 4
+        # two performers: avatar_index, posture_index (-1: none yet), then 3 bodies of x y z qw qx qy qz
+        assert pose[0] == 2 and len(pose) == 1 + 2 * (2 + 3 * 7)
+        first, second = pose[1:24], pose[24:]
+        assert first[:2].tolist() == [0, 1234] and first[2:5].tolist() == [0, 1, 2]
+        assert first[5:9].tolist() == [1, 0, 0, 0]
+        assert second[:2].tolist() == [2, -1] and second[2:5].tolist() == [1, 2, 3]
+        assert len(RobotScene.pose_bytes([])) == 4
         page = urllib.request.urlopen(view.address, timeout=5).read()
         assert b"/static/app.js" in page and b"importmap" in page
         js = urllib.request.urlopen(view.address + "static/vendor/three/three.module.min.js", timeout=5).read()

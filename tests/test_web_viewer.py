@@ -1,6 +1,7 @@
 """The web viewer in a real browser (Debian's headless Chromium, driven over CDP by tests/browser.py)
 at 1280x800, on a running pipeline: the page loads without console errors, the whole robot is
-inside the canvas, the counts move between two screenshots, and nothing scrolls sideways."""
+inside the canvas, the counts move between two screenshots, and nothing scrolls sideways; with
+three performers, three robots side by side, each inside the canvas, with its name."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def pipeline(tmp_path):
-    """The whole pipeline with the web viewer, fed a take at 60 Hz until the test ends."""
+def pipeline(request, tmp_path):
+    """The whole pipeline with the web viewer, fed a take at 60 Hz until the test ends (with
+    ``performers`` avatars per frame when the test is parametrized with it)."""
+    performers = getattr(request, "param", 1)
     if chromium_binary() is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is not installed: .ci/run installs it (apt-get install chromium)")
@@ -37,7 +40,8 @@ def pipeline(tmp_path):
             for _ in range(20):  # bounded: 20 loops of 10 s
                 if stop.is_set():
                     return
-                emit_take(TakePlan(frames=600, first_index=1000), dests, rate_hz=60.0, stop=stop)
+                emit_take(TakePlan(frames=600, first_index=1000, performers=performers), dests, rate_hz=60.0,
+                          stop=stop)
 
         feeder = threading.Thread(target=feed, daemon=True)
         feeder.start()
@@ -94,3 +98,48 @@ def test_the_page_shows_the_whole_robot_moving_and_the_ledger(pipeline, tmp_path
         Path(keep).mkdir(parents=True, exist_ok=True)
         Path(keep, "viewer-1.png").write_bytes(shot1)
         Path(keep, "viewer-2.png").write_bytes(shot2)
+
+
+@pytest.mark.parametrize("pipeline", [3], indirect=True)
+def test_three_performers_are_three_robots_side_by_side(pipeline, tmp_path) -> None:
+    url = f"http://127.0.0.1:{pipeline.config.web_port}/"
+    state = "JSON.stringify([window.__viewer.robotBoxes(), window.__viewer.poses, window.__viewer.ledger.performers])"
+    with Browser(1280, 800) as browser:
+        browser.open(url)
+        browser.wait_for("window.__viewer && window.__viewer.ready && window.__viewer.performers === 3 "
+                         "&& window.__viewer.poses > 10 && window.__viewer.ledger "
+                         "&& window.__viewer.ledger.performers.length === 3", timeout=120)
+        time.sleep(2.0)  # the camera has moved back to take in all three
+        first = browser.eval(state)
+        shot1 = browser.screenshot(tmp_path / "performers-1.png")
+        time.sleep(3.0)
+        second = browser.eval(state)
+        shot2 = browser.screenshot(tmp_path / "performers-2.png")
+        table = browser.eval("[!document.getElementById('performers-section').hidden,"
+                             " document.getElementById('performers').tBodies[0].rows.length,"
+                             " document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+        errors = list(browser.errors)
+    (boxes1, poses1, rows1), (boxes2, poses2, rows2) = json.loads(first), json.loads(second)
+    assert errors == []
+    for boxes in (boxes1, boxes2):
+        assert [b["avatar"] for b in boxes] == [0, 1, 2]
+        for box in boxes:  # each robot whole inside the canvas, standing, labelled
+            assert box["min"][0] >= -1 and box["max"][0] <= 1 and box["min"][1] >= -1 and box["max"][1] <= 1, box
+            assert 1.0 < box["height_m"] < 2.0, box
+            assert box["name"], box
+        # side by side: three distinct places on the screen, not one robot drawn over another
+        centres = sorted((b["min"][0] + b["max"][0]) / 2 for b in boxes)
+        assert centres[1] - centres[0] > 0.1 and centres[2] - centres[1] > 0.1, boxes
+    # they move, and each performer's count goes up
+    assert poses2 > poses1
+    assert all(b2["posture"] != b1["posture"] for b1, b2 in zip(boxes1, boxes2, strict=True))
+    applied1 = {r["performer"]: r["applied"] for r in rows1}
+    applied2 = {r["performer"]: r["applied"] for r in rows2}
+    assert sorted(applied2) == [0, 1, 2] and all(applied2[k] > applied1[k] > 0 for k in applied2)
+    shown, rows, scroll_width, client_width = table
+    assert shown and rows == 3 and scroll_width <= client_width
+    assert shot1 != shot2
+    if keep := os.environ.get("MOCAPLINE_SCREENSHOTS"):
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        Path(keep, "performers-1.png").write_bytes(shot1)
+        Path(keep, "performers-2.png").write_bytes(shot2)

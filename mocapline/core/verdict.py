@@ -181,6 +181,21 @@ def pipeline_counts(services: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return counts
 
 
+def performer_services(services: dict[str, dict[str, Any]], key: str, alone: bool) -> dict[str, dict[str, Any]]:
+    """Each stage's counts for one performer: its ``performers`` entry; the stage's own counts when
+    the performer is the only one and the stage does not split them; else nothing (None counts)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, hb in services.items():
+        per = (hb or {}).get("performers")
+        if isinstance(per, dict) and key in per:
+            out[name] = per[key]
+        elif alone or name not in ("capture", "retarget", "streamer", "viewer"):
+            out[name] = hb
+        else:
+            out[name] = {}
+    return out
+
+
 def stage_rows(stages: dict[str, dict[str, Any]]) -> list[tuple[str, Any, Any, Any, Any]]:
     """(stage, in, out, pending, rejected) per stage from the stages' status or heartbeats: the
     rows of the live table (`mocapline up`) and of the web viewer's ledger."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mocapline.core.verdict import classify_missing, pipeline_counts, with_verdict
+from mocapline.core.verdict import classify_missing, performer_services, pipeline_counts, with_verdict
 
 
 def _path_ledgers(capture: dict[str, Any]) -> list[dict[str, Any]]:
@@ -44,21 +44,6 @@ def judge(services: dict[str, dict[str, Any]], side: dict[str, Any] | None, *, f
         )
         counts["merge_on"] = len(paths) > 1
     return with_verdict(counts, final=final)
-
-
-def performer_services(services: dict[str, dict[str, Any]], key: str, alone: bool) -> dict[str, dict[str, Any]]:
-    """Each stage's counts for one performer: its ``performers`` entry; the stage's own counts when
-    the performer is the only one and the stage does not split them; else nothing (None counts)."""
-    out: dict[str, dict[str, Any]] = {}
-    for name, hb in services.items():
-        per = (hb or {}).get("performers")
-        if isinstance(per, dict) and key in per:
-            out[name] = per[key]
-        elif alone or name not in ("capture", "retarget", "streamer", "viewer"):
-            out[name] = hb
-        else:
-            out[name] = {}
-    return out
 
 
 def audit(snapshot: dict[str, Any], *, final: bool = True) -> dict[str, Any]:

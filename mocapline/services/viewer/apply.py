@@ -25,6 +25,10 @@ from mocapline.core.header import G1_JOINT_COUNT
 from mocapline.core.ledger import SequenceLedger
 from mocapline.core.transport import Received
 
+# Performers drawn at most (each its own MjData, its own pose on the page). Frames of more are still
+# applied (into one spare MjData) and counted, but not drawn.
+MAX_PERFORMERS_SHOWN = 16
+
 
 @dataclass
 class ViewerCounters:
@@ -33,6 +37,7 @@ class ViewerCounters:
     viewer_received: int = 0
     viewer_applied: int = 0
     applied_by_performer: Counter[int] = field(default_factory=Counter)  # avatar_index -> frames applied
+    performer_names: dict[int, str] = field(default_factory=dict)  # avatar_index -> avatar_name
     rejected: Counter[str] = field(default_factory=Counter)
     frame_ids: SequenceLedger = field(default_factory=SequenceLedger)
     frame_id_epoch: int | None = None  # the header epoch of the frames counted in frame_ids
@@ -114,7 +119,8 @@ class ViewerCounters:
             "sender_restarts": self.sender_restarts,
             "last_posture_index": self.last_posture_index,
             **self.latency_percentiles_ms(),
-            "performers": {str(k): {"viewer_applied": n} for k, n in sorted(self.applied_by_performer.items())},
+            "performers": {str(k): {"viewer_applied": n, "avatar_name": self.performer_names.get(k, "")}
+                           for k, n in sorted(self.applied_by_performer.items())},
         }
 
 
@@ -167,10 +173,19 @@ class FrameValidator:
         return msg
 
 
+@dataclass
+class PerformerPose:
+    """One performer's robot: its MuJoCo state and the posture_index last applied to it."""
+
+    data: mujoco.MjData
+    posture_index: int | None = None
+
+
 class FrameApplier:
-    """Applies validated frames in arrival order: qpos written, ``mj_kinematics`` (every body's
-    pose: what a window or a web page shows; the dynamics ``mj_forward`` would add are never
-    used, and cost 8x more per frame), counted; observes
+    """Applies validated frames in arrival order, each to its performer's robot (one MjData per
+    avatar_index; the first performer's is ``data``, what a window shows): qpos written,
+    ``mj_kinematics`` (every body's pose: what a window or a web page shows; the dynamics
+    ``mj_forward`` would add are never used, and cost 8x more per frame), counted; observes
     the stage and end-to-end latency histograms and the ``viewer.validate_apply`` span when given."""
 
     def __init__(
@@ -187,9 +202,19 @@ class FrameApplier:
         self.data = data
         self.writer = writer
         self.counters = counters
+        self.performers: dict[int, PerformerPose] = {}  # the ones drawn, at most MAX_PERFORMERS_SHOWN
+        self._spare: mujoco.MjData | None = None  # the others' frames are applied here
         self.stage_seconds = metrics.stage_seconds if metrics is not None else None
         self.end_to_end_seconds = metrics.end_to_end_seconds if metrics is not None else None
         self.tracer = tracer
+
+    def _pose(self, avatar_index: int) -> PerformerPose | None:
+        """The performer's robot, made when it is first seen; None past MAX_PERFORMERS_SHOWN."""
+        if len(self.performers) >= MAX_PERFORMERS_SHOWN:
+            return None
+        pose = self.performers[avatar_index] = PerformerPose(self.data if not self.performers
+                                                            else mujoco.MjData(self.model))
+        return pose
 
     def apply_pending(self, validator: FrameValidator) -> int:
         """Apply every frame the validator holds, oldest first; returns how many."""
@@ -205,11 +230,20 @@ class FrameApplier:
         span = None
         if self.tracer is not None:  # a child of the streamer's span, from the frame's arrival
             span = self.tracer.start(msg.posture_index, msg.traceparent, t_in_ns)
-        self.writer.write(self.data.qpos, msg)
-        mujoco.mj_kinematics(self.model, self.data)
+        avatar = msg.avatar_index
+        pose = self.performers.get(avatar) or self._pose(avatar)
+        if pose is not None:
+            data = pose.data
+            pose.posture_index = msg.posture_index
+        else:
+            data = self._spare = self._spare or mujoco.MjData(self.model)
+        self.writer.write(data.qpos, msg)
+        mujoco.mj_kinematics(self.model, data)
         c = self.counters
         c.viewer_applied += 1
-        c.applied_by_performer[msg.avatar_index] += 1
+        c.applied_by_performer[avatar] += 1
+        if avatar not in c.performer_names:
+            c.performer_names[avatar] = msg.avatar_name
         c.last_posture_index = msg.posture_index
         now_ns = time.time_ns()
         latency_s = (now_ns // 1000 - msg.capture_timestamp_us) / 1e6  # capture receive -> applied

@@ -2,8 +2,9 @@
 
 The web viewer renders nothing on the server. A page fetches the robot once (``describe``: which
 body each visual mesh hangs on, where, in what colour; ``mesh_bytes``: the vertices and triangles)
-and then receives only body poses (``pose_bytes``: position and orientation of every body, a few
-hundred bytes) over a WebSocket, and draws them at its own display rate with three.js.
+and then receives only body poses (``pose_bytes``: position and orientation of every body of
+every performer's robot, a few hundred bytes each) over a WebSocket, and draws them at its own
+display rate with three.js.
 
 Compiling the model with its meshes takes ~370 MB that the allocator keeps afterwards, and the
 viewer itself only needs the kinematics (the mesh-free model, ~4 MB). So the meshes are extracted
@@ -92,11 +93,15 @@ class RobotScene:
         return gzip.compress(b"".join(parts), compresslevel=6, mtime=0)
 
     @staticmethod
-    def pose_bytes(posture_index: int | None, xpos: np.ndarray, xquat: np.ndarray) -> bytes:
-        """One update: float32 [posture_index (or -1), then per body x y z qw qx qy qz]."""
-        head = np.array([-1.0 if posture_index is None else float(posture_index)], dtype="<f4")
-        body = np.concatenate([xpos, xquat], axis=1).astype("<f4", copy=False)
-        return head.tobytes() + body.tobytes()
+    def pose_bytes(performers: list[tuple[int, int | None, np.ndarray, np.ndarray]]) -> bytes:
+        """One update of every performer's robot, float32: the number of performers, then per
+        performer its avatar_index, its posture_index (or -1) and per body x y z qw qx qy qz.
+        ``performers``: (avatar_index, posture_index, xpos, xquat), in avatar_index order."""
+        parts = [np.array([len(performers)], dtype="<f4").tobytes()]
+        for avatar_index, posture_index, xpos, xquat in performers:
+            head = np.array([avatar_index, -1.0 if posture_index is None else float(posture_index)], dtype="<f4")
+            parts.append(head.tobytes() + np.concatenate([xpos, xquat], axis=1).astype("<f4", copy=False).tobytes())
+        return b"".join(parts)
 
 
 FORMAT = 1  # bump when describe() / mesh_bytes() change shape: old caches are then ignored

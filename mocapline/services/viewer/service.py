@@ -148,7 +148,8 @@ class ViewerLoop:
         self.applier.apply_pending(self.validator)
         now = time.monotonic()
         if self.web is not None and self.web.watching and now >= self._next_render:  # nobody watching: nothing
-            self.web.publish_pose(self.counters.last_posture_index, self.data.xpos, self.data.xquat)
+            self.web.publish_poses([(k, p.posture_index, p.data.xpos, p.data.xquat)
+                                    for k, p in sorted(self.applier.performers.items())])
             self._next_render = now + self.period
         if self.window is not None and now >= self._next_render:
             if not self.window.is_running():

@@ -34,7 +34,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from mocapline.core.verdict import pipeline_counts, stage_rows, with_verdict
+from mocapline.core.verdict import performer_services, pipeline_counts, stage_rows, with_verdict
 from mocapline.services.viewer import websocket
 from mocapline.services.viewer.scene import RobotAssets, RobotScene
 
@@ -127,6 +127,21 @@ class PipelineView:
             return self.stages
 
 
+def performer_rows(stages: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per performer, each judged like a whole take from the same snapshot as the stage
+    rows (so no performer's applied count is above its unique frames)."""
+    named = {**(stages.get("viewer", {}).get("performers") or {}),
+             **(stages.get("capture", {}).get("performers") or {})}
+    keys = sorted(named, key=int)
+    rows = []
+    for key in keys:
+        v = with_verdict(pipeline_counts(performer_services(stages, key, len(keys) == 1)), final=False)
+        rows.append({"performer": int(key), "name": named[key].get("avatar_name") or "",
+                     "applied": v["viewer_applied"], "state": v["state"], "conserved": v["unique_frames_conserved"],
+                     "unique": v["source_unique_frames"], "missing": v["source_missing_indices"]})
+    return rows
+
+
 def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency: LatencyHistory) -> dict[str, Any]:
     """Everything the page shows, in one answer."""
     # The stage rows come from one snapshot (read downstream first); the viewer's own counters,
@@ -146,11 +161,12 @@ def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency
         "viewer": viewer_rows,
         "latency": latency.as_dict(),
         "durable": readable_rows(viewer.get("durable") or {}),
+        "performers": performer_rows(stages),
     }
 
 
 class WebView:
-    """The page's server. ``publish_pose`` is called by the viewer's loop (only while ``watching``)."""
+    """The page's server. ``publish_poses`` is called by the viewer's loop (only while ``watching``)."""
 
     def __init__(self, host: str, port: int, ledger: Callable[[], dict[str, Any]], fps: float = 30.0,
                  plots_dir: Path | None = None, *, assets: RobotAssets | None = None, nats_url: str | None = None,
@@ -228,8 +244,9 @@ class WebView:
     def page_data(self) -> dict[str, Any]:
         return page_data(self.ledger(), self.pipeline.refresh(), self.latency)
 
-    def publish_pose(self, posture_index: int | None, xpos: np.ndarray, xquat: np.ndarray) -> None:
-        self.poses.publish(RobotScene.pose_bytes(posture_index, xpos, xquat))
+    def publish_poses(self, performers: list[tuple[int, int | None, np.ndarray, np.ndarray]]) -> None:
+        """Every performer's robot: (avatar_index, posture_index, xpos, xquat) each."""
+        self.poses.publish(RobotScene.pose_bytes(performers))
 
     def serve_poses(self, handler: BaseHTTPRequestHandler) -> None:
         """One page's pose stream, until it goes away or the viewer stops."""

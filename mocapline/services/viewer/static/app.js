@@ -1,12 +1,12 @@
-// The mocapline web viewer: the G1 drawn with three.js from body poses streamed over a WebSocket
-// (drawn at the display's rate, whatever the stream's), and the live ledger beside it.
+// The mocapline web viewer: one G1 per performer drawn with three.js from body poses streamed over a
+// WebSocket (drawn at the display's rate, whatever the stream's), and the live ledger beside it.
 // Everything is served by the viewer process from the installed package: nothing is fetched from
 // the network.
 import * as THREE from 'three';
 import { OrbitControls } from '/static/vendor/three/OrbitControls.js';
 
 const $ = (id) => document.getElementById(id);
-const state = { frames: 0, poses: 0, posture: null, bodies: [], pelvis: 1, ready: false, errors: [] };
+const state = { frames: 0, poses: 0, posture: null, bodies: [], pelvis: 1, performers: 0, names: {}, ready: false, errors: [] };
 window.__viewer = state; // read by tests/test_web_viewer.py
 
 // ---- scene ---------------------------------------------------------------------------------
@@ -29,8 +29,15 @@ scene.add(sun);
 const grid = new THREE.GridHelper(20, 40, 0x4a5360, 0x2c323b);
 grid.rotation.x = Math.PI / 2; // into the xy plane
 scene.add(grid);
-const robot = new THREE.Group();
-scene.add(robot);
+const everyone = new THREE.Group(); // every performer's robot
+scene.add(everyone);
+
+// One G1 per performer (avatar_index), side by side along the lateral axis (MuJoCo's y; the first
+// performer on the left as the camera starts), each labelled with its avatar name: the performers'
+// own positions are kept, shifted by their slot.
+const SPACING_M = 1.3;
+const robots = new Map(); // avatar_index -> { group, bodies, label, posture }
+let template = null; // robot.json, its geometries and materials, shared by every robot
 
 function resize() {
   const w = canvas.clientWidth, h = canvas.clientHeight;
@@ -52,42 +59,94 @@ async function loadRobot() {
     return g;
   });
   const materials = new Map();
-  state.bodies = desc.bodies.map(() => { const b = new THREE.Group(); robot.add(b); return b; });
   for (const geom of desc.geoms) {
     const key = geom.rgba.join(',');
     if (!materials.has(key)) {
       materials.set(key, new THREE.MeshStandardMaterial({ color: new THREE.Color(geom.rgba[0], geom.rgba[1], geom.rgba[2]), roughness: 0.55, metalness: 0.15 }));
     }
-    const mesh = new THREE.Mesh(geometries[geom.mesh], materials.get(key));
-    mesh.position.set(...geom.pos);
-    mesh.quaternion.set(geom.quat[1], geom.quat[2], geom.quat[3], geom.quat[0]);
-    state.bodies[geom.body].add(mesh);
   }
+  template = { desc, geometries, materials };
   state.pelvis = desc.pelvis;
   state.ready = true;
 }
 
+function makeRobot(avatar) {
+  const { desc, geometries, materials } = template;
+  const group = new THREE.Group();
+  const bodies = desc.bodies.map(() => { const b = new THREE.Group(); group.add(b); return b; });
+  for (const geom of desc.geoms) {
+    const mesh = new THREE.Mesh(geometries[geom.mesh], materials.get(geom.rgba.join(',')));
+    mesh.position.set(...geom.pos);
+    mesh.quaternion.set(geom.quat[1], geom.quat[2], geom.quat[3], geom.quat[0]);
+    bodies[geom.body].add(mesh);
+  }
+  everyone.add(group);
+  const label = document.createElement('div');
+  label.className = 'label';
+  $('stage').appendChild(label);
+  const robot = { avatar, group, bodies, label, posture: null };
+  robots.set(avatar, robot);
+  placeSideBySide();
+  return robot;
+}
+
+function placeSideBySide() {
+  const order = [...robots.keys()].sort((a, b) => a - b);
+  order.forEach((avatar, slot) => { robots.get(avatar).group.position.set(0, (slot - (order.length - 1) / 2) * SPACING_M, 0); });
+  state.bodies = robots.get(order[0]).bodies;
+  state.performers = order.length;
+}
+
+// One update: [performers, then per performer: avatar_index, posture_index (-1: none), bodies x y z qw qx qy qz].
 function applyPose(buf) {
   const a = new Float32Array(buf);
-  state.posture = a[0] >= 0 ? Math.round(a[0]) : null;
-  const n = Math.min(state.bodies.length, (a.length - 1) / 7);
-  for (let b = 0; b < n; b++) {
-    const o = 1 + 7 * b;
-    state.bodies[b].position.set(a[o], a[o + 1], a[o + 2]);
-    state.bodies[b].quaternion.set(a[o + 4], a[o + 5], a[o + 6], a[o + 3]);
+  const nbody = template.desc.bodies.length;
+  let o = 1;
+  for (let p = 0; p < a[0] && o + 2 + 7 * nbody <= a.length; p++, o += 2 + 7 * nbody) {
+    const robot = robots.get(a[o]) || makeRobot(a[o]);
+    robot.posture = a[o + 1] >= 0 ? Math.round(a[o + 1]) : null;
+    for (let b = 0; b < nbody; b++) {
+      const k = o + 2 + 7 * b;
+      robot.bodies[b].position.set(a[k], a[k + 1], a[k + 2]);
+      robot.bodies[b].quaternion.set(a[k + 4], a[k + 5], a[k + 6], a[k + 3]);
+    }
   }
+  state.posture = robots.size ? robots.get(Math.min(...robots.keys())).posture : null;
   state.poses++;
 }
 
-// The camera follows the pelvis: what the person turned or zoomed stays, the robot stays framed.
-const pelvis = new THREE.Vector3();
+// The camera follows the performers' middle and stays far enough back to keep every robot in view:
+// what the person turned or zoomed out stays.
+const pelvis = new THREE.Vector3(), middle = new THREE.Vector3();
 function follow() {
-  if (!state.ready || !state.poses) return;
-  state.bodies[state.pelvis].getWorldPosition(pelvis);
-  const goal = new THREE.Vector3(pelvis.x, pelvis.y, 0.72);
+  if (!state.ready || !state.poses || !robots.size) return;
+  const at = [...robots.values()].map((r) => r.bodies[state.pelvis].getWorldPosition(pelvis).clone());
+  middle.set(0, 0, 0);
+  for (const p of at) middle.add(p);
+  middle.divideScalar(at.length);
+  const reach = Math.max(...at.map((p) => Math.hypot(p.x - middle.x, p.y - middle.y))) + 0.95; // + arms, head, feet
+  const half = THREE.MathUtils.degToRad(camera.fov / 2);
+  const narrowest = Math.min(half, Math.atan(Math.tan(half) * camera.aspect));
+  controls.minDistance = reach / Math.sin(narrowest) * 1.05;
+  const goal = new THREE.Vector3(middle.x, middle.y, 0.72);
   const step = goal.sub(controls.target).multiplyScalar(0.12);
   controls.target.add(step);
   camera.position.add(step);
+}
+
+const head = new THREE.Vector3();
+function placeLabels() {
+  const w = canvas.clientWidth, h = canvas.clientHeight;
+  for (const r of robots.values()) {
+    const name = state.names[r.avatar] || (robots.size > 1 ? `performer ${r.avatar}` : '');
+    r.label.textContent = name;
+    r.label.hidden = !name;
+    r.bodies[state.pelvis].getWorldPosition(head);
+    head.z += 0.75;
+    head.project(camera);
+    r.label.style.left = `${(head.x + 1) / 2 * w}px`;
+    r.label.style.top = `${(1 - head.y) / 2 * h}px`;
+  }
 }
 
 let rateFrames = 0, rateT0 = performance.now();
@@ -96,6 +155,7 @@ function draw(now) {
   follow();
   controls.update();
   renderer.render(scene, camera);
+  placeLabels();
   state.frames++;
   rateFrames++;
   if (now - rateT0 > 1000) {
@@ -105,9 +165,9 @@ function draw(now) {
   requestAnimationFrame(draw);
 }
 
-// Where the robot is on the canvas, in normalised device coordinates (tests check it is inside).
-state.robotBox = () => {
-  const box = new THREE.Box3().setFromObject(robot);
+// Where a robot is on the canvas, in normalised device coordinates (tests check it is inside).
+function screenBox(object) {
+  const box = new THREE.Box3().setFromObject(object);
   if (box.isEmpty()) return null;
   let lo = [Infinity, Infinity], hi = [-Infinity, -Infinity];
   for (const x of [box.min.x, box.max.x]) for (const y of [box.min.y, box.max.y]) for (const z of [box.min.z, box.max.z]) {
@@ -115,7 +175,10 @@ state.robotBox = () => {
     lo = [Math.min(lo[0], p.x), Math.min(lo[1], p.y)]; hi = [Math.max(hi[0], p.x), Math.max(hi[1], p.y)];
   }
   return { min: lo, max: hi, height_m: box.max.z - box.min.z };
-};
+}
+state.robotBox = () => screenBox(everyone);
+state.robotBoxes = () => [...robots.entries()].sort((a, b) => a[0] - b[0]).map(([avatar, r]) =>
+  ({ avatar, name: r.label.textContent, posture: r.posture, ...screenBox(r.group) }));
 
 function connect() {
   const ws = new WebSocket(`ws://${location.host}/ws`);
@@ -123,7 +186,8 @@ function connect() {
   ws.onmessage = (ev) => {
     if (!state.ready) return;
     applyPose(ev.data);
-    $('hud-index').textContent = state.posture === null ? 'no frame yet' : `posture_index ${state.posture}`;
+    const others = robots.size > 1 ? ` · ${robots.size} performers` : '';
+    $('hud-index').textContent = (state.posture === null ? 'no frame yet' : `posture_index ${state.posture}`) + others;
   };
   ws.onclose = () => setTimeout(connect, 1000);
 }
@@ -165,6 +229,16 @@ function drawLatency(lat) {
   $('p99').textContent = last(lat.p99_ms);
 }
 
+function drawPerformers(rows) {
+  for (const r of rows) if (r.name) state.names[r.performer] = r.name;
+  $('performers-section').hidden = rows.length < 2;
+  $('performers').tBodies[0].innerHTML = rows.map((r) => {
+    const cls = r.conserved ? 'ok' : (r.state || '').startsWith('not') ? 'bad' : '';
+    return `<tr><td title="avatar_index ${r.performer}">${esc(r.name || 'performer')} <span class="muted">#${r.performer}</span></td><td class="${cls}" title="${esc(r.state || '')}">${esc(r.state || '–')}</td>` +
+      `<td>${fmt(r.unique)}</td><td class="${r.missing > 0 ? 'bad' : ''}">${fmt(r.missing)}</td><td>${fmt(r.applied)}</td></tr>`;
+  }).join('');
+}
+
 async function refreshLedger() {
   try {
     const d = await (await fetch('/ledger.json', { cache: 'no-store' })).json();
@@ -193,6 +267,7 @@ async function refreshLedger() {
       badge.textContent = 'viewer only (no pipeline on NATS)';
       badge.className = 'badge wait';
     }
+    drawPerformers(d.performers || []);
     kv('viewer', Object.entries(d.viewer), (k, x) => (k === 'crc_invalid' || k === 'frame_id_gaps') && x > 0);
     $('durable-section').hidden = !d.durable.length;
     kv('durable', d.durable);
