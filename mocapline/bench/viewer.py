@@ -225,7 +225,8 @@ def viewer_process(durable: bool) -> Iterator[tuple[subprocess.Popen[bytes], Fra
                 time.sleep(0.2)
         yield viewer, sender, base
     finally:
-        stop_all([viewer, nats], 10.0)
+        stop_all([viewer], 10.0)
+        stop_all([nats], 5.0)  # after the viewer: it would log the lost connection
         if isinstance(sender, DurableStage):
             sender.close()
         else:
