@@ -87,7 +87,7 @@ def test_viewer_applies_valid_and_rejects_bad_by_reason() -> None:
             sender.send(motion(i).SerializeToString(), capture_timestamp_us=time.time_ns() // 1000)
         poses = []
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (not poses or np.frombuffer(poses[-1], "<f4")[0] < 1059):
+        while time.monotonic() < deadline and (not poses or np.frombuffer(poses[-1], "<f4")[2] < 1059):
             poses.append(page_socket.recv(timeout=30))
         stack.close()
         get = lambda path: urllib.request.urlopen(f"http://127.0.0.1:{web_port}{path}", timeout=10).read()  # noqa: E731
@@ -110,8 +110,9 @@ def test_viewer_applies_valid_and_rejects_bad_by_reason() -> None:
     assert final["frame_id_gaps"] == 3
     assert final["last_posture_index"] == 1059
     pose = np.frombuffer(poses[-1], "<f4")
-    assert pose[0] == 1059 and len(pose) == 1 + 7 * len(robot["bodies"])  # posture_index, then each body
-    pelvis = pose[1 + 7 * robot["pelvis"]:][:3]
+    # one performer (avatar_index 0) at posture_index 1059, then each body
+    assert pose[:3].tolist() == [1, 0, 1059] and len(pose) == 3 + 7 * len(robot["bodies"])
+    pelvis = pose[3 + 7 * robot["pelvis"]:][:3]
     assert abs(pelvis[2] - 0.79) < 1e-4  # the frame's body_pos_w, applied
     assert len(robot["geoms"]) > 20 and meshes[:2] == b"\x1f\x8b" and len(meshes) > 100_000
     assert "/static/app.js" in page and live["viewer"]["viewer_applied"] >= 1
