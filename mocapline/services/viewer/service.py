@@ -48,6 +48,7 @@ from mocapline.services.viewer.apply import (
     QposWriter,
     ViewerCounters,
 )
+from mocapline.services.viewer.window import Window
 
 log = logging.getLogger("mocapline.viewer")
 
@@ -115,7 +116,7 @@ class ViewerLoop:
     applier: FrameApplier
     exit_on_end: bool = False
     web: Any = None  # web.WebView
-    window: Any = None
+    window: Window | None = None
     period: float = 0.0
     idle_batch_s: float = 0.0
     ended: bool = False
@@ -154,7 +155,7 @@ class ViewerLoop:
         if self.window is not None and now >= self._next_render:
             if not self.window.is_running():
                 return False
-            self.window.sync()
+            self.window.show([p.data for p in self.applier.performers.values() if p.data is not self.data])
             self._next_render = now + self.period
         return go_on
 
@@ -248,9 +249,7 @@ def open_display(stage: Stage, settings: ViewerSettings, model: mujoco.MjModel, 
         loop.web = web
         print(f"mocapline viewer: live view at {web.address}", file=sys.stderr, flush=True)
     elif settings.display == "window":
-        from mujoco import viewer as mujoco_viewer
-
-        loop.window = mujoco_viewer.launch_passive(model, loop.data)
+        loop.window = Window(model, loop.data)
         stage.exits.callback(loop.window.close)
 
 
