@@ -307,7 +307,7 @@ def test_no_solution_found_keeps_the_last_good_pose(model, axis, monkeypatch) ->
     good = [rt.retarget(pos[f], quat[f]) for f in range(3)]
     original = rt.backend.step
 
-    def fail(table: int) -> None:
+    def fail(table: int, final_share: float = 0.0) -> None:
         raise mink.NoSolutionFound("daqp")
 
     monkeypatch.setattr(rt.backend, "step", fail)
