@@ -351,11 +351,15 @@ def test_nan_or_infeasible_solver_output_is_a_counted_failure(model, axis, monke
     real_solve = module.daqp.solve
     # the Cholesky fast path reports failure, so each step goes to daqp
     monkeypatch.setattr(module, "dposv", lambda H, g: (H, g, 1))
-    monkeypatch.setattr(module.daqp, "solve", lambda H, f, *a, **k: (np.full(len(f), np.nan), 0.0, 1, {}))
+
+    def daqp_result(x: np.ndarray, exitflag: int):  # daqp.solve's (x, fval, exitflag, info)
+        return lambda H, f, *a, **k: (x, 0.0, exitflag, {"lam": np.zeros(len(f))})
+
+    monkeypatch.setattr(module.daqp, "solve", daqp_result(np.full(35, np.nan), 1))
     r = rt.retarget(pos[1], quat[1])
     assert r.ik_failed and "non-finite" in r.error
     np.testing.assert_array_equal(r.qpos, last)
-    monkeypatch.setattr(module.daqp, "solve", lambda H, f, *a, **k: (np.zeros(len(f)), 0.0, -1, {}))
+    monkeypatch.setattr(module.daqp, "solve", daqp_result(np.zeros(35), -1))
     r = rt.retarget(pos[1], quat[1])
     assert r.ik_failed and "NoSolutionFound" in r.error
     monkeypatch.setattr(module.daqp, "solve", real_solve)

@@ -403,6 +403,7 @@ class _FastBackend:
         # (table, cost, tracking cost) of the configuration the table's buffers were evaluated at
         self._cached: tuple[int, float, float] | None = None
         self._lm = lm_damping  # this frame's lm_damping
+        self._bound_binds = False  # a bound was active in the last step's solution
 
     @property
     def qpos(self) -> np.ndarray:
@@ -497,16 +498,22 @@ class _FastBackend:
         # Most steps leave every bound inactive (86-100 % on the synthetic and arm takes, a third to
         # a half on the real whole-body ones): the QP's solution is then the Newton step H x = -f,
         # one Cholesky solve (LAPACK dposv, ~3x cheaper than daqp's set-up). daqp only when a bound binds.
-        _, x, info = dposv(H, g)
-        outside = np.multiply(_WINDOW_SIGNS, x[self.vslice], out=self._window_room)  # [-x; x]
-        outside -= room  # > 0 where x leaves [lower, upper]
-        newton = info == 0 and outside.max() <= 0.0
+        # A bound that bound on the previous step usually binds again (a joint resting at its
+        # limit): then straight to daqp, without the Cholesky attempt.
+        newton = False
+        if not self._bound_binds:
+            _, x, info = dposv(H, g)
+            outside = np.multiply(_WINDOW_SIGNS, x[self.vslice], out=self._window_room)  # [-x; x]
+            outside -= room  # > 0 where x leaves [lower, upper]
+            newton = info == 0 and outside.max() <= 0.0
         if not newton:
             np.multiply(room, _WINDOW_SIGNS, out=self._joint_bounds)
-            x, _, exitflag, _ = daqp.solve(H, -g, self._A, self._upper, self._lower, self._sense)
+            x, _, exitflag, info = daqp.solve(H, -g, self._A, self._upper, self._lower, self._sense)
             if exitflag < 1:
                 self._cached = None
+                self._bound_binds = False
                 raise mink.NoSolutionFound(f"daqp exitflag {exitflag}")
+            self._bound_binds = bool(np.any(info["lam"]))  # a multiplier != 0: a bound binds
         qpos = self._qpos
         if final_share > 0.0:
             # the model's decrease ||b||^2 - ||b - A x||^2 = 2 g.x - ||A x||^2, where the Newton
