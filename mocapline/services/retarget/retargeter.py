@@ -29,8 +29,10 @@ Per frame:
      world-aligned errors: position, and the quaternion error vector 2v of q_target * conj(q) with
      its exact derivative; all frames' Jacobians at once from MuJoCo's ``cdof``). The QP is one
      Cholesky solve (LAPACK ``dposv``) when no bound binds, else daqp with the limits as simple
-     bounds. A step that raises the cost (the linear model overshot) is halved: one more FK, never
-     a second solve.
+     bounds (directly after a step whose solution had a bound active). A step that raises the cost
+     (the linear model overshot) is halved: one more FK, never a second solve. A step that may be
+     the frame's last and that the Gauss-Newton model predicts to lower the cost by less than
+     ``tolerance`` is taken without evaluating the errors after it.
    - ``mink``: ``mink.solve_ik`` on FrameTasks (built once, targets updated per frame) with
      ``limits=[ConfigurationLimit, FrameVelocityLimit]`` passed as limits, so that they apply;
      daqp through qpsolvers. The reference; ``tests/test_retarget.py`` checks both agree.
