@@ -307,7 +307,7 @@ def test_no_solution_found_keeps_the_last_good_pose(model, axis, monkeypatch) ->
     good = [rt.retarget(pos[f], quat[f]) for f in range(3)]
     original = rt.backend.step
 
-    def fail(table: int) -> None:
+    def fail(table: int, final_share: float = 0.0) -> None:
         raise mink.NoSolutionFound("daqp")
 
     monkeypatch.setattr(rt.backend, "step", fail)
@@ -351,11 +351,15 @@ def test_nan_or_infeasible_solver_output_is_a_counted_failure(model, axis, monke
     real_solve = module.daqp.solve
     # the Cholesky fast path reports failure, so each step goes to daqp
     monkeypatch.setattr(module, "dposv", lambda H, g: (H, g, 1))
-    monkeypatch.setattr(module.daqp, "solve", lambda H, f, *a, **k: (np.full(len(f), np.nan), 0.0, 1, {}))
+
+    def daqp_result(x: np.ndarray, exitflag: int):  # daqp.solve's (x, fval, exitflag, info)
+        return lambda H, f, *a, **k: (x, 0.0, exitflag, {"lam": np.zeros(len(f))})
+
+    monkeypatch.setattr(module.daqp, "solve", daqp_result(np.full(35, np.nan), 1))
     r = rt.retarget(pos[1], quat[1])
     assert r.ik_failed and "non-finite" in r.error
     np.testing.assert_array_equal(r.qpos, last)
-    monkeypatch.setattr(module.daqp, "solve", lambda H, f, *a, **k: (np.zeros(len(f)), 0.0, -1, {}))
+    monkeypatch.setattr(module.daqp, "solve", daqp_result(np.zeros(35), -1))
     r = rt.retarget(pos[1], quat[1])
     assert r.ik_failed and "NoSolutionFound" in r.error
     monkeypatch.setattr(module.daqp, "solve", real_solve)
@@ -365,18 +369,68 @@ def test_nan_or_infeasible_solver_output_is_a_counted_failure(model, axis, monke
 
 
 def test_the_cholesky_step_is_the_qp_solution_when_no_bound_binds(model, monkeypatch) -> None:
-    """The fast backend solves H x = -f by Cholesky and calls daqp only when a bound binds: the
-    same trajectory as daqp on every step, on a take that touches joint limits."""
+    """The fast backend solves H x = -f by Cholesky and calls daqp only when a bound binds (and
+    directly after a step whose solution had a bound active): the same trajectory as daqp on every
+    step, and as trying Cholesky first on every step, on a take that touches joint and velocity
+    limits."""
     import mocapline.services.retarget.retargeter as module
 
-    pos, quat = synthetic.human_motion(90, 60.0)
-    out = {}
-    for path in ("cholesky", "daqp"):
-        if path == "daqp":
-            monkeypatch.setattr(module, "dposv", lambda H, g: (H, g, 1))
-        rt = G1Retargeter("axis_studio", model=model)
+    raw = raw_axis()
+    raw["joint_velocity_limits"] = {"default": 6.0}  # rad/s: the take asks for more, the bound binds
+    cfg = parse_ik_config(raw, model=model)
+    _, pos, quat = fast_take(model, cfg)
+    real_dposv = module.dposv
+    calls = {"dposv": 0}
+
+    def counted_dposv(H, g):
+        calls["dposv"] += 1
+        return real_dposv(H, g)
+
+    out, dposv_calls = {}, {}
+    for path in ("cholesky", "cholesky_always_first", "daqp"):
+        calls["dposv"] = 0
+        monkeypatch.setattr(module, "dposv", (lambda H, g: (H, g, 1)) if path == "daqp" else counted_dposv)
+        rt = G1Retargeter(cfg, model=model)
+        if path == "cholesky_always_first":  # without the shortcut to daqp after an active bound
+            step = rt.backend.step
+
+            def no_shortcut(table: int, final_share: float = 0.0, step=step, backend=rt.backend):
+                backend._bound_binds = False
+                return step(table, final_share)
+
+            monkeypatch.setattr(rt.backend, "step", no_shortcut)
         out[path] = np.array([rt.retarget(p, q).qpos for p, q in zip(pos, quat, strict=True)])
+        dposv_calls[path] = calls["dposv"]
     np.testing.assert_allclose(out["cholesky"], out["daqp"], atol=1e-9)
+    np.testing.assert_allclose(out["cholesky"], out["cholesky_always_first"], atol=1e-9)
+    assert dposv_calls["cholesky"] < dposv_calls["cholesky_always_first"]  # the shortcut was taken
+
+
+def test_a_last_step_taken_on_the_predicted_drop_keeps_the_poses(model) -> None:
+    """The fast backend takes a frame's last step without evaluating after it when the Gauss-Newton
+    model predicts a drop < tolerance: the same number of steps and the same poses as deciding on
+    the measured drop, one error evaluation a frame fewer."""
+    pos, quat = synthetic.human_motion(120, 30.0)  # fast motion: several steps a frame
+    runs = {}
+    for predicted in (True, False):
+        rt = G1Retargeter("axis_studio", RetargetOptions(fps=30.0), model=model)
+        backend = rt.backend
+        step, evaluate = backend.step, backend._evaluate
+        evaluations = [0]
+
+        def counted(t, evaluate=evaluate, evaluations=evaluations):
+            evaluations[0] += 1
+            return evaluate(t)
+
+        backend._evaluate = counted
+        if not predicted:
+            backend.step = lambda table, final_share=0.0, step=step: step(table, 0.0)
+        q = np.array([rt.retarget(p, qq).qpos for p, qq in zip(pos, quat, strict=True)])
+        runs[predicted] = (q, rt.stats.steps, evaluations[0])
+    (q1, steps1, evals1), (q0, steps0, evals0) = runs[True], runs[False]
+    assert abs(steps1 - steps0) <= 0.02 * steps0
+    assert evals1 <= evals0 - 0.8 * len(pos)
+    assert body_errors(model, q0, q1).mean() < 0.001
 
 
 def test_mink_backend_failure_is_counted(model, axis) -> None:

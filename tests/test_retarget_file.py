@@ -26,7 +26,7 @@ def test_a_take_becomes_a_50_hz_clip_with_a_summary(tmp_path, capsys) -> None:
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["skeleton"] == "cmu_daz" and summary["frames"] == 120
     assert summary["source_fps"] == pytest.approx(120.0)
-    assert summary["ik_failed"] == 0 and summary["jumps"] == 0
+    assert summary["ik_failed"] == 0 and summary["jumps"] == 0 and summary["swings"] == 0
     assert 0 < summary["err_mm"] < 100 and summary["limit_contacts"] >= 0 and summary["seconds"] > 0
     assert summary["err_mm"] <= summary["baseline_err_mm"] + 0.05 and summary["speedup"] > 0
     clip = np.load(out)

@@ -15,8 +15,12 @@ Takes (:func:`take_set`), each run at two frame rates:
 
 The baseline is :class:`mocapline.services.retarget.gmr.GmrBaseline` (GMR's algorithm, re-written);
 both start from the same pose, get the same targets (same config, same human height) on the same
-mesh-free G1 model, and are timed frame by frame alternately (baseline, then ours) so machine load
-hits both alike: the ratio is the number to read on a shared machine.
+mesh-free G1 model, and are timed frame by frame alternately (baseline, then ours). The ratio is
+by each IK's own CPU time (``time.thread_time``: both run in this thread, and their BLAS calls are
+too small to use OpenBLAS's threads), so that other sessions on a shared machine do not move it: a
+frame of ours takes ~0.3 ms, and one preemption of a few ms in it weighs 10x more than in GMR's
+~4 ms frame, so wall-clock ratios moved by -50 % / +50 % between runs under load. The wall-clock
+ratio is printed beside it (``wall``).
 
 Per run, for both (see ``mocapline.services.retarget.quality``): frames/s and the ratio; mean and
 p99 position error over the position-weighted frames, and for hands / feet / pelvis (mm);
@@ -160,11 +164,18 @@ class Run:
     ik_failed: int = 0
     baseline_failures: int = 0
     steps_per_frame: float = 0.0
+    wall_s: float = float("nan")  # wall-clock seconds (other processes' load included)
+    baseline_wall_s: float = float("nan")
     extra: dict = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
+        """By CPU time (``time.thread_time``): what each IK computes, whatever else the machine runs."""
         return self.fps / self.baseline_fps
+
+    @property
+    def wall_speedup(self) -> float:
+        return self.baseline_wall_s / self.wall_s
 
     def as_dict(self) -> dict:
         return {
@@ -172,6 +183,7 @@ class Run:
             "fps": round(self.fps, 1), "baseline_fps": round(self.baseline_fps, 1), "speedup": round(self.speedup, 2),
             "ours": self.ours.as_dict(), "baseline": self.base.as_dict(), "ik_failed": self.ik_failed,
             "baseline_failures": self.baseline_failures, "steps_per_frame": round(self.steps_per_frame, 2),
+            "wall_speedup": round(self.wall_speedup, 2),
             **self.extra,
         }
 
@@ -189,18 +201,20 @@ def run_take(
     n = len(take.positions)
     out = np.empty((n, model.nq))
     out_base = np.empty((n, model.nq))
-    t_ours = t_base = 0.0
-    clock = time.perf_counter
+    t_ours = t_base = wall_ours = wall_base = 0.0
+    cpu, wall = time.thread_time, time.perf_counter
     for f in range(n):
         p, q = take.positions[f], take.quaternions[f]
-        t0 = clock()
+        t0, w0 = cpu(), wall()
         if base is not None:
             out_base[f] = base.retarget(p, q)
-        t1 = clock()
+        t1, w1 = cpu(), wall()
         out[f] = ours.retarget(p, q).qpos
-        t2 = clock()
+        t2, w2 = cpu(), wall()
         t_base += t1 - t0
         t_ours += t2 - t1
+        wall_base += w1 - w0
+        wall_ours += w2 - w1
     targets = np.array([ours.targets(take.positions[f], take.quaternions[f]) for f in range(n)])
     entries = ours.table_entries()
     limits = take.config.velocity_limits(robot_model.joint_names(model))
@@ -208,7 +222,16 @@ def run_take(
     quality = evaluate(model, entries, targets, out, take.fps, limits, root=root)
     quality_base = evaluate(model, entries, targets, out_base, take.fps, limits, root=root) if base else quality
     return Run(take.name, take.kind, take.fps, n, n / t_ours, n / t_base if base else float("nan"), quality,
-               quality_base, ours.stats.failures, base.failures if base else 0, ours.stats.steps / max(n, 1))
+               quality_base, ours.stats.failures, base.failures if base else 0, ours.stats.steps / max(n, 1),
+               wall_ours, wall_base if base else float("nan"))
+
+
+def _tracks(r: Run) -> bool:
+    """Error and hands' error at or below the baseline's; on the known answer both are exact (a few
+    micrometres: the IK stops once the targets are met), so there it must be within 0.01 mm."""
+    if r.kind == "g1":
+        return r.ours.err_mm < 0.01 and r.ours.hands_mm < 0.01
+    return r.ours.err_mm <= r.base.err_mm and r.ours.hands_mm <= r.base.hands_mm
 
 
 def _smoother(r: Run) -> bool:
@@ -222,12 +245,13 @@ def _summary(runs: list[Run]) -> dict:
     frames = sum(r.frames for r in runs)
     fps = frames / sum(r.frames / r.fps for r in runs)
     base_fps = frames / sum(r.frames / r.baseline_fps for r in runs)
-    ok = [r for r in runs if r.speedup >= 10 and r.ours.err_mm <= r.base.err_mm and r.ours.hands_mm <= r.base.hands_mm
-          and _smoother(r) and r.ours.jumps == 0 and r.ours.swings == 0 and r.ours.range_violations == 0
-          and r.ours.velocity_violations == 0]
+    ok = [r for r in runs if r.speedup >= 10 and _tracks(r) and _smoother(r) and r.ours.jumps == 0
+          and r.ours.swings == 0 and r.ours.range_violations == 0 and r.ours.velocity_violations == 0]
     return {
         "fps": round(fps, 1), "baseline_fps": round(base_fps, 1), "speedup": round(fps / base_fps, 2),
         "min_speedup": round(min(r.speedup for r in runs), 2),
+        "wall_speedup": round(sum(r.baseline_wall_s for r in runs) / sum(r.wall_s for r in runs), 2),
+        "min_wall_speedup": round(min(r.wall_speedup for r in runs), 2),
         "runs_meeting_every_goal": len(ok), "runs": [r.as_dict() for r in runs],
         "jumps": sum(r.ours.jumps for r in runs), "baseline_jumps": sum(r.base.jumps for r in runs),
         "swings": sum(r.ours.swings for r in runs), "baseline_swings": sum(r.base.swings for r in runs),
@@ -242,10 +266,13 @@ def _table(summary: dict, options: RetargetOptions) -> str:
         "baseline: GMR's algorithm (2 stages, each until drop < 0.001 or 10 iter, lm_damping 1, damping 0.5)",
         "errors: mm over the position-weighted frames (hands / feet / pelvis), deg over the rotation-weighted ones;",
         "each cell: mocapline | baseline. jumps: joint > 1 rad in 10 frames while targets < 5 cm, 20 deg;",
-        "swing: a joint sweeping > 80 % of its range and > pi rad within 3 s (limit to limit)",
+        "swing: a joint sweeping > 80 % of its range and > pi rad within 3 s (limit to limit);",
+        "fps, base, ratio: by each IK's own CPU time (thread_time; other sessions' load left out), wall: the ratio "
+        "by wall clock",
         "",
-        f"{'take':<22} {'Hz':>4} {'fps':>6} {'base':>5} {'ratio':>6} {'err mm':>13} {'p99':>13} {'hands':>13} "
-        f"{'feet':>11} {'pelvis':>11} {'rot deg':>11} {'jerk':>13} {'jumps':>5} {'swing':>5} {'lim':>9} {'viol':>6}",
+        f"{'take':<22} {'Hz':>4} {'fps':>6} {'base':>5} {'ratio':>6} {'wall':>6} {'err mm':>13} {'p99':>13} "
+        f"{'hands':>13} {'feet':>11} {'pelvis':>11} {'rot deg':>11} {'jerk':>13} {'jumps':>5} {'swing':>5} "
+        f"{'lim':>9} {'viol':>6}",
     ]
 
     def pair(a: float, b: float, width: int, fmt: str = ".1f") -> str:
@@ -256,6 +283,7 @@ def _table(summary: dict, options: RetargetOptions) -> str:
         viol = f"{o['range_violations'] + o['velocity_violations']}|{b['range_violations'] + b['velocity_violations']}"
         lines.append(
             f"{r['take']:<22} {r['rate']:>4.0f} {r['fps']:>6.0f} {r['baseline_fps']:>5.0f} {r['speedup']:>5.1f}x "
+            f"{r['wall_speedup']:>5.1f}x "
             f"{pair(o['err_mm'], b['err_mm'], 13)} {pair(o['err_p99_mm'], b['err_p99_mm'], 13)} "
             f"{pair(o['hands_mm'], b['hands_mm'], 13)} {pair(o['feet_mm'], b['feet_mm'], 11)} "
             f"{pair(o['pelvis_mm'], b['pelvis_mm'], 11)} {pair(o['rot_deg'], b['rot_deg'], 11)} "
@@ -266,7 +294,8 @@ def _table(summary: dict, options: RetargetOptions) -> str:
     lines += [
         "",
         f"overall: {summary['fps']:.0f} vs {summary['baseline_fps']:.0f} frames/s = {summary['speedup']:.1f}x "
-        f"(lowest run {summary['min_speedup']:.1f}x); jumps {summary['jumps']} vs {summary['baseline_jumps']}; "
+        f"(lowest run {summary['min_speedup']:.1f}x; by wall clock {summary['wall_speedup']:.1f}x, lowest "
+        f"{summary['min_wall_speedup']:.1f}x); jumps {summary['jumps']} vs {summary['baseline_jumps']}; "
         f"swings {summary['swings']} vs {summary['baseline_swings']}; "
         f"limit violations {summary['violations']} vs {summary['baseline_violations']}; "
         f"runs meeting every goal: {summary['runs_meeting_every_goal']}/{len(summary['runs'])}",

@@ -8,7 +8,8 @@ the same IK as ``mocapline retarget`` at the take's own rate, and the result is 
 contract of ``mocapline export`` (``CLIP.npz``: 50 Hz ``time``, ``q``, ``qd``, ``root_pose``,
 ``body_pos_w`` / ``body_quat_w``, ``joint_names``, ``body_names``, ``policy_clock``, ...; ``--csv``
 adds ``CLIP.csv``). A progress bar goes to stderr, one JSON summary line to stdout: frames, mean and
-p99 position error, hands error, joint-limit contacts, configuration jumps, IK failures, seconds.
+p99 position error, hands error, joint-limit contacts, configuration jumps, limit-to-limit swings,
+IK failures, seconds.
 ``--baseline`` also runs the GMR-equivalent IK on the same frames and reports its time and error.
 
 Exit codes: 0 written, 2 bad input (unreadable or malformed BVH, unknown skeleton, bad option).
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         "human_height_m": round(height, 3), "err_mm": round(quality.err_mm, 1),
         "err_p99_mm": round(quality.err_p99_mm, 1),
         "hands_mm": round(quality.hands_mm, 1), "limit_contacts": quality.limit_contacts, "jumps": quality.jumps,
+        "swings": quality.swings,
         "ik_failed": ours.stats.failures, "seconds": round(seconds, 3), "frames_per_s": round(n / seconds, 1),
     }
     if args.baseline:

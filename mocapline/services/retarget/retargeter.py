@@ -29,8 +29,10 @@ Per frame:
      world-aligned errors: position, and the quaternion error vector 2v of q_target * conj(q) with
      its exact derivative; all frames' Jacobians at once from MuJoCo's ``cdof``). The QP is one
      Cholesky solve (LAPACK ``dposv``) when no bound binds, else daqp with the limits as simple
-     bounds. A step that raises the cost (the linear model overshot) is halved: one more FK, never
-     a second solve.
+     bounds (directly after a step whose solution had a bound active). A step that raises the cost
+     (the linear model overshot) is halved: one more FK, never a second solve. A step that may be
+     the frame's last and that the Gauss-Newton model predicts to lower the cost by less than
+     ``tolerance`` is taken without evaluating the errors after it.
    - ``mink``: ``mink.solve_ik`` on FrameTasks (built once, targets updated per frame) with
      ``limits=[ConfigurationLimit, FrameVelocityLimit]`` passed as limits, so that they apply;
      daqp through qpsolvers. The reference; ``tests/test_retarget.py`` checks both agree.
@@ -121,6 +123,8 @@ class FrameVelocityLimit(mink.Limit):
             raise ValueError(f"{len(velocity_limits)} velocity limits for {len(names)} joints")
         ids = [model.joint(n).id for n in names]
         self.qposadr = np.array([model.jnt_qposadr[j] for j in ids])
+        contiguous = np.array_equal(self.qposadr, np.arange(self.qposadr[0], self.qposadr[0] + len(ids)))
+        self._qslice = slice(int(self.qposadr[0]), int(self.qposadr[0]) + len(ids)) if contiguous else self.qposadr
         self.dofadr = np.array([model.jnt_dofadr[j] for j in ids])
         self.velocity = np.asarray(velocity_limits, dtype=np.float64)
         self.frame_dt = float(frame_dt)
@@ -135,14 +139,14 @@ class FrameVelocityLimit(mink.Limit):
 
     def set_reference(self, q: np.ndarray | None, frames: int = 1) -> None:
         """Bound the joints to ``frames`` frame periods of motion from ``q`` (None: no bound)."""
-        self.q_ref = None if q is None else np.array(q[self.qposadr], dtype=np.float64)
+        self.q_ref = None if q is None else q[self._qslice].astype(np.float64)
         if frames != self._frames:
             self._frames = frames
             self.max_step = self.velocity * self.frame_dt * frames
             self._reach = self.max_step * _WINDOW_SIGNS
         if self.q_ref is not None:
-            self.window = self.q_ref + self._reach  # the joints' (lower, upper) this frame
-            self.low, self.high = self.window
+            # the joints' window this frame, as (-lower, upper)
+            self.signed_window = (self.q_ref + self._reach) * _WINDOW_SIGNS
 
     def bounds(self, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """(lower, upper) on the joints' dq, or None when inactive."""
@@ -173,14 +177,33 @@ class _Table:
     weights: np.ndarray  # (n, 6): position x3, rotation x3
 
     def __post_init__(self) -> None:
-        # The targets as two batched matrix products per frame (numpy's per-call overhead, not the
-        # arithmetic, is the cost at these sizes): q * rot_offset = q @ right[i], and the position
-        # offset in the target frame, R(q) R(rot_offset) pos_offset = (q outer q).reshape(16) @
-        # offset[i] / |q|^2 (the rotation matrix is quadratic in q; the division makes q unit).
+        # The targets' rotations and rotated offsets as one batched product per frame (numpy's
+        # per-call overhead, not the arithmetic, is the cost at these sizes): with u the unit
+        # human quaternion and x = [u outer u (16), u (4)], x @ lift[i] = [u * rot_offset (4),
+        # R(u) R(rot_offset) pos_offset (3)] (the rotation matrix is quadratic in u).
+        n = len(self.entries)
         t3 = Q._T.reshape(4, 4, 4)
-        self.right = np.einsum("nb,abj->naj", self.rot_offset, t3)  # (n, 4, 4)
+        self.lift = np.zeros((n, 20, 7))
+        self.lift[:, 16:, :4] = np.einsum("nb,abj->naj", self.rot_offset, t3)  # u * rot_offset = u @ this
         local = Q.rotate(self.rot_offset, self.pos_offset)  # (n, 3)
-        self.offset = np.einsum("kij,nj->nki", Q._M.reshape(16, 3, 3), local)  # (n, 16, 3)
+        self.lift[:, :16, 4:] = np.einsum("kij,nj->nki", Q._M.reshape(16, 3, 3), local)
+        self.x = np.zeros((n, 1, 20))
+        self.x_outer = self.x[:, 0, :16].reshape(n, 4, 4)
+        self.x_quat = self.x[:, 0, 16:]
+        self.x_quat_col = self.x_quat[:, :, None]
+        self.x_quat_row = self.x_quat[:, None, :]
+        self.norm = np.zeros((n, 1))
+        self.gather = np.zeros((n, 0))
+
+    def set_scales(self, scale: np.ndarray, used: np.ndarray, root_index: int, root_scale: float) -> None:
+        """Target position = root_scale p_root + scale_i (p_i - p_root) as one linear map of the
+        used bodies' positions (``used``: their indices, sorted): ``gather @ positions[used]``."""
+        self.scale = scale
+        n = len(self.entries)
+        self.gather = np.zeros((n, len(used)))
+        rows = np.arange(n)
+        np.add.at(self.gather, (rows, np.searchsorted(used, self.human_index)), scale)
+        np.add.at(self.gather, (rows, np.full(n, np.searchsorted(used, root_index))), root_scale - scale)
 
 
 _SKEW = np.zeros((3, 9))  # v @ _SKEW = [v]_x flattened (cross-product matrix)
@@ -249,17 +272,51 @@ class _FastTable:
         # each dof about the root subtree's centre of mass c, a frame at p on a body moved by dof k
         # has J_rot[:, k] = ang_k and J_pos[:, k] = lin_k + ang_k x (p - c), for the dofs on the
         # body's path to the root (``mask``), zero otherwise.
-        self.mask = np.zeros((n, 1, model.nv))
+        mask = np.zeros((n, 1, model.nv))
         for i, b in enumerate(self.body):
             while b > 0:
                 adr, num = model.body_dofadr[b], model.body_dofnum[b]
-                self.mask[i, 0, adr:adr + num] = 1.0
+                mask[i, 0, adr:adr + num] = 1.0
                 b = model.body_parentid[b]
+        # one row per Jacobian row, the same shape as the rows (a broadcast operand costs more)
+        self.mask = np.repeat(mask[:, 0], 6, axis=0)
         roots = {int(model.body_rootid[b]) for b in self.body}
         if len(roots) != 1:
             raise ValueError("the IK frames must hang from one root body")
         self.root = roots.pop()
         self.jac_in = np.ones((n, 8))  # [offset, error quaternion, 1] per frame, written in place
+        # Work buffers, written in place at every evaluation and step (numpy's allocation and
+        # per-call overhead, not the arithmetic, is the cost at these sizes).
+        self.pos = np.zeros((n, 3))  # frame positions
+        self.quat = np.zeros((n, 4))  # frame quaternions (bodies')
+        self.quat3 = self.quat.reshape(n, 1, 4)
+        self.offset = self.jac_in[:, :3]  # frame position - root subtree's centre of mass
+        self.qe = self.jac_in[:, 3:7]  # error quaternions, w >= 0
+        self.qe_raw = np.zeros((n, 1, 4))
+        self.qe_raw2 = self.qe_raw[:, 0]
+        self.qe_raw_w = self.qe_raw[:, :, 0]
+        self.qe_v = self.qe[:, 1:]
+        self.sign = np.zeros((n, 1))
+        self.err = np.zeros((n, 6))  # position (m), quaternion error vector 2 v
+        self.err_pos = self.err[:, :3]
+        self.err_rot = self.err[:, 3:]
+        self.w = self.weights6.copy()  # row weights of the next step (the arms' Huber-reweighted)
+        self.w_col = self.w.reshape(-1, 1)
+        self.b = np.zeros((n, 6))  # W * err
+        # the arm rows' rotation errors and weights: views when the rows are consecutive
+        contiguous = isinstance(self.arm_rows, slice)
+        self.arm_w = self.w[self.arm_rows, 3:] if contiguous else None
+        self.arm_err = self.err_rot[self.arm_rows] if contiguous else None
+        self.b_flat = self.b.reshape(-1)
+        self.arm_base = self.weights6[arm_rows, 3:].copy()  # (k, 3)
+        self.arm_size = np.zeros((arm_rows.size, 1))
+        self.arm_size_flat = self.arm_size[:, 0]
+        self.arm_w2_sum = float(self.arm_rot_w2.sum())
+        self.factors = np.zeros((n, 36))
+        self.factors6 = self.factors.reshape(6 * n, 6)
+        self.A = np.zeros((6 * n, model.nv))
+        self.AT = self.A.T
+        self.ax = np.zeros(6 * n)  # A x: the model's change of W e
 
 
 class IKBackend(Protocol):
@@ -279,18 +336,23 @@ class IKBackend(Protocol):
 
     def set_targets(self, table: int, poses: np.ndarray) -> None: ...
 
-    def step(self, table: int) -> tuple[float, float]:
-        """One step on ``table``; the weighted cost before and after it."""
+    def step(self, table: int, final_share: float = 0.0) -> tuple[float, float | None]:
+        """One step on ``table``; the weighted cost before and after it. ``final_share`` > 0: a
+        backend may make this the frame's last step, taken without evaluating the cost after it
+        (returned as None), when the step is predicted to lower the cost by at most this share."""
         ...
 
 
 class _FastBackend:
-    """The IK QP assembled with vectorised numpy and solved by ``daqp.solve`` (box constraints).
+    """The IK QP assembled with vectorised numpy and solved by Cholesky or ``daqp.solve`` (box
+    constraints).
 
     Errors are world-aligned: position ``p_target - p`` (m) and the quaternion error vector
     ``2 v`` of ``q_target * conj(q) = (w, v)``, w >= 0 (= 2 sin(angle/2) axis, the rotation vector
     to first order). Its exact derivative is used: ``d(2 v) = -(w I + [v]x) J_rot dq``, so the
-    Gauss-Newton step is consistent even for large rotation errors.
+    Gauss-Newton step is consistent even for large rotation errors. Every array of a step is
+    preallocated and written in place (``out=``): at these sizes numpy's per-call overhead and
+    allocation, not arithmetic, are the cost.
     """
 
     def __init__(self, model: mujoco.MjModel, tables: list[_Table], lm_damping: float, solver_damping: float,
@@ -318,26 +380,39 @@ class _FastBackend:
         self.vslice = slice(int(dofadr[0]), int(dofadr[0]) + n)
         self.q_min = model.jnt_range[jids, 0].copy()
         self.q_max = model.jnt_range[jids, 1].copy()
-        self._g_min = LIMIT_GAIN * self.q_min
-        self._g_max = LIMIT_GAIN * self.q_max
-        self._g_range = np.stack((self._g_min, self._g_max))  # (2, n)
-        self._lower = np.full(nv, -_INF)  # the free joint's dofs are unbounded
-        self._upper = np.full(nv, _INF)
-        self._lower_joints = self._lower[self.vslice]  # views: written in place each step
-        self._upper_joints = self._upper[self.vslice]
+        # [lower; upper] bounds on dq; the free joint's dofs are unbounded
+        self._bounds = np.stack((np.full(nv, -_INF), np.full(nv, _INF)))
+        self._lower, self._upper = self._bounds  # views, written in place each step
+        self._joint_bounds = self._bounds[:, self.vslice]
+        # [-0.95 q_min; 0.95 q_max]
+        self._signed_range = LIMIT_GAIN * _WINDOW_SIGNS * np.stack((self.q_min, self.q_max))
+        self._signed_q = np.zeros((2, n))
+        self._room = np.zeros((2, n))
+        self._window_room = np.zeros((2, n))
         self._A = np.zeros((0, nv))
         self._sense = np.zeros(nv, dtype=np.int32)
+        self._H = np.zeros((nv, nv))
+        self._H_diag = np.lib.stride_tricks.as_strided(self._H, shape=(nv,), strides=((nv + 1) * 8,))
+        self._g = np.zeros(nv)
+        # MjData's arrays as views, fetched once (each attribute access builds a new array object)
+        d = self.data
+        self._qpos = d.qpos
+        self._q = d.qpos[self.qslice]
+        self._xpos, self._xquat, self._site_xpos = d.xpos, d.xquat, d.site_xpos
+        self._cdof_t = d.cdof.T
+        self._com = [d.subtree_com[t.root] for t in self._tables]
         self._q_old = np.zeros(model.nq)
-        # (table, error, error quaternions, positions, row weights, W error, cost, tracking cost) at q
-        self._cached: tuple | None = None
+        # (table, cost, tracking cost) of the configuration the table's buffers were evaluated at
+        self._cached: tuple[int, float, float] | None = None
         self._lm = lm_damping  # this frame's lm_damping
+        self._bound_binds = False  # a bound was active in the last step's solution
 
     @property
     def qpos(self) -> np.ndarray:
-        return self.data.qpos
+        return self._qpos
 
     def set_qpos(self, q: np.ndarray) -> None:
-        self.data.qpos[:] = q
+        self._qpos[:] = q
         mujoco.mj_kinematics(self.model, self.data)
         self._cached = None
 
@@ -351,59 +426,59 @@ class _FastBackend:
 
     def set_targets(self, table: int, poses: np.ndarray) -> None:
         t = self._tables[table]
-        t.target_quat[:] = poses[:, :4]
         t.target_pos[:] = poses[:, 4:]
-        t.left_conj[:] = (poses[:, :4] @ _T_CONJ_LEFT).reshape(-1, 4, 4)
+        quat = poses[:, :4]
+        if len(t.site_rows):
+            # A site's frame is its body's times the site's fixed rotation s, so the error quaternion
+            # q_target * conj(q_body * s) = (q_target * conj(s)) * conj(q_body): folded into the target.
+            quat = quat.copy()
+            quat[t.site_rows] = Q.multiply(quat[t.site_rows], Q.conjugate(t.site_quat))
+        np.matmul(quat, _T_CONJ_LEFT, out=t.left_conj.reshape(-1, 16))
         self._cached = None
 
-    def _error(self, t: _FastTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(n, 6) errors (position m, quaternion error vector), the (n, 4) error quaternions
-        (w >= 0) and the (n, 3) frame positions. Needs ``mj_kinematics`` at the current q."""
-        d = self.data
-        pos = d.xpos[t.body]
-        quat = d.xquat[t.body]
+    def _error(self, t: _FastTable) -> None:
+        """The errors at the current q into ``t.err``, the error quaternions into ``t.qe`` and the
+        frame positions into ``t.pos``. Needs ``mj_kinematics`` at the current q."""
+        np.take(self._xpos, t.body, axis=0, out=t.pos)
+        np.take(self._xquat, t.body, axis=0, out=t.quat)
         if len(t.site_rows):
-            pos[t.site_rows] = d.site_xpos[t.site_ids]
-            quat[t.site_rows] = Q.multiply(quat[t.site_rows], t.site_quat)
-        qe = np.matmul(quat[:, None, :], t.left_conj)[:, 0]
+            t.pos[t.site_rows] = self._site_xpos[t.site_ids]
+        np.matmul(t.quat3, t.left_conj, out=t.qe_raw)
         # (w, v) and (-w, -v) are the same rotation: take w >= 0, the short way round
-        qe *= np.copysign(1.0, qe[:, :1])
-        err = np.empty((t.n, 6))
-        np.subtract(t.target_pos, pos, out=err[:, :3])
-        np.multiply(qe[:, 1:], 2.0, out=err[:, 3:])
-        return err, qe, pos
+        np.copysign(1.0, t.qe_raw_w, out=t.sign)
+        np.multiply(t.qe_raw2, t.sign, out=t.qe)
+        np.subtract(t.target_pos, t.pos, out=t.err_pos)
+        np.multiply(t.qe_v, 2.0, out=t.err_rot)
 
-    def residual(self, table: int) -> np.ndarray:
-        """(n, 6) errors of one table at the current configuration."""
-        mujoco.mj_kinematics(self.model, self.data)
-        return self._error(self._tables[table])[0]
+    def step(self, table: int, final_share: float = 0.0) -> tuple[float, float | None]:
+        """One Gauss-Newton step on ``table``; returns the weighted cost before and after it.
 
-    def step(self, table: int) -> tuple[float, float]:
-        """One Gauss-Newton step on ``table``; returns the weighted cost before and after it."""
+        With ``final_share`` > 0, a step that the Gauss-Newton model predicts to lower the cost by
+        at most that share of it (or to below ``COST_FLOOR``) is the frame's last: it is taken
+        without evaluating the errors after it (None is returned for the cost after), which saves
+        one error evaluation a frame. The next frame evaluates at its new targets anyway.
+        """
         m, d = self.model, self.data
         t = self._tables[table]
         if self._cached is not None and self._cached[0] == table:
-            _, err, qe, pos, w, b, cost, track = self._cached
-        else:
-            mujoco.mj_kinematics(m, d)
-            err, qe, pos = self._error(t)
-            w, b, cost, track = self._evaluate(t, err)
-        reg = self.regular
-        q = d.qpos[self.qslice]
+            _, cost, track = self._cached
+        else:  # new targets: the kinematics are at q already (set_qpos and step leave them so)
+            self._error(t)
+            cost, track = self._evaluate(t)
+        q = self._q
         mujoco.mj_comPos(m, d)  # cdof and the subtree centres of mass at q
         # All frames' Jacobians at once (see _FastTable), the rotation rows already multiplied by
         # the error's derivative: d(2 v) = -(w I + [v]x) J_rot dq (sign folded into the residual).
-        z = t.jac_in
-        np.subtract(pos, d.subtree_com[t.root], out=z[:, :3])
-        z[:, 3:7] = qe
-        factors = (z @ _JAC_FACTORS).reshape(-1, 6)  # (6n, 6): frame by frame, 6 rows each
-        factors *= w.reshape(-1, 1)  # the row weights, on the small factor matrices
-        A = factors @ d.cdof.T  # one (6n, 6) x (6, nv) product, not n small ones
-        rows = A.reshape(-1, 6, self.nv)  # a view of A
-        rows *= t.mask  # zero the dofs not on the frame's path to the root
-        H = A.T @ A
-        H.flat[:: self.nv + 1] += self.solver_damping + self._lm * track
-        g = b.reshape(-1) @ A  # = -f, the QP's linear term is f
+        np.subtract(t.pos, self._com[table], out=t.offset)
+        np.dot(t.jac_in, _JAC_FACTORS, out=t.factors)  # (n, 36) = (6n, 6): 6 rows per frame
+        t.factors6 *= t.w_col  # the row weights, on the small factor matrices
+        A = np.dot(t.factors6, self._cdof_t, out=t.A)  # one (6n, 6) x (6, nv) product, not n small ones
+        A *= t.mask  # zero the dofs not on the frame's path to the root
+        H = np.dot(t.AT, A, out=self._H)
+        H_damping = self.solver_damping + self._lm * track
+        self._H_diag += H_damping
+        g = np.dot(t.b_flat, A, out=self._g)  # = -f, the QP's linear term is f
+        reg = self.regular
         if reg.active:
             H[self.vslice, self.vslice].flat[:: q.size + 1] += reg.posture**2
             g[self.vslice] -= reg.posture * reg.residual(q)
@@ -411,67 +486,97 @@ class _FastBackend:
         # Limits as simple bounds on dq: joint range (mink.ConfigurationLimit's rule, gain 0.95:
         # 0.95 (q_min - q) <= dq <= 0.95 (q_max - q), never pushing into a range) and the per-frame
         # velocity limit (q_ref - v dt - q <= dq <= q_ref + v dt - q, never pushing either).
-        # Both as (2, n) [lower; upper] arrays: a handful of numpy calls, not one per bound.
-        bounds = self._g_range - LIMIT_GAIN * q
+        # Both as one (2, n) array of signed rows [-lower; upper], so that both sides take the same
+        # few numpy calls, not one per bound.
+        room = self._room
+        np.multiply(_WINDOW_SIGNS, q, out=self._signed_q)  # [-q; q]
+        np.multiply(self._signed_q, -LIMIT_GAIN, out=room)
+        room += self._signed_range
         vl = self.velocity_limit
         if vl is not None and vl.q_ref is not None:
-            moved = vl.window - q
-            np.maximum(bounds[0], moved[0], out=bounds[0])
-            np.minimum(bounds[1], moved[1], out=bounds[1])
-        np.minimum(bounds[0], 0.0, out=self._lower_joints)  # lower <= 0 <= upper: never pushing into a limit
-        np.maximum(bounds[1], 0.0, out=self._upper_joints)
+            np.subtract(vl.signed_window, self._signed_q, out=self._window_room)
+            np.minimum(room, self._window_room, out=room)
+        np.maximum(room, 0.0, out=room)  # lower <= 0 <= upper: never pushing into a limit
         # Most steps leave every bound inactive (86-100 % on the synthetic and arm takes, a third to
         # a half on the real whole-body ones): the QP's solution is then the Newton step H x = -f,
         # one Cholesky solve (LAPACK dposv, ~3x cheaper than daqp's set-up). daqp only when a bound binds.
-        _, x, info = dposv(H, g)
-        if info != 0 or not np.all((x >= self._lower) & (x <= self._upper)):
-            g *= -1.0
-            x, _, exitflag, _ = daqp.solve(H, g, self._A, self._upper, self._lower, self._sense)
+        # A bound that bound on the previous step usually binds again (a joint resting at its
+        # limit): then straight to daqp, without the Cholesky attempt.
+        newton = False
+        if not self._bound_binds:
+            _, x, info = dposv(H, g)
+            outside = np.multiply(_WINDOW_SIGNS, x[self.vslice], out=self._window_room)  # [-x; x]
+            outside -= room  # > 0 where x leaves [lower, upper]
+            newton = info == 0 and outside.max() <= 0.0
+        if not newton:
+            np.multiply(room, _WINDOW_SIGNS, out=self._joint_bounds)
+            x, _, exitflag, info = daqp.solve(H, -g, self._A, self._upper, self._lower, self._sense)
             if exitflag < 1:
                 self._cached = None
+                self._bound_binds = False
                 raise mink.NoSolutionFound(f"daqp exitflag {exitflag}")
-        q_old = self._q_old
-        q_old[:] = d.qpos
-        mujoco.mj_integratePos(m, d.qpos, x, 1.0)
+            self._bound_binds = bool(np.any(info["lam"]))  # a multiplier != 0: a bound binds
+        qpos = self._qpos
+        if final_share > 0.0:
+            # the model's decrease ||b||^2 - ||b - A x||^2 = 2 g.x - ||A x||^2, where the Newton
+            # step has ||A x||^2 = x.H x - lambda ||x||^2 = g.x - lambda ||x||^2
+            gx = float(np.dot(g, x))
+            if newton:
+                decrease = gx + (H_damping * float(np.dot(x, x)))
+            else:
+                ax = np.dot(A, x, out=t.ax)
+                decrease = 2.0 * gx - float(np.dot(ax, ax))
+            if decrease <= final_share * cost or cost - decrease <= COST_FLOOR:
+                mujoco.mj_integratePos(m, qpos, x, 1.0)
+                mujoco.mj_kinematics(m, d)
+                self._cached = None
+                return cost, None
+        np.copyto(self._q_old, qpos)
+        mujoco.mj_integratePos(m, qpos, x, 1.0)
         mujoco.mj_kinematics(m, d)
-        err, qe, pos = self._error(t)
-        evaluated = self._evaluate(t, err)
-        if evaluated[2] > cost + COST_TOLERANCE:
+        self._error(t)
+        after, after_track = self._evaluate(t)
+        if after > cost + COST_TOLERANCE:
             # The linear model overshot (a joint limit, a near-singular arm, targets the G1 cannot
             # reach): fall back to half the step. Bounded work: one more FK, no second solve.
-            d.qpos[:] = q_old
-            mujoco.mj_integratePos(m, d.qpos, x, 0.5)
+            np.copyto(qpos, self._q_old)
+            mujoco.mj_integratePos(m, qpos, x, 0.5)
             mujoco.mj_kinematics(m, d)
-            err, qe, pos = self._error(t)
-            evaluated = self._evaluate(t, err)
-        self._cached = (table, err, qe, pos, *evaluated)
-        return cost, evaluated[2]
+            self._error(t)
+            after, after_track = self._evaluate(t)
+        self._cached = (table, after, after_track)
+        return cost, after
 
-    def _evaluate(self, t: _FastTable, err: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
-        """((n, 6) row weights W of the next step, W * err, cost, tracking cost) at ``err`` (n, 6).
+    def _evaluate(self, t: _FastTable) -> tuple[float, float]:
+        """(cost, tracking cost) at ``t.err``; writes the row weights W of the next step into
+        ``t.w`` and W * err into ``t.b``.
 
         The arms' rotation errors beyond ``arm_huber`` rad cost linearly (Huber), not
         quadratically: their rows are scaled by sqrt(width / |error|) (iteratively reweighted
         least squares), so an arm orientation the G1 cannot take stops outweighing the positions.
         """
-        w = t.weights6
         extra = 0.0
         if self.arm_huber and t.has_arms:
             delta = self.arm_huber
-            rot = err[t.arm_rows, 3:]
-            size = np.sqrt(np.einsum("ij,ij->i", rot, rot))
-            excess = np.maximum(size - delta, 0.0)
-            w = w.copy()
-            # sqrt(min(1, delta / |e|)) = sqrt(delta / (delta + excess)), never a division by 0
-            w[t.arm_rows, 3:] *= np.sqrt(delta / (delta + excess))[:, None]
-            # Huber w^2 d (2|e| - d) minus what the reweighted rows already count, w^2 d |e|
-            extra = delta * float(t.arm_rot_w2 @ excess)
-        b = err * w
-        track = float(np.vdot(b, b)) + extra
+            size = t.arm_size  # (k, 1)
+            rot = t.arm_err if t.arm_err is not None else t.err_rot[t.arm_rows]
+            np.einsum("ij,ij->i", rot, rot, out=t.arm_size_flat)
+            np.sqrt(size, out=size)
+            np.maximum(size, delta, out=size)  # max(|e|, d)
+            # Huber w^2 d (2|e| - d) minus what the reweighted rows count, w^2 d max(|e|, d)
+            extra = delta * (float(np.dot(t.arm_rot_w2, t.arm_size_flat)) - delta * t.arm_w2_sum)
+            np.divide(delta, size, out=size)
+            np.sqrt(size, out=size)  # sqrt(min(1, d / |e|))
+            if t.arm_w is not None:
+                np.multiply(t.arm_base, size, out=t.arm_w)
+            else:
+                t.w[t.arm_rows, 3:] = t.arm_base * size
+        np.multiply(t.err, t.w, out=t.b)
+        track = float(np.vdot(t.b, t.b)) + extra
         if self.regular.active:
-            posture = self.regular.residual(self.data.qpos[self.qslice])
-            return w, b, track + float(posture @ posture), track
-        return w, b, track, track
+            posture = self.regular.residual(self._q)
+            return track + float(posture @ posture), track
+        return track, track
 
 
 class _MinkBackend:
@@ -538,7 +643,8 @@ class _MinkBackend:
         for task, pose in zip(self.tasks[table], poses, strict=True):
             task.set_target(mink.SE3(wxyz_xyz=pose))
 
-    def step(self, table: int) -> tuple[float, float]:
+    def step(self, table: int, final_share: float = 0.0) -> tuple[float, float | None]:
+        del final_share  # always evaluated: the reference
         if self.arm_huber:  # the fast backend's Huber, as reweighted orientation costs
             for k, weight in self.arm_tasks[table]:
                 task = self.tasks[table][k]
@@ -656,6 +762,7 @@ class G1Retargeter:
         self._tables = [self._build_table(t) for t in config.tables()]
         self._used_bodies = np.unique(np.concatenate([t.human_index for t in self._tables] + [[self._root_index]]))
         self._schedules = self._make_schedules()
+        self._schedule_tables = {k: tuple(sorted(set(v))) for k, v in self._schedules.items()}
         self.set_human_height(self.options.human_height)
         backend_cls = _FastBackend if self.options.backend == "fast" else _MinkBackend
         regular = _Regularisation(
@@ -694,7 +801,8 @@ class G1Retargeter:
         self.human_height = human_height
         self._root_scale = scales[self.config.human_root_name]
         for table in self._tables:
-            table.scale = np.array([scales[e.human_body] for e in table.entries])
+            table.set_scales(np.array([scales[e.human_body] for e in table.entries]), self._used_bodies,
+                             self._root_index, self._root_scale)
 
     @property
     def ground(self) -> float:
@@ -720,21 +828,21 @@ class G1Retargeter:
 
     def targets(self, positions: np.ndarray, quaternions: np.ndarray, table: int = -1) -> np.ndarray:
         """(n, 7) target poses (w x y z, x y z) of one table's entries, in table order."""
-        t = self._tables[table]
-        root = positions[self._root_index]
-        idx = t.human_index
-        q = quaternions[idx]
-        norm2 = np.einsum("ij,ij->i", q, q)[:, None]
-        out = np.empty((len(idx), 7))
-        rot = out[:, :4]
-        np.matmul(q[:, None, :], t.right, out=rot[:, None, :])
-        rot /= np.sqrt(norm2)
+        return self._targets(self._tables[table], np.asarray(positions)[self._used_bodies], quaternions)
+
+    def _targets(self, t: _Table, used_positions: np.ndarray, quaternions: np.ndarray) -> np.ndarray:
+        u = quaternions[t.human_index]
+        norm = t.norm
+        np.einsum("ij,ij->i", u, u, out=norm[:, 0])
+        if not (norm.min() >= 1e-12 and math.isfinite(norm.sum())):  # NaN fails the first, inf the second
+            raise FloatingPointError("zero-norm or non-finite human body quaternion")
+        np.sqrt(norm, out=norm)
+        np.divide(u, norm, out=t.x_quat)
+        np.multiply(t.x_quat_col, t.x_quat_row, out=t.x_outer)
+        out = np.empty((len(u), 7))
+        np.matmul(t.x, t.lift, out=out.reshape(-1, 1, 7))
         pos = out[:, 4:]
-        np.subtract(positions[idx], root, out=pos)
-        pos *= t.scale[:, None]
-        qq = (q[:, :, None] * q[:, None, :]).reshape(-1, 1, 16)
-        pos += np.matmul(qq, t.offset)[:, 0] / norm2
-        pos += self._root_scale * root
+        pos += np.dot(t.gather, used_positions)
         pos[:, 2] -= self.ground
         return out
 
@@ -756,9 +864,6 @@ class G1Retargeter:
 
     # -- solve ------------------------------------------------------------------------------------
 
-    def _schedule(self) -> tuple[int, ...]:
-        return self._schedules[self._settled]
-
     def _make_schedules(self) -> dict[bool, tuple[int, ...]]:
         last = len(self._tables) - 1
         settle = [i for i in range(last + 1) for _ in range(self.options.settle_iterations)] + [last]
@@ -768,10 +873,6 @@ class G1Retargeter:
             s1 = self.options.stage1_iterations
             steady = [0] * s1 + [1] * (self.options.iterations - s1)
         return {False: tuple(settle), True: tuple(steady)}
-
-    @staticmethod
-    def _tables_in(schedule: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(sorted(set(schedule)))
 
     def _solve(self, schedule: tuple[int, ...]) -> None:
         """Run the schedule; on the settled last table, stop early once a step has lowered the
@@ -784,12 +885,13 @@ class G1Retargeter:
         tol = o.tolerance if self._settled else 0.0
         done = 0
         for table in schedule:
-            before, after = self.backend.step(table)
+            may_stop = tol > 0 and table == last and done + 1 >= o.min_iterations
+            before, after = self.backend.step(table, tol if may_stop else 0.0)
             self.stats.steps += 1
             if table != last:
                 continue
             done += 1
-            if tol > 0 and done >= o.min_iterations and (after <= COST_FLOOR or before - after <= tol * before):
+            if after is None or (may_stop and (after <= COST_FLOOR or before - after <= tol * before)):
                 break
 
     def retarget(self, positions: np.ndarray, quaternions: np.ndarray, elapsed_frames: int = 1) -> RetargetResult:
@@ -804,15 +906,12 @@ class G1Retargeter:
             positions = np.asarray(positions, dtype=np.float64)
             quaternions = np.asarray(quaternions, dtype=np.float64)
             used = self._used_bodies
-            quats = quaternions[used]
-            norms = np.einsum("ij,ij->i", quats, quats)
-            if not math.isfinite(positions[used].sum() + norms.sum()):  # one check: NaN and inf propagate
-                raise FloatingPointError("non-finite human body pose")
-            if norms.min() < 1e-12:
-                raise FloatingPointError("zero-norm human body quaternion")
-            schedule = self._schedule()
-            for i in self._tables_in(schedule):
-                self.backend.set_targets(i, self.targets(positions, quaternions, i))
+            used_positions = positions[used]
+            if not math.isfinite(used_positions.sum()):  # one check: NaN and inf propagate
+                raise FloatingPointError("non-finite human body position")
+            schedule = self._schedules[self._settled]
+            for i in self._schedule_tables[self._settled]:
+                self.backend.set_targets(i, self._targets(self._tables[i], used_positions, quaternions))
             self.velocity_limit.set_reference(self._last_good if self._settled else None, max(1, int(elapsed_frames)))
             if not self._settled:
                 self._place_root(positions, quaternions)
