@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_FILE = ROOT / ".env"
 PIPELINE = ("capture", "retarget", "streamer", "viewer", "auditor")
-# flags whose value is a ZeroMQ endpoint the service binds / connects
-BIND_FLAGS = {"capture": "output", "retarget": "output", "streamer": "output"}
-CONNECT_FLAGS = {"retarget": "input", "streamer": "input", "viewer": "input"}
+# flags whose value is a ZeroMQ endpoint the service binds / connects (the retarget workers bind a
+# free port each and announce it in NATS, where the streamer's fan-in finds them)
+BIND_FLAGS = {"capture": "output", "streamer": "output"}
+CONNECT_FLAGS = {"retarget": "input", "viewer": "input"}
 # relative mount sources that are made at deploy time, not shipped: reason
 GENERATED_MOUNTS = {"./keys": "CURVE keys: `mocapline keys keys` (deploy/compose.curve.yml)"}
 
@@ -363,8 +364,21 @@ def test_links_connect_to_what_is_bound(parsed) -> None:
         assert tcp_port(endpoint) in bound, f"{svc} --{flag} {endpoint}: nothing binds it"
     # the chain, in order
     assert bound[tcp_port(parsed["retarget"].input)] == "capture"
-    assert bound[tcp_port(parsed["streamer"].input)] == "retarget"
     assert bound[tcp_port(parsed["viewer"].input)] == "streamer"
+
+
+def test_retarget_scales_without_per_replica_config(services, parsed) -> None:
+    """`docker compose up --scale retarget=N`: nothing on retarget is fixed per replica (no
+    container name, no fixed port or metrics port); each is a worker named at start-up that binds a
+    free port and announces it; capture fans out, the streamer fans in, NATS keeps the assignment
+    (JetStream)."""
+    svc, ret = services["retarget"], parsed["retarget"]
+    assert "container_name" not in svc and "ports" not in svc
+    assert ret.worker == "auto" and ret.metrics_port == 0 and ret.state_dir is not None
+    assert re.fullmatch(r"tcp://127\.0\.0\.1:\*", ret.output), ret.output
+    assert parsed["capture"].output_fanout and parsed["streamer"].fan_in
+    assert "-js" in services["nats"]["command"]
+    assert "retarget.' + name, 'status'" in " ".join(svc["healthcheck"]["test"])
 
 
 def test_host_network_everywhere(services) -> None:
@@ -405,7 +419,7 @@ def tcp_ports_bound(services, parsed) -> dict[str, set[int]]:
     out: dict[str, set[int]] = {}
     for name in PIPELINE:
         a = parsed[name]
-        ports = {a.metrics_port}
+        ports = {a.metrics_port} - {0}
         if name in BIND_FLAGS:
             ports.add(tcp_port(getattr(a, BIND_FLAGS[name])))
         if name == "viewer" and a.display == "web":
@@ -443,6 +457,8 @@ def test_healthchecks_probe_a_port_the_service_binds(services, parsed) -> None:
         assert hc is not None, f"{name} has no healthcheck"
         if hc.get("disable"):
             assert name == "emitter", f"{name}: only the emitter (no port of its own) may go unchecked"
+            continue
+        if name == "retarget":  # a worker has no port of its own to probe: it is asked over NATS
             continue
         url = health_url(svc)
         parts = urlsplit(url)
@@ -587,6 +603,8 @@ def test_prometheus_scrapes_every_service_where_compose_puts_it(parsed) -> None:
             targets.update(static.get("targets", []))
     for name in PIPELINE:
         port = parsed[name].metrics_port
+        if port == 0:  # the retarget workers: no /metrics
+            continue
         assert {f"127.0.0.1:{port}", f"localhost:{port}"} & targets, f"prometheus.yml does not scrape {name} :{port}"
 
 

@@ -282,3 +282,43 @@ def test_a_port_with_new_state_is_a_new_epoch_for_the_client(tmp_path, endpoint)
             assert c.rx.epoch != old_epoch and c.rx.counters.epoch_changes == 1 and c.rx.last == 19
     finally:
         port.close()
+
+
+def test_a_forgotten_consumer_no_longer_holds_the_log_and_a_rewind_keeps_what_it_asks_for(
+        tmp_path, endpoint, monkeypatch) -> None:
+    """FORGET(name) from another consumer (a retarget worker whose performers were taken over from
+    a dead one) drops that consumer's entry: the log is trimmed past it. A consumer that rewinds
+    (HELLO below its last ACK) holds the log from there again, and gets those frames again."""
+    import mocapline.core.fanout as fanout
+
+    monkeypatch.setattr(fanout, "PERSIST_INTERVAL_S", 0.0)
+    port = Port(tmp_path / "port", endpoint, segment_bytes=4096)
+    try:
+        port.produce(range(10))
+        with MocapClient(ClientSettings(endpoint, name="dead")) as dead:
+            assert collect(dead, 10) == [1000 + i for i in range(10)]
+        live = MocapClient(ClientSettings(endpoint, name="live"))
+        port.produce(range(10, 400))
+        assert collect(live, 390)[-1] == 1399
+        live.commit()
+        time.sleep(0.5)
+        with port.lock:
+            assert port.log.first_seq() <= 10  # held for "dead"
+        live.rx.rewind(299)  # as a worker taking over does: rewind, then forget the dead one
+        assert live.rx.forget("live") and live.rx.forget("dead")  # (itself: refused)
+        deadline = time.monotonic() + 10
+        while "dead" in port.sender.snapshot()["consumers"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(port.sender.snapshot()["consumers"]) == {"live"}
+        assert collect(live, 10) == [1300 + i for i in range(10)]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with port.lock:
+                oldest = port.log.first_seq()
+            if oldest > 10:
+                break
+            time.sleep(0.05)
+        assert 10 < oldest <= 300, oldest  # trimmed past "dead", not past the rewind
+        live.close()
+    finally:
+        port.close()

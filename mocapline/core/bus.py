@@ -43,8 +43,11 @@ COMMANDS = ("status", "reset", "drain", "shutdown")
 _BACKLOG = 1000
 
 
+HEARTBEAT_PREFIX = f"{PREFIX}.heartbeat."  # + the service, e.g. "retarget.w1" for a worker (two tokens)
+
+
 def heartbeat_subject(service: str) -> str:
-    return f"{PREFIX}.heartbeat.{service}"
+    return HEARTBEAT_PREFIX + service
 
 
 def control_subject(service: str) -> str:
