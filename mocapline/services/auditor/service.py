@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mocapline.core.bus import GAPS_SUBJECT, HEARTBEAT_PREFIX, VERDICT_SUBJECT, Bus, ControlRequest
+from mocapline.core.bus import GAPS_SUBJECT, HEARTBEAT_PREFIX, VERDICT_SUBJECT, Bus, ControlRequest, performer_token
 from mocapline.core.ledger import SequenceLedger, combine
 from mocapline.core.lifecycle import (
     add_service_arguments,
@@ -166,7 +166,10 @@ class Auditor:
                 if req.cmd == "shutdown":
                     stop.set()
             if time.monotonic() >= next_verdict and not self.drained:
-                bus.publish(VERDICT_SUBJECT, self.judge())
+                verdict = self.judge()
+                bus.publish(VERDICT_SUBJECT, verdict)
+                for key, per in (verdict.get("performers") or {}).items():
+                    bus.publish(f"{VERDICT_SUBJECT}.{performer_token(key)}", {"performer": key, **per})
                 next_verdict = time.monotonic() + interval
             stop.wait(0.02)
 
@@ -203,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     auditor = Auditor(side, start_metrics("auditor", settings.metrics_port, settings.metrics_host))
     bus = Bus(settings.nats, "auditor", lambda: {"verdict": auditor.verdict.get("unique_frames_conserved")})
     bus.subscribe(f"{HEARTBEAT_PREFIX}>", auditor.on_heartbeat)
-    bus.subscribe(GAPS_SUBJECT, auditor.on_gap)
+    bus.subscribe(f"{GAPS_SUBJECT}.>", auditor.on_gap)  # every performer's
     if side is not None:
         side.start()
     bus.start()
