@@ -18,9 +18,10 @@ from helpers import wait_until
 
 from mocapline.client import ClientSettings, MocapClient
 from mocapline.core.assign import Claim, Registry
+from mocapline.services.auditor.audit import with_workers
 from mocapline.services.retarget.worker import deal, rebalance
 from mocapline.tools.emitter.emitter import TakePlan, emit_take
-from mocapline.tools.pipeline.stack import Stack, local_config
+from mocapline.tools.pipeline.stack import Stack, format_table, local_config
 
 RATE = 120.0
 FRAMES = 840  # 7 s at 120 Hz
@@ -50,6 +51,25 @@ def test_rebalance_moves_the_surplus_to_the_least_loaded_with_few_moves() -> Non
     assert rebalance({0: "a", 1: "a", 2: "a", 3: "b"}, ["a", "b", "c"]) == {2: "c"}
     assert rebalance({0: "a", 1: "a", 2: "b"}, ["a", "b"]) == {}
     assert rebalance({}, ["a"]) == {} and rebalance({0: "a"}, []) == {}
+
+
+def test_the_workers_heartbeats_make_the_retarget_line_and_say_who_owns_what() -> None:
+    """Each worker reports the performers it owns, their counts carried over from earlier owners:
+    the ledger's retarget line is their sum (frames counted once), the table lists the workers."""
+    def beat(owned: dict[str, int], own_frames: int, takeovers: int = 0) -> dict[str, Any]:
+        return {"gmr_processed": own_frames, "frames_in": own_frames, "robot_frames_sent": own_frames,
+                "ik_failed": 0, "pending": 0, "performers": {k: {"gmr_processed": n, "frames_in": n,
+                                                                 "robot_frames_sent": n} for k, n in owned.items()},
+                "worker": {"owned": [int(k) for k in owned], "takeovers": takeovers}}
+    # w2 took performer 1 over at 100 frames and has redone 20 of them since (resends)
+    services = {"capture": {}, "retarget.w1": beat({"0": 300}, 300), "retarget.w2": beat({"1": 300}, 220, 1)}
+    ret = with_workers(services)["retarget"]
+    assert ret["gmr_processed"] == 600 and ret["performers"]["1"]["gmr_processed"] == 300
+    assert ret["workers"] == {"w1": {"owned": [0], "frames": 300, "takeovers": 0},
+                              "w2": {"owned": [1], "frames": 220, "takeovers": 1}}
+    table = format_table(with_workers(services))
+    assert "  w1: performers 0, 300 frames" in table and "  w2: performers 1, 220 frames, 1 taken over" in table
+    assert with_workers({"retarget": {"gmr_processed": 5}}) == {"retarget": {"gmr_processed": 5}}
 
 
 def test_a_member_stays_known_after_its_announcement_expires(jetstream_nats) -> None:
