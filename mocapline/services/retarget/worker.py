@@ -125,7 +125,7 @@ class WorkerLoop:
         self.claims: dict[int, tuple[Claim, int]] = {}
         self.live: dict[str, dict[str, Any]] = {}
         self.releasing: dict[int, str] = {}  # owned performers being handed over -> to whom
-        self.handed: dict[int, tuple[str, int]] = {}  # handed over -> (new owner, resume position)
+        self.handed: dict[int, tuple[str, int]] = {}  # handed over, not yet adopted -> (new owner, resume)
         self.joined = False  # a member in NATS (``w.<name>``)
         self.handovers = 0
         self.forgotten = 0
@@ -207,8 +207,9 @@ class WorkerLoop:
         now = time.monotonic()
         if now >= self._announce_at:
             self._announce_at = now + ANNOUNCE_S
-            self.registry.announce(self.name, {"endpoint": self.endpoint, "performers": sorted(self.owned)})
-            if not self.joined:
+            announced = self.registry.announce(self.name, {"endpoint": self.endpoint,
+                                                           "performers": sorted(self.owned)})
+            if announced and not self.joined:  # (a member not announced would look dead to the others)
                 self.joined = self.registry.join(self.name)
         if now >= self._sync_at:
             self._sync_at = now + SYNC_S
@@ -293,8 +294,9 @@ class WorkerLoop:
         for k in claims:
             self.seen.pop(k, None)
             self.first_seq.pop(k, None)
-        for k, (to, _) in list(self.handed.items()):  # held until the new owner has adopted it
-            if to not in live or k in live[to].get("performers", ()) or k not in claims or claims[k][0].owner != to:
+        for k in list(self.handed):  # held until an owner has adopted it (the new one, or a taker-over)
+            owner = claims[k][0].owner if k in claims else None
+            if owner is None or (owner in live and k in live[owner].get("performers", ())):
                 del self.handed[k]
         for k, (claim, revision) in claims.items():  # mine in NATS, not here: after my restart
             if claim.owner == self.name and k not in self.owned:
