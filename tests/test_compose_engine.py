@@ -48,9 +48,9 @@ FINAL_FIELD = {"capture": "source_unique_frames", "retarget": "gmr_processed", "
                "viewer": "viewer_applied"}
 # the take: several performers at Axis' 60 Hz, retarget as three workers sharing them
 PERFORMERS = 3
-FRAMES = 1200  # per performer
+FRAMES = 1500  # per performer (25 s)
 FIRST_INDEX = 1000
-WORKERS = 3
+WORKERS = 3  # two at `up`, the third added while the take runs
 # Printed at the end: how long each phase took (a cold run builds everything).
 TIMINGS: dict[str, float] = {}
 
@@ -290,39 +290,47 @@ def build(workdir: Path) -> Stack:
     return stack
 
 
-def healthy(stack: Stack) -> bool:
+def healthy(stack: Stack, workers: int = WORKERS) -> bool:
     """Every healthchecked container healthy, all retarget replicas among them."""
     rows = stack.containers()
     return (all(rows.get(s, {}).get("Health") == "healthy" for s in HEALTHCHECKED)
-            and len(rows["retarget"]) == WORKERS
+            and len(rows["retarget"]) == workers
             and all(r.get("Health") == "healthy" for r in rows["retarget"]))
 
 
 def up(stack: Stack) -> None:
-    with timed(f"docker compose up -d --scale retarget={WORKERS}, until healthy"):
-        stack("up", "-d", "--scale", f"retarget={WORKERS}", timeout=300)
-        poll("every container healthy", lambda: healthy(stack), timeout=240, interval=2)
-    print(f"engine test: healthy: {', '.join(HEALTHCHECKED)} ({WORKERS} retarget workers)")
+    with timed(f"docker compose up -d --scale retarget={WORKERS - 1}, until healthy"):
+        stack("up", "-d", "--scale", f"retarget={WORKERS - 1}", timeout=300)
+        poll("every container healthy", lambda: healthy(stack, WORKERS - 1), timeout=240, interval=2)
+    print(f"engine test: healthy: {', '.join(HEALTHCHECKED)} ({WORKERS - 1} retarget workers)")
 
 
 def take_through_crashes(stack: Stack, expected: int) -> None:
-    """While the emitter plays the take: a crash of a retarget worker (docker restarts its
-    container, under a new worker name: its performers are taken over) and of the capture process
-    (its supervisor restarts it on the sockets it holds)."""
+    """While the emitter plays the take: a third retarget worker added (`--scale retarget=3`: the
+    others hand it a performer), then a crash of a retarget worker (docker restarts its container,
+    under a new worker name: its performers are taken over) and of the capture process (its
+    supervisor restarts it on the sockets it holds)."""
     port = stack.port("CAPTURE_METRICS_PORT")
 
     def unique() -> float:
         return metric(port, "mocapline_source_unique_frames_total") or 0
 
     with timed("the take, with a retarget container and a capture process SIGKILLed"):
-        poll("capture receiving the emitter's take", lambda: unique() >= 200 * PERFORMERS, timeout=60, interval=0.2)
+        poll("capture receiving the emitter's take", lambda: unique() >= 100 * PERFORMERS, timeout=60, interval=0.2)
         assert stack.containers()["emitter"]["State"] == "running"
+        stack("up", "-d", "--no-deps", "--no-recreate", "--scale", f"retarget={WORKERS}", "retarget", timeout=120)
+        handed = poll("a performer handed over to the new worker", lambda: [
+            ln for ln in stack.logs("retarget").splitlines() if "handed over to" in ln], timeout=60, interval=1)
+        joined_at = unique() / PERFORMERS
+        assert stack.containers()["emitter"]["State"] == "running", "the take ended before the hand-over"
         stack.crash("retarget")
-        poll("capture past 500 frames", lambda: unique() >= 500 * PERFORMERS, timeout=60, interval=0.2)
+        poll("capture 150 frames further", lambda: unique() >= (joined_at + 150) * PERFORMERS, timeout=60,
+             interval=0.2)
         killed = stack("exec", "-T", "capture", "python", "-c", KILL_CAPTURE).strip()
         assert stack.containers()["emitter"]["State"] == "running", "the take ended before the crashes"
-        print("engine test: SIGKILLed a retarget worker container's process at >= 200 frames a performer and "
-              f"capture (pid {killed} in its container) at >= 500")
+        print(f"engine test: scaled retarget to {WORKERS} at >= 100 frames a performer ({handed[0].strip()}); "
+              f"SIGKILLed a retarget worker container's process at {joined_at:.0f} and capture (pid {killed} in its "
+              "container) 150 frames later")
         emitter = poll("the emitter to finish the take", lambda: stack.containers()["emitter"], timeout=120,
                        interval=1, until=lambda c: c["State"] == "exited")
         assert emitter["ExitCode"] == 0, stack.logs("emitter")
@@ -339,7 +347,8 @@ def conserved_ledger(stack: Stack, expected: int) -> dict[str, Any]:
     for key, value in ledger.items():
         print(f"  {key:<26} {json.dumps(value)}")
     assert ledger["source_missing_indices"] == 0 and ledger["unique_frames_conserved"] == 1
-    assert ledger["zmq_sent"] == expected
+    assert ledger["zmq_sent"] == expected and ledger["gmr_processed"] == expected
+    assert ledger["bridged_frames"] == 0, "the streamer bridged frames: some were never retargeted"
     # conserved per performer, each in one piece
     assert sorted(ledger["performers"]) == [str(k) for k in range(PERFORMERS)]
     for key, per in ledger["performers"].items():

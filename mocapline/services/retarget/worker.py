@@ -290,6 +290,9 @@ class WorkerLoop:
         live, claims = self.registry.workers(), self.registry.claims()
         if live is None or claims is None or self.name not in live:
             return
+        if not self.rx.welcomed:  # capture's epoch unknown yet: a stored position cannot be resumed from
+            self.live = live
+            return
         self.live, self.claims = live, claims
         for k in claims:
             self.seen.pop(k, None)
@@ -302,16 +305,20 @@ class WorkerLoop:
             if claim.owner == self.name and k not in self.owned:
                 self.adopt(k, claim, revision)
         orphans = [k for k, (claim, _) in claims.items() if claim.owner not in live]
-        unowned = sorted({*orphans, *self.seen})
-        if not unowned:
+        if orphans or self.seen:
+            self.claim_unowned(live, claims, orphans)
+        else:
             self.settle(claims)
-            return
+
+    def claim_unowned(self, live: dict[str, dict[str, Any]], claims: dict[int, tuple[Claim, int]],
+                      orphans: list[int]) -> None:
+        """Claim the new performers and orphans the deal gives me (compare-and-set), and adopt them."""
         load = {w: 0 for w in live}
         for claim, _ in claims.values():
             if claim.owner in load:
                 load[claim.owner] += 1
         dealt = deal(sorted(self.seen), orphans, load)
-        for k in unowned:
+        for k in sorted({*orphans, *self.seen}):
             if dealt.get(k) != self.name:  # (a dealt worker that hangs stops announcing: then an orphan)
                 continue
             old = claims.get(k)
