@@ -767,12 +767,13 @@ def local_env(nats_url: str) -> dict[str, str]:
 
 
 @pytest.mark.integration
-def test_the_pipeline_services_start_with_the_compose_environment(nats_server, tmp_path) -> None:
+def test_the_pipeline_services_start_with_the_compose_environment(jetstream_nats, tmp_path) -> None:
     from mocapline.core.bus import request
     from mocapline.services.auditor.audit import audit
     from mocapline.tools.emitter.emitter import TakePlan, emit_take
     from mocapline.tools.pipeline.procs import Service
 
+    nats_server = jetstream_nats  # the compose NATS runs with JetStream (the workers' assignment)
     env = local_env(nats_server.url)
     model, unset = load_compose(COMPOSE, env)
     assert not unset
@@ -781,7 +782,11 @@ def test_the_pipeline_services_start_with_the_compose_environment(nats_server, t
     logs = {}
 
     def ask(name: str, cmd: str, timeout: float = 5.0) -> dict[str, Any]:
+        if name == "retarget":  # a worker, on NATS under the name it chose (the healthcheck reads it too)
+            name = "retarget." + (tmp_path / "mocapline-retarget-worker").read_text()
         return asyncio.run(request(nats_server.url, name, cmd, timeout=timeout))
+
+    envs: dict[str, dict[str, str]] = {}
 
     try:
         for name in ("auditor", "capture", "retarget", "streamer", "viewer"):
@@ -794,6 +799,8 @@ def test_the_pipeline_services_start_with_the_compose_environment(nats_server, t
             if "MOCAPLINE_STATE_DIR" in penv:  # each container has its own volume there
                 assert penv["MOCAPLINE_STATE_DIR"] == "/var/lib/mocapline", name
                 penv["MOCAPLINE_STATE_DIR"] = str(tmp_path / "state" / name)
+            penv["TMPDIR"] = str(tmp_path)  # the container's own /tmp (the worker writes its name there)
+            envs[name] = penv
             logs[name] = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - closed after the run
             proc = Service(argv[1], argv[2:], {})
             proc.proc = subprocess.Popen([sys.executable, "-m", "mocapline.cli", *argv[1:]], env=penv,
@@ -821,7 +828,7 @@ def test_the_pipeline_services_start_with_the_compose_environment(nats_server, t
             test = svcs[name]["healthcheck"]["test"]
             assert test[0] == "CMD"
             argv = [sys.executable if test[1] == "python" else test[1], *test[2:]]
-            check = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            check = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=envs[name])
             assert check.returncode == 0, f"{name} healthcheck failed: {check.stderr}"
 
         # Linked: a take sent to the compose ports goes through every stage and is conserved.
