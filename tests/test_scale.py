@@ -72,6 +72,23 @@ def test_the_workers_heartbeats_make_the_retarget_line_and_say_who_owns_what() -
     assert with_workers({"retarget": {"gmr_processed": 5}}) == {"retarget": {"gmr_processed": 5}}
 
 
+def test_the_auditor_takes_worker_heartbeats_and_forgets_a_silent_worker(monkeypatch) -> None:
+    import mocapline.services.auditor.service as auditor_service
+    from mocapline.core.metrics import ServiceMetrics
+
+    clock = [100.0]
+    monkeypatch.setattr(auditor_service.time, "monotonic", lambda: clock[0])
+    auditor = auditor_service.Auditor(None, ServiceMetrics("auditor"))
+    beat = {"gmr_processed": 5, "performers": {"0": {"gmr_processed": 5}}, "worker": {"owned": [0]}}
+    auditor.on_heartbeat("mocapline.heartbeat.retarget.w1", beat)
+    auditor.on_heartbeat("mocapline.heartbeat.retarget.w2", {**beat, "worker": {"owned": [1]}})
+    assert set(auditor.snapshot()["services"]) == {"retarget.w1", "retarget.w2"}
+    clock[0] += auditor_service.WORKER_GONE_S + 1  # w2 falls silent (killed)
+    auditor.on_heartbeat("mocapline.heartbeat.retarget.w1", beat)
+    assert set(auditor.snapshot()["services"]) == {"retarget.w1"}
+    assert auditor.judge()["retarget_workers"] == {"w1": {"owned": [0], "frames": 5, "takeovers": 0}}
+
+
 def test_a_member_stays_known_after_its_announcement_expires(jetstream_nats) -> None:
     reg = Registry(jetstream_nats.url, worker_ttl_s=1.0)
     try:
