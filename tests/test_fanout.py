@@ -322,3 +322,46 @@ def test_a_forgotten_consumer_no_longer_holds_the_log_and_a_rewind_keeps_what_it
         live.close()
     finally:
         port.close()
+
+
+def test_a_repeated_first_hello_gets_the_same_welcome_and_each_welcome_echoes_its_hello(tmp_path, endpoint) -> None:
+    """A new consumer whose first HELLO is repeated before the WELCOME arrives (its sender was
+    down, or slow) gets the same start twice, not "where the others are" the second time; every
+    WELCOME names the HELLO seq it answers, so a consumer that rewound since can tell a stale one."""
+    from mocapline.core.reliable import HELLO, WELCOME, decode_control, encode_control
+
+    port = Port(tmp_path / "port", endpoint)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    ahead = MocapClient(ClientSettings(endpoint, name="ahead"))
+    try:
+        port.produce(range(100))
+        assert collect(ahead, 100)[-1] == 1099
+        ahead.commit()
+        time.sleep(0.3)  # its ACK is in
+        sock.connect(endpoint)
+
+        def welcome() -> tuple[int, str]:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                msg = decode_control(sock.recv_multipart()[-1]) if sock.poll(100) else None
+                if msg is not None and msg.kind == WELCOME:
+                    return msg.seq, msg.name
+            pytest.fail("no WELCOME")
+
+        hello = encode_control(HELLO, NO_EPOCH, -1, "new")
+        sock.send(hello)
+        assert welcome() == (100, "-1")  # joins where "ahead" is
+        port.produce(range(100, 200))  # "ahead" moves on meanwhile
+        assert collect(ahead, 100)[-1] == 1199
+        ahead.commit()
+        time.sleep(0.3)
+        sock.send(hello)  # its first HELLO again (as if the WELCOME had not arrived)
+        assert welcome() == (100, "-1")  # the same start, not where "ahead" is now
+        sock.send(encode_control(HELLO, port.sender.epoch, 49, "new"))  # a rewind: from 50 again
+        assert welcome() == (50, "49")
+    finally:
+        sock.close(linger=0)
+        ahead.close()
+        ctx.term()
+        port.close()

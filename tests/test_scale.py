@@ -230,3 +230,42 @@ def test_workers_joining_mid_take_get_their_share_and_nothing_is_lost_or_reorder
         check_retarget_ledger(stack.drain())
     finally:
         stack.stop()
+
+
+@pytest.mark.integration
+def test_a_worker_started_while_capture_is_down_takes_over_only_once_capture_answers(tmp_path: Path) -> None:
+    """Capture and a worker die together and a new worker starts before capture is back: the dead
+    worker's performers go to the newcomer (least loaded), which must not take them over before
+    capture's WELCOME tells it the epoch of the stored positions (it would not rewind: frames never
+    retargeted). Every performer still arrives complete and in order."""
+    config = local_config(viewer=False, input_fps=RATE, output_fps=RATE, log_dir=tmp_path / "logs",
+                          state_dir=tmp_path / "state", fsync="never", retarget_workers=2)
+    stack = Stack(config)
+    stack.start()
+    try:
+        stack.wait_ready(60)
+        plan = TakePlan(frames=FRAMES, first_index=FIRST, performers=PERFORMERS)
+        emitter = threading.Thread(target=emit_take, args=(plan, [("127.0.0.1", config.main_port)]),
+                                   kwargs={"rate_hz": RATE}, daemon=True)
+        emitter.start()
+        done: list[int] = []
+
+        def crash_at_one_second(received: int) -> None:
+            if not done and received >= int(RATE) * PERFORMERS:
+                stack.services["capture"].kill()  # (the stack holds its UDP socket: datagrams wait)
+                stack.services["retarget.w2"].kill()
+                stack.add_worker("w3")
+                wait_until(lambda: "w3" in stack.ask("retarget.w1", "status")["worker"]["live_workers"], 30,
+                           interval=0.2, what="w3 announced")
+                time.sleep(4)  # w2's announcement expires (3 s): its performers are dealt to w3
+                stack.restart("capture")
+                done.append(received)
+
+        got = collect(config.output_port, emitter, crash_at_one_second)
+        assert done, "the take ended before the crash"
+        check_complete_and_in_order(got)
+        w3 = stack.ask("retarget.w3", "status")["worker"]
+        assert w3["takeovers"] >= 1 and w3["owned"], w3
+        check_retarget_ledger(stack.drain())
+    finally:
+        stack.stop()

@@ -298,6 +298,8 @@ class FanoutSender:
             start = seq + 1
             if new:  # known to the consumer, not to this table (it was lost): count from here
                 c.joined = start
+        elif not new and epoch == NO_EPOCH and c.acked < c.joined:
+            start = c.joined  # its first HELLO again (the WELCOME not there yet): the same answer
         else:  # new, or it knows another sender: the oldest frame nobody has taken
             start = max(self._taken(exclude=c), oldest)
             if epoch != NO_EPOCH:
@@ -313,7 +315,8 @@ class FanoutSender:
             c.high_water = c.cursor
         self._dirty = True
         try:
-            self.sock.send_multipart([route, encode_control(WELCOME, self.epoch, c.cursor)], zmq.NOBLOCK)
+            # (the HELLO's seq echoed: a consumer that has sent another HELLO since ignores this answer)
+            self.sock.send_multipart([route, encode_control(WELCOME, self.epoch, c.cursor, str(seq))], zmq.NOBLOCK)
         except zmq.ZMQError:  # gone again (or its queue full): its next HELLO is answered
             self._forget_route(c)
             return

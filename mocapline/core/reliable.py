@@ -299,6 +299,7 @@ class ReliableReceiver:
         # The highest seq the caller allows to be acknowledged (None: everything handed out). A
         # retarget worker acknowledges capture only what the streamer already holds (core/assign.py).
         self.ack_cap: Callable[[], int] | None = None
+        self._hello_seq = last  # the seq of the last HELLO sent (a fan-out's WELCOME echoes the one it answers)
         self._hello()
 
     def _send_control(self, kind: int, seq: int | None = None, name: str | None = None) -> bool:
@@ -311,7 +312,9 @@ class ReliableReceiver:
 
     def _hello(self) -> None:
         # with a cap, HELLO says what is finished, not merely received: the sender resends the rest
-        self._send_control(HELLO, None if self.ack_cap is None else min(self.last, self.ack_cap()))
+        seq = self.last if self.ack_cap is None else min(self.last, self.ack_cap())
+        if self._send_control(HELLO, seq):
+            self._hello_seq = seq
         self.counters.hellos += 1
         self._hello_at = time.monotonic()
 
@@ -400,8 +403,11 @@ class ReliableReceiver:
 
     def _on_control(self, body: bytes) -> None:
         msg = decode_control(body)
-        if msg is not None and msg.kind == WELCOME:
-            self._welcome(msg.epoch, msg.seq)
+        if msg is None or msg.kind != WELCOME:
+            return
+        if msg.name.lstrip("-").isdigit() and int(msg.name) != self._hello_seq:
+            return  # the answer to an older HELLO (one before a rewind): the answer to the last one follows
+        self._welcome(msg.epoch, msg.seq)
 
     def _welcome(self, epoch: bytes, next_seq: int) -> None:
         if epoch != self.epoch:
