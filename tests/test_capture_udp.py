@@ -99,3 +99,29 @@ def test_xsens_source_over_udp(capture_factory) -> None:
     assert ledger["rejected_datagrams"] == 1
     np.testing.assert_allclose(frames[0].positions, positions, atol=1e-6)
     np.testing.assert_allclose(frames[0].quaternions, quats, atol=1e-6)
+
+
+def test_sigterm_stops_a_capture_whose_consumer_is_gone(capture_factory) -> None:
+    """Plain link, its consumer gone: the sends block (PUSH never drops), yet SIGTERM stops capture
+    at once with its final counts, instead of waiting for the SIGKILL that follows."""
+    import json
+    import signal
+    import subprocess
+
+    from helpers import wait_until
+
+    cap = capture_factory(1, ["--exit-on-idle", "0"])
+    emit_take(TakePlan(frames=20, first_index=100), cap.dests(), rate_hz=500)
+    got = wait_until(lambda: cap.rx.recv(200), 10, what="a frame from capture")
+    assert got is not None
+    cap.rx.socket.close(linger=0)  # the consumer goes away; capture's PUSH has no peer now
+    emit_take(TakePlan(frames=200, first_index=120), cap.dests(), rate_hz=1000)
+    cap.proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = cap.proc.communicate(timeout=5)  # not the hang: a SIGKILL would come after 10 s
+    except subprocess.TimeoutExpired:
+        pytest.fail("capture ignored SIGTERM while its output had no consumer")
+    assert cap.proc.returncode == 0, err
+    final = json.loads(out.strip().splitlines()[-1])
+    assert final["source_unique_frames"] == 220
+    assert "had no consumer" in err

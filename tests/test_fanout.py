@@ -282,3 +282,86 @@ def test_a_port_with_new_state_is_a_new_epoch_for_the_client(tmp_path, endpoint)
             assert c.rx.epoch != old_epoch and c.rx.counters.epoch_changes == 1 and c.rx.last == 19
     finally:
         port.close()
+
+
+def test_a_forgotten_consumer_no_longer_holds_the_log_and_a_rewind_keeps_what_it_asks_for(
+        tmp_path, endpoint, monkeypatch) -> None:
+    """FORGET(name) from another consumer (a retarget worker whose performers were taken over from
+    a dead one) drops that consumer's entry: the log is trimmed past it. A consumer that rewinds
+    (HELLO below its last ACK) holds the log from there again, and gets those frames again."""
+    import mocapline.core.fanout as fanout
+
+    monkeypatch.setattr(fanout, "PERSIST_INTERVAL_S", 0.0)
+    port = Port(tmp_path / "port", endpoint, segment_bytes=4096)
+    try:
+        port.produce(range(10))
+        with MocapClient(ClientSettings(endpoint, name="dead")) as dead:
+            assert collect(dead, 10) == [1000 + i for i in range(10)]
+        live = MocapClient(ClientSettings(endpoint, name="live"))
+        port.produce(range(10, 400))
+        assert collect(live, 390)[-1] == 1399
+        live.commit()
+        time.sleep(0.5)
+        with port.lock:
+            assert port.log.first_seq() <= 10  # held for "dead"
+        live.rx.rewind(299)  # as a worker taking over does: rewind, then forget the dead one
+        assert live.rx.forget("live") and live.rx.forget("dead")  # (itself: refused)
+        deadline = time.monotonic() + 10
+        while "dead" in port.sender.snapshot()["consumers"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(port.sender.snapshot()["consumers"]) == {"live"}
+        assert collect(live, 10) == [1300 + i for i in range(10)]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with port.lock:
+                oldest = port.log.first_seq()
+            if oldest > 10:
+                break
+            time.sleep(0.05)
+        assert 10 < oldest <= 300, oldest  # trimmed past "dead", not past the rewind
+        live.close()
+    finally:
+        port.close()
+
+
+def test_a_repeated_first_hello_gets_the_same_welcome_and_each_welcome_echoes_its_hello(tmp_path, endpoint) -> None:
+    """A new consumer whose first HELLO is repeated before the WELCOME arrives (its sender was
+    down, or slow) gets the same start twice, not "where the others are" the second time; every
+    WELCOME names the HELLO seq it answers, so a consumer that rewound since can tell a stale one."""
+    from mocapline.core.reliable import HELLO, WELCOME, decode_control, encode_control
+
+    port = Port(tmp_path / "port", endpoint)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    ahead = MocapClient(ClientSettings(endpoint, name="ahead"))
+    try:
+        port.produce(range(100))
+        assert collect(ahead, 100)[-1] == 1099
+        ahead.commit()
+        time.sleep(0.3)  # its ACK is in
+        sock.connect(endpoint)
+
+        def welcome() -> tuple[int, str]:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                msg = decode_control(sock.recv_multipart()[-1]) if sock.poll(100) else None
+                if msg is not None and msg.kind == WELCOME:
+                    return msg.seq, msg.name
+            pytest.fail("no WELCOME")
+
+        hello = encode_control(HELLO, NO_EPOCH, -1, "new")
+        sock.send(hello)
+        assert welcome() == (100, "-1")  # joins where "ahead" is
+        port.produce(range(100, 200))  # "ahead" moves on meanwhile
+        assert collect(ahead, 100)[-1] == 1199
+        ahead.commit()
+        time.sleep(0.3)
+        sock.send(hello)  # its first HELLO again (as if the WELCOME had not arrived)
+        assert welcome() == (100, "-1")  # the same start, not where "ahead" is now
+        sock.send(encode_control(HELLO, port.sender.epoch, 49, "new"))  # a rewind: from 50 again
+        assert welcome() == (50, "49")
+    finally:
+        sock.close(linger=0)
+        ahead.close()
+        ctx.term()
+        port.close()

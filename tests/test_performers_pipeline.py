@@ -42,3 +42,17 @@ def test_gaps_in_one_performer_only_are_classified_for_it(capsys):
         assert per[key]["missing_by_path"]["main_only"] == [[1150, 1150]], key
     assert per["0"]["source_missing_indices"] == per["2"]["source_missing_indices"] == 1
     assert per["1"]["source_missing_indices"] == 5
+
+
+def test_three_performers_over_two_retarget_workers(capsys):
+    """`mocapline demo --retarget-workers 2`: each performer owned by one worker, each conserved,
+    the ledger's retarget counts each frame once and lists the workers."""
+    code, ledger = run_demo(capsys, "--performers", "3", "--retarget-workers", "2", "--frames", "240", "--rate", "240")
+    assert code == 0 and ledger["unique_frames_conserved"] == 1
+    assert ledger["gmr_processed"] == ledger["viewer_applied"] == 720
+    workers = ledger["retarget_workers"]
+    assert sorted(workers) == ["w1", "w2"]
+    assert sorted(k for w in workers.values() for k in w["owned"]) == [0, 1, 2]
+    assert sum(w["frames"] for w in workers.values()) == 720
+    for key, per in ledger["performers"].items():
+        assert per["unique_frames_conserved"] == 1 and per["gmr_processed"] == 240, key

@@ -7,7 +7,9 @@ Two buckets:
 - ``mocapline_workers`` (entries expire after ``WORKER_TTL_S``): one key per live worker, put
   every second by the worker itself, ``{"endpoint": "tcp://host:port"}`` (its RobotFrame port,
   where the streamer connects). A worker killed with -9 disappears from it within the TTL.
-- ``mocapline_performers`` (kept): one key per performer, ``p<avatar_index>`` =
+- ``mocapline_performers`` (kept): ``w.<name>`` per worker that ever joined (until the others have
+  taken over its performers and told capture to forget it: a worker that died is known here after
+  its announcement expired), and one key per performer, ``p<avatar_index>`` =
   :class:`Claim` - its owner, and its *resume position*: the capture epoch and log position
   (frame_id) through which every frame of the performer has reached the streamer, and the last
   pose (the IK's warm start for whoever continues). Writes are compare-and-set on the key's
@@ -49,6 +51,8 @@ class Claim:
     epoch: str = ""  # capture's log epoch (hex) the position belongs to; "" = none yet
     seq: int = -1  # every frame of the performer with frame_id <= seq is at the streamer
     qpos: list[float] | None = None  # the last pose solved (warm start for the next owner)
+    frames: int = 0  # the performer's frames retargeted through seq, by every owner so far (the ledger)
+    name: str = ""  # its avatar name (the height configured for it)
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -56,11 +60,19 @@ class Claim:
     @classmethod
     def decode(cls, data: bytes) -> Claim:
         d = json.loads(data)
-        return cls(str(d["owner"]), str(d.get("epoch", "")), int(d.get("seq", -1)), d.get("qpos"))
+        return cls(str(d["owner"]), str(d.get("epoch", "")), int(d.get("seq", -1)), d.get("qpos"),
+                   int(d.get("frames", 0)), str(d.get("name", "")))
 
 
 def performer_key(avatar_index: int) -> str:
     return f"p{avatar_index}"
+
+
+MEMBER_PREFIX = "w."
+
+
+def member_key(worker: str) -> str:
+    return MEMBER_PREFIX + worker
 
 
 class Registry:
@@ -174,6 +186,23 @@ class Registry:
         if revision is None:
             return self._call(self._performers.create(key, claim.encode()))
         return self._call(self._performers.update(key, claim.encode(), last=revision))
+
+    def join(self, worker: str) -> bool:
+        """Record ``worker`` as a member (kept after it dies, until ``leave``)."""
+        if not self.ready():
+            return False
+        return self._call(self._performers.put(member_key(worker), b"1")) is not None
+
+    def leave(self, worker: str) -> None:
+        if self.ready():
+            self._call(self._performers.delete(member_key(worker)))
+
+    def members(self) -> set[str] | None:
+        """Every worker that joined and has not left (live or dead); None when NATS does not answer."""
+        if not self.ready():
+            return None
+        got = self._call(self._entries(self._performers))
+        return None if got is None else {k[len(MEMBER_PREFIX):] for k in got if k.startswith(MEMBER_PREFIX)}
 
     def clear(self) -> None:
         """Forget every claim (a fresh take on a fresh capture log: tests, `mocapline up`)."""

@@ -6,8 +6,9 @@ down and sent when it returns), and control requests are queued for the service 
 between frames. When NATS is unreachable the client keeps retrying; frames keep flowing.
 
 Subjects (docs/architecture.md): ``mocapline.heartbeat.<service>`` (1 Hz JSON counters),
-``mocapline.control.<service>`` (request/reply JSON ``{"cmd": "status" | "reset" | "drain" |
-"shutdown"}``), ``mocapline.gaps``, ``mocapline.core.verdict``.
+``mocapline.performer.p<k>.<service>`` (performer k's part of them), ``mocapline.control.<service>``
+(request/reply JSON ``{"cmd": "status" | "reset" | "drain" | "shutdown"}``),
+``mocapline.gaps.p<k>`` (capture's missing ranges of performer k), ``mocapline.verdict``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import nats
 from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 
+from mocapline.core.metrics import performer_label
+
 log = logging.getLogger(__name__)
 # nats-py logs every failed connect with a traceback; the bus reports connection state itself.
 logging.getLogger("nats.aio.client").setLevel(logging.CRITICAL)
@@ -43,15 +46,35 @@ COMMANDS = ("status", "reset", "drain", "shutdown")
 _BACKLOG = 1000
 
 
+HEARTBEAT_PREFIX = f"{PREFIX}.heartbeat."  # + the service, e.g. "retarget.w1" for a worker (two tokens)
+
+
 def heartbeat_subject(service: str) -> str:
-    return f"{PREFIX}.heartbeat.{service}"
+    return HEARTBEAT_PREFIX + service
 
 
 def control_subject(service: str) -> str:
     return f"{PREFIX}.control.{service}"
 
 
-GAPS_SUBJECT = f"{PREFIX}.gaps"
+GAPS_SUBJECT = f"{PREFIX}.gaps"  # + ".p<avatar_index>": capture's missing ranges of one performer
+
+
+def performer_token(key: str | int) -> str:
+    """A performer in a subject: ``p<avatar_index>``, the same bounded set as the metrics' label
+    (indices from MAX_PERFORMER_LABELS on share ``other``; the payload still names the performer)."""
+    label = performer_label(str(key))
+    return label if label == "other" else f"p{label}"
+
+
+def gaps_subject(avatar_index: int) -> str:
+    return f"{GAPS_SUBJECT}.{performer_token(avatar_index)}"
+
+
+def performer_subject(key: str | int, service: str) -> str:
+    """One performer's part of a service's heartbeat: ``mocapline.performer.p<k>.<service>``
+    (subscribe ``mocapline.performer.p2.>`` for everything about performer 2)."""
+    return f"{PREFIX}.performer.{performer_token(key)}.{service}"
 VERDICT_SUBJECT = f"{PREFIX}.verdict"
 
 
@@ -248,6 +271,10 @@ class Bus:
             if now >= next_beat:
                 beat = {"service": self.service, "ts": time.time(), **self.heartbeat()}
                 self._outbox.append((heartbeat_subject(self.service), json.dumps(beat).encode()))
+                performers = beat.get("performers")
+                for key, part in (performers.items() if isinstance(performers, dict) else ()):
+                    body = {"service": self.service, "ts": beat["ts"], "performer": key, **part}
+                    self._outbox.append((performer_subject(key, self.service), json.dumps(body).encode()))
                 self.heartbeats_sent += 1
                 next_beat = now + self.interval_s
             while self._outbox and nc.is_connected:

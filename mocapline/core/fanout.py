@@ -59,6 +59,7 @@ from mocapline.core.header import TOPICS, MessageType
 from mocapline.core.reliable import (
     ACK,
     DEFAULT_WINDOW,
+    FORGET,
     HELLO,
     NO_EPOCH,
     WELCOME,
@@ -260,6 +261,8 @@ class FanoutSender:
                 continue
             if msg.kind == HELLO:
                 self._hello(parts[0], msg.epoch, msg.seq, msg.name or parts[0].hex())
+            elif msg.kind == FORGET:
+                self._forget(msg.name, asked_by=parts[0])
             elif msg.kind == ACK:
                 c = self._by_route.get(parts[0])
                 if c is not None:
@@ -289,10 +292,14 @@ class FanoutSender:
             if seq >= next_seq:
                 log.warning("consumer %s holds up to %d but this log ends at %d: the log lost its tail", name, seq,
                             next_seq - 1)
-            c.acked = max(c.acked, min(seq, next_seq - 1))
+            # what it holds now: lower than its last ACK when it asks for frames again (a retarget
+            # worker rewinding to a performer it takes over), and the log keeps them for it
+            c.acked = min(seq, next_seq - 1)
             start = seq + 1
             if new:  # known to the consumer, not to this table (it was lost): count from here
                 c.joined = start
+        elif not new and epoch == NO_EPOCH and c.acked < c.joined:
+            start = c.joined  # its first HELLO again (the WELCOME not there yet): the same answer
         else:  # new, or it knows another sender: the oldest frame nobody has taken
             start = max(self._taken(exclude=c), oldest)
             if epoch != NO_EPOCH:
@@ -308,12 +315,27 @@ class FanoutSender:
             c.high_water = c.cursor
         self._dirty = True
         try:
-            self.sock.send_multipart([route, encode_control(WELCOME, self.epoch, c.cursor)], zmq.NOBLOCK)
+            # (the HELLO's seq echoed: a consumer that has sent another HELLO since ignores this answer)
+            self.sock.send_multipart([route, encode_control(WELCOME, self.epoch, c.cursor, str(seq))], zmq.NOBLOCK)
         except zmq.ZMQError:  # gone again (or its queue full): its next HELLO is answered
             self._forget_route(c)
             return
         if reconnected:  # (an idle consumer's periodic HELLO is not news)
             log.info("consumer %s %s at %d", name, "joined" if new else "resumed", c.cursor)
+
+    def _forget(self, name: str, asked_by: bytes) -> None:
+        """FORGET(name) from another consumer: ``name`` is gone for good (a retarget worker whose
+        performers were taken over), its entry goes and the log stops holding frames for it. If it
+        comes back after all, its HELLO makes it a consumer again."""
+        c = self.consumers.get(name)
+        if c is None or c.route == asked_by:
+            return
+        self._forget_route(c)
+        del self.consumers[name]
+        self._dirty = True
+        log.info("consumer %s forgotten (asked by %s): %d frames no longer held for it", name,
+                 self._by_route[asked_by].name if asked_by in self._by_route else "?",
+                 max(0, self.stage_log.next_seq - c.hold))
 
     # --- bookkeeping -------------------------------------------------------------------------
 

@@ -45,7 +45,7 @@ log = logging.getLogger("mocapline.core.reliable")
 
 CONTROL = struct.Struct("<4sB16sq")
 CONTROL_MAGIC = b"MLAK"
-HELLO, ACK, WELCOME = 1, 2, 3
+HELLO, ACK, WELCOME, FORGET = 1, 2, 3, 4  # FORGET: fan-out ports only (docs/protocol.md)
 NO_EPOCH = bytes(16)
 ACK_PORT_OFFSET = 1000
 DEFAULT_WINDOW = 2048
@@ -79,7 +79,7 @@ def decode_control(body: bytes) -> Control | None:
     if not CONTROL.size <= len(body) <= CONTROL.size + MAX_NAME:
         return None
     magic, kind, epoch, seq = CONTROL.unpack_from(body)
-    if magic != CONTROL_MAGIC or kind not in (HELLO, ACK, WELCOME) or seq < -1:
+    if magic != CONTROL_MAGIC or kind not in (HELLO, ACK, WELCOME, FORGET) or seq < -1:
         return None
     try:
         name = body[CONTROL.size:].decode()
@@ -299,11 +299,12 @@ class ReliableReceiver:
         # The highest seq the caller allows to be acknowledged (None: everything handed out). A
         # retarget worker acknowledges capture only what the streamer already holds (core/assign.py).
         self.ack_cap: Callable[[], int] | None = None
+        self._hello_seq = last  # the seq of the last HELLO sent (a fan-out's WELCOME echoes the one it answers)
         self._hello()
 
-    def _send_control(self, kind: int, seq: int | None = None) -> bool:
+    def _send_control(self, kind: int, seq: int | None = None, name: str | None = None) -> bool:
         try:  # IMMEDIATE: with no sender connected this fails and the timer asks again later
-            name = self.name if kind == HELLO else ""
+            name = name if name is not None else self.name if kind == HELLO else ""
             self.control.send(encode_control(kind, self.epoch, self.last if seq is None else seq, name), zmq.NOBLOCK)
             return True
         except zmq.Again:
@@ -311,7 +312,9 @@ class ReliableReceiver:
 
     def _hello(self) -> None:
         # with a cap, HELLO says what is finished, not merely received: the sender resends the rest
-        self._send_control(HELLO, None if self.ack_cap is None else min(self.last, self.ack_cap()))
+        seq = self.last if self.ack_cap is None else min(self.last, self.ack_cap())
+        if self._send_control(HELLO, seq):
+            self._hello_seq = seq
         self.counters.hellos += 1
         self._hello_at = time.monotonic()
 
@@ -339,6 +342,12 @@ class ReliableReceiver:
             self.last = seq
             self._acked = min(self._acked, seq)
             self._hello()
+
+    def forget(self, consumer: str) -> bool:
+        """Ask a fan-out sender to drop another consumer's entry, so that its log no longer holds
+        frames for it (a retarget worker that is gone, its performers taken over); False when the
+        request could not be sent (no sender connected: ask again later)."""
+        return self.welcomed and self._send_control(FORGET, name=consumer)
 
     def recv(self, timeout_ms: int) -> Received | None:
         """The next frame of the link (each exactly once, in order), or None on timeout.
@@ -394,8 +403,11 @@ class ReliableReceiver:
 
     def _on_control(self, body: bytes) -> None:
         msg = decode_control(body)
-        if msg is not None and msg.kind == WELCOME:
-            self._welcome(msg.epoch, msg.seq)
+        if msg is None or msg.kind != WELCOME:
+            return
+        if msg.name.lstrip("-").isdigit() and int(msg.name) != self._hello_seq:
+            return  # the answer to an older HELLO (one before a rewind): the answer to the last one follows
+        self._welcome(msg.epoch, msg.seq)
 
     def _welcome(self, epoch: bytes, next_seq: int) -> None:
         if epoch != self.epoch:

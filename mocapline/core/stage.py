@@ -37,7 +37,14 @@ from mocapline.core.metrics import start as start_metrics
 from mocapline.core.segmentlog import LogConfig
 from mocapline.core.tracing import StageTracer
 from mocapline.core.tracing import setup as setup_tracing
-from mocapline.core.transport import FrameReceiver, FrameSender, FrameSink, FrameSource, lossless_socket
+from mocapline.core.transport import (
+    FrameReceiver,
+    FrameSender,
+    FrameSink,
+    FrameSource,
+    SendInterrupted,
+    lossless_socket,
+)
 
 log = logging.getLogger("mocapline.core.stage")
 
@@ -220,7 +227,7 @@ class Stage:
                 sock = plain_output(self.ctx) if plain_output else lossless_socket(self.ctx, zmq.PUSH,
                                                                                    output.endpoint, bind=True)
                 self.exits.callback(sock.close, output_linger_ms)
-                links.sink = FrameSender(sock, output.message_type, output.joint_count or 0)
+                links.sink = FrameSender(sock, output.message_type, output.joint_count or 0, stop=self.stop)
         except (zmq.ZMQError, ValueError, OSError) as exc:
             where = output.endpoint if output is not None else input.endpoint if input is not None else "?"
             raise StageError(f"cannot open {where}: {exc}") from exc
@@ -278,7 +285,12 @@ class Stage:
                 if self.status_line is not None and self.status_interval > 0 and now >= next_status:
                     print(self.status_line(counts()), file=sys.stderr, flush=True)
                     next_status = now + self.status_interval
+        except SendInterrupted as exc:
+            log.warning("stopping while the output had no consumer (%s)", exc)
         finally:
-            handler.finish()
+            try:
+                handler.finish()
+            except SendInterrupted as exc:  # (plain link: what was not sent is not sent)
+                log.warning("stopping while the output had no consumer (%s)", exc)
             print(json.dumps(self.metrics.synced(counts())), flush=True)
         return 0

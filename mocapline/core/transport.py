@@ -6,6 +6,7 @@ consumer is slow the sender blocks and latency grows; nothing is dropped.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -80,6 +81,10 @@ class FrameSource(Protocol):
     def recv(self, timeout_ms: int) -> Received | None: ...
 
 
+class SendInterrupted(Exception):
+    """A plain link's send gave up: the process is stopping and no consumer takes the frame."""
+
+
 @dataclass
 class FrameSender:
     """Sends one message type on a PUSH socket, numbering messages +1 each (END_OF_STREAM too).
@@ -91,6 +96,16 @@ class FrameSender:
     joint_count: int
     next_frame_id: int = 0
     epoch: int = field(default_factory=_random_epoch)
+    # Set when the process is stopping (SIGTERM): a send waiting for a consumer that is gone gives
+    # up (SendInterrupted) instead of holding the process until it is killed.
+    stop: threading.Event | None = None
+
+    def _send(self, parts: tuple[bytes, bytes]) -> None:
+        if self.stop is not None:
+            while not self.socket.poll(100, zmq.POLLOUT):
+                if self.stop.is_set():
+                    raise SendInterrupted(f"no consumer took frame {self.next_frame_id}")
+        self.socket.send_multipart(parts)
 
     def send(self, payload: bytes, *, capture_timestamp_us: int) -> int:
         frame_id = self.next_frame_id
@@ -103,7 +118,7 @@ class FrameSender:
             joint_count=self.joint_count,
             epoch=self.epoch,
         )
-        self.socket.send_multipart((TOPICS[self.message_type], frame))
+        self._send((TOPICS[self.message_type], frame))
         self.next_frame_id = frame_id + 1
         return frame_id
 
@@ -121,7 +136,7 @@ class FrameSender:
             joint_count=0,
             epoch=self.epoch,
         )
-        self.socket.send_multipart((TOPICS[MessageType.END_OF_STREAM], frame))
+        self._send((TOPICS[MessageType.END_OF_STREAM], frame))
         self.next_frame_id += 1  # frame_id is +1 per message, END_OF_STREAM included
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mocapline.core.bus import GAPS_SUBJECT, PREFIX, VERDICT_SUBJECT, Bus, ControlRequest
+from mocapline.core.bus import GAPS_SUBJECT, HEARTBEAT_PREFIX, VERDICT_SUBJECT, Bus, ControlRequest, performer_token
 from mocapline.core.ledger import SequenceLedger, combine
 from mocapline.core.lifecycle import (
     add_service_arguments,
@@ -30,6 +30,8 @@ from mocapline.core.options import EnvArgumentParser, port_number, settings_from
 from mocapline.core.udp import Datagram, UdpReceiver, adopt_udp, open_udp
 from mocapline.formats.axis_bvh import BvhReject, parse_header
 from mocapline.services.auditor.audit import audit
+
+WORKER_GONE_S = 10.0  # a retarget worker's heartbeat older than this is no longer counted
 
 log = logging.getLogger("mocapline.auditor")
 
@@ -102,6 +104,7 @@ class Auditor:
         self.verdict: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._services: dict[str, dict[str, Any]] = {}
+        self._heard: dict[str, float] = {}
         self._gap_reports: list[dict[str, Any]] = []
         # The stages' final counts came with a drain (`up`, `demo`, `record` hand over each
         # stage's drain answer): the verdict is final, and later heartbeats do not change it.
@@ -114,10 +117,17 @@ class Auditor:
         return {"services": services, "side": self.side.as_dict() if self.side else None}
 
     def on_heartbeat(self, subject: str, body: dict[str, Any]) -> None:
-        name = subject.rsplit(".", 1)[-1]
+        name = subject.removeprefix(HEARTBEAT_PREFIX)  # "retarget.w1" for a worker
         if name != "auditor" and not self.drained:
             with self._lock:
                 self._services[name] = body
+                self._heard[name] = time.monotonic()
+                # a retarget worker not heard from for a while is gone (killed, or restarted under
+                # a new name): its performers are someone else's now
+                for gone in [n for n, t in self._heard.items()
+                             if n.startswith("retarget.") and time.monotonic() - t > WORKER_GONE_S]:
+                    self._services.pop(gone, None)
+                    del self._heard[gone]
 
     def on_gap(self, subject: str, body: dict[str, Any]) -> None:
         with self._lock:
@@ -156,7 +166,10 @@ class Auditor:
                 if req.cmd == "shutdown":
                     stop.set()
             if time.monotonic() >= next_verdict and not self.drained:
-                bus.publish(VERDICT_SUBJECT, self.judge())
+                verdict = self.judge()
+                bus.publish(VERDICT_SUBJECT, verdict)
+                for key, per in (verdict.get("performers") or {}).items():
+                    bus.publish(f"{VERDICT_SUBJECT}.{performer_token(key)}", {"performer": key, **per})
                 next_verdict = time.monotonic() + interval
             stop.wait(0.02)
 
@@ -192,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     # the verdict, the current take's ledger, missing by class
     auditor = Auditor(side, start_metrics("auditor", settings.metrics_port, settings.metrics_host))
     bus = Bus(settings.nats, "auditor", lambda: {"verdict": auditor.verdict.get("unique_frames_conserved")})
-    bus.subscribe(f"{PREFIX}.heartbeat.*", auditor.on_heartbeat)
-    bus.subscribe(GAPS_SUBJECT, auditor.on_gap)
+    bus.subscribe(f"{HEARTBEAT_PREFIX}>", auditor.on_heartbeat)
+    bus.subscribe(f"{GAPS_SUBJECT}.>", auditor.on_gap)  # every performer's
     if side is not None:
         side.start()
     bus.start()

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from mocapline.core import durable
 from mocapline.core.bodies import GMR_BODIES
-from mocapline.core.bus import GAPS_SUBJECT, Bus
+from mocapline.core.bus import Bus, gaps_subject
 from mocapline.core.durable import DurableStage
 from mocapline.core.frames import HumanFrame
 from mocapline.core.header import MessageType
@@ -363,7 +363,7 @@ class CaptureService:
                 key = f"{performer.index}:{path}"
                 done = self._gaps_reported.get(key, 0)
                 for lo, hi in ledger.missing_ranges[done:]:
-                    bus.publish(GAPS_SUBJECT, {"service": "capture", "path": path, "range": [lo, hi],
+                    bus.publish(gaps_subject(performer.index), {"service": "capture", "path": path, "range": [lo, hi],
                                                "performer": performer.index})
                 self._gaps_reported[key] = len(ledger.missing_ranges)
 

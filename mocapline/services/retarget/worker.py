@@ -12,8 +12,17 @@ Ownership and positions live in the NATS key-value buckets of ``mocapline.core.a
   claimed by compare-and-set: a new one by ``avatar_index % workers`` (sorted by name), an orphan
   by the least loaded (``deal``), so every worker computes the same deal from the same live set
   (a worker reading slowly still gets its share; one that hangs stops announcing and its
-  performers become orphans). There is no rebalancing of owned performers
-  (a worker joining later takes new or orphaned ones).
+  performers become orphans).
+- **Rebalancing** when a worker joins (``rebalance``): once the view is settled (every performer's
+  owner live and announcing it), a worker owning more than its share hands the surplus over, one
+  hand-over at a time per performer: it stops retargeting the performer, waits until the streamer
+  has acknowledged every frame it made for it, then writes the claim over to the new owner with
+  that resume position (compare-and-set); the new owner adopts it like a takeover (rewind, stored
+  pose). One IK state at a time, nothing skipped; the old owner keeps capture's log held at that
+  position until the new owner announces the performer.
+- **Forgetting the dead**: every worker is a member (``w.<name>`` in the performers bucket). Once
+  no claim names a dead member (its performers taken over and adopted), a worker asks capture
+  to FORGET its consumer (capture's log no longer holds frames for it) and removes the member.
 - Its resume position - the capture frame_id through which all its frames are at the streamer
   (the streamer acknowledged the RobotFrames) - is written to the claim every ``SYNC_S``, and the
   worker acknowledges capture only up to the lowest position it has written (and not past the
@@ -30,7 +39,7 @@ import logging
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +75,26 @@ class Owned:
     inflight: deque[tuple[int, int]] = field(default_factory=deque)  # (capture frame_id, output frame_id)
 
 
+def rebalance(owners: dict[int, str], workers: list[str]) -> dict[int, str]:
+    """Moves (performer -> new owner) that even out the performers over ``workers`` with as few
+    moves as possible: the most loaded keep the larger shares, each keeps its lowest indices, the
+    surplus goes to the least loaded (by name on ties). Empty when balanced (counts differ by at
+    most one)."""
+    if not workers:
+        return {}
+    load = {w: sorted(k for k, o in owners.items() if o == w) for w in workers}
+    base, extra = divmod(len(owners), len(workers))
+    order = sorted(workers, key=lambda w: (-len(load[w]), w))
+    quota = {w: base + (1 if i < extra else 0) for i, w in enumerate(order)}
+    surplus = [k for w in order for k in load[w][quota[w]:]]
+    moves: dict[int, str] = {}
+    for w in sorted(workers, key=lambda w: (len(load[w]), w)):
+        for _ in range(quota[w] - len(load[w])):
+            if surplus:
+                moves[surplus.pop(0)] = w
+    return moves
+
+
 def deal(new: list[int], orphans: list[int], load: dict[str, int]) -> dict[int, str]:
     """Performers without a live owner -> live workers. A new performer goes by its index over the
     workers sorted by name (``avatar_index % n``: balanced for indices 0..N-1, and the same answer
@@ -95,6 +124,11 @@ class WorkerLoop:
         self.first_seq: dict[int, int] = {}  # ... and the frame_id of their first frame seen here
         self.claims: dict[int, tuple[Claim, int]] = {}
         self.live: dict[str, dict[str, Any]] = {}
+        self.releasing: dict[int, str] = {}  # owned performers being handed over -> to whom
+        self.handed: dict[int, tuple[str, int]] = {}  # handed over, not yet adopted -> (new owner, resume)
+        self.joined = False  # a member in NATS (``w.<name>``)
+        self.handovers = 0
+        self.forgotten = 0
         self.last_end = -1  # frame_id of the last END_OF_STREAM forwarded
         self.takeovers = 0
         self.skipped = 0
@@ -136,6 +170,8 @@ class WorkerLoop:
             msg = pb.HumanFrame.FromString(bytes(payload))
             k = msg.avatar_index
             own = self.owned.get(k)
+            if k in self.releasing:  # being handed over: the new owner continues after own.done
+                own = None
             frame = HumanFrame.from_proto(msg) if own is not None and seq > own.done else None
         except Exception as exc:  # noqa: BLE001 - counted, never fatal
             self.service.counters.decode_errors += 1
@@ -143,7 +179,7 @@ class WorkerLoop:
             return True
         if own is None:
             self.skipped += 1
-            if k not in self.claims and k not in self.seen:
+            if k not in self.claims and k not in self.seen and k not in self.owned:
                 self.seen[k] = time.monotonic()
                 self.first_seq.setdefault(k, seq)
             return False
@@ -161,6 +197,7 @@ class WorkerLoop:
         """The capture frame_id this worker may acknowledge: not past any owned performer's stored
         position, nor past the first frame of a performer nobody has claimed yet."""
         caps = [own.saved for own in self.owned.values()]
+        caps += [resume for _, resume in self.handed.values()]
         caps += [self.first_seq[k] - 1 for k in self.seen if k in self.first_seq]
         return min(caps, default=self.rx.last)
 
@@ -170,7 +207,10 @@ class WorkerLoop:
         now = time.monotonic()
         if now >= self._announce_at:
             self._announce_at = now + ANNOUNCE_S
-            self.registry.announce(self.name, {"endpoint": self.endpoint, "performers": sorted(self.owned)})
+            announced = self.registry.announce(self.name, {"endpoint": self.endpoint,
+                                                           "performers": sorted(self.owned)})
+            if announced and not self.joined:  # (a member not announced would look dead to the others)
+                self.joined = self.registry.join(self.name)
         if now >= self._sync_at:
             self._sync_at = now + SYNC_S
             self.sync_positions()
@@ -191,17 +231,44 @@ class WorkerLoop:
         for k, own in list(self.owned.items()):
             while own.inflight and own.inflight[0][1] <= delivered:
                 own.inflight.popleft()
+            if k in self.releasing:
+                if not own.inflight:  # every frame made here for it is at the streamer
+                    self.hand_over(k, own, epoch)
+                continue
             resume = own.inflight[0][0] - 1 if own.inflight else self.rx.last
             if resume <= own.saved:
                 continue
-            track = self.service.tracks.get(k)
-            qpos = None if track is None or track.qpos is None else [float(x) for x in track.qpos]
-            revision = self.registry.write(k, Claim(self.name, epoch, resume, qpos), own.revision)
+            revision = self.registry.write(k, self.claim(k, self.name, epoch, resume, len(own.inflight)),
+                                           own.revision)
             if revision is None:
                 if self._lost(k):
                     continue
             else:
                 own.revision, own.saved = revision, resume
+
+    def claim(self, k: int, owner: str, epoch: str, resume: int, unconfirmed: int) -> Claim:
+        """Performer ``k``'s claim at ``resume``: its last pose, and its frames retargeted through
+        there (those made here and not yet acknowledged by the streamer are after it)."""
+        track = self.service.tracks.get(k)
+        if track is None:
+            return Claim(owner, epoch, resume)
+        qpos = None if track.qpos is None else [float(x) for x in track.qpos]
+        return Claim(owner, epoch, resume, qpos, track.gmr_processed - unconfirmed, track.name)
+
+    def hand_over(self, k: int, own: Owned, epoch: str) -> None:
+        """Write performer ``k``'s claim over to its new owner, resuming after the last frame
+        retargeted here (compare-and-set: refused if the claim changed meanwhile)."""
+        to = self.releasing[k]
+        if self.registry.write(k, self.claim(k, to, epoch, own.done, 0), own.revision) is None:
+            if self._lost(k):
+                self.releasing.pop(k, None)
+            return
+        log.info("performer %d: handed over to %s after capture frame %d", k, to, own.done)
+        self.handovers += 1
+        self.handed[k] = (to, own.done)
+        del self.releasing[k], self.owned[k]
+        self.service.tracks.pop(k, None)
+        self._state = None
 
     def _lost(self, k: int) -> bool:
         """A write was refused: if the claim is someone else's now, let the performer go."""
@@ -214,6 +281,7 @@ class WorkerLoop:
             return False
         log.warning("performer %d is %s's now: letting it go", k, claim.owner)
         del self.owned[k]
+        self.releasing.pop(k, None)
         self.service.tracks.pop(k, None)
         self._state = None
         return True
@@ -222,30 +290,42 @@ class WorkerLoop:
         live, claims = self.registry.workers(), self.registry.claims()
         if live is None or claims is None or self.name not in live:
             return
+        if not self.rx.welcomed:  # capture's epoch unknown yet: a stored position cannot be resumed from
+            self.live = live
+            return
         self.live, self.claims = live, claims
         for k in claims:
             self.seen.pop(k, None)
             self.first_seq.pop(k, None)
+        for k in list(self.handed):  # held until an owner has adopted it (the new one, or a taker-over)
+            owner = claims[k][0].owner if k in claims else None
+            if owner is None or (owner in live and k in live[owner].get("performers", ())):
+                del self.handed[k]
         for k, (claim, revision) in claims.items():  # mine in NATS, not here: after my restart
             if claim.owner == self.name and k not in self.owned:
                 self.adopt(k, claim, revision)
         orphans = [k for k, (claim, _) in claims.items() if claim.owner not in live]
-        unowned = sorted({*orphans, *self.seen})
-        if not unowned:
-            return
+        if orphans or self.seen:
+            self.claim_unowned(live, claims, orphans)
+        else:
+            self.settle(claims)
+
+    def claim_unowned(self, live: dict[str, dict[str, Any]], claims: dict[int, tuple[Claim, int]],
+                      orphans: list[int]) -> None:
+        """Claim the new performers and orphans the deal gives me (compare-and-set), and adopt them."""
         load = {w: 0 for w in live}
         for claim, _ in claims.values():
             if claim.owner in load:
                 load[claim.owner] += 1
         dealt = deal(sorted(self.seen), orphans, load)
-        for k in unowned:
+        for k in sorted({*orphans, *self.seen}):
             if dealt.get(k) != self.name:  # (a dealt worker that hangs stops announcing: then an orphan)
                 continue
             old = claims.get(k)
             if old is None:
                 claim = Claim(self.name, self.rx.epoch.hex(), self.first_seq.get(k, 0) - 1)
             else:
-                claim = Claim(self.name, old[0].epoch, old[0].seq, old[0].qpos)
+                claim = replace(old[0], owner=self.name)
             won = self.registry.write(k, claim, None if old is None else old[1])
             if won is not None:
                 if old is not None:
@@ -254,6 +334,27 @@ class WorkerLoop:
                 self.seen.pop(k, None)
                 self.first_seq.pop(k, None)
                 self.adopt(k, claim, won)
+
+    def settle(self, claims: dict[int, tuple[Claim, int]]) -> None:
+        """With every performer owned by a live worker that announces it (no hand-over or takeover
+        under way): forget the dead members at capture, and hand my surplus over to the workers
+        below their share."""
+        live = self.live
+        if self.releasing or self.handed or any(k not in live[c.owner].get("performers", ())
+                                                for k, (c, _) in claims.items()):
+            return
+        members = self.registry.members()
+        named = {c.owner for c, _ in claims.values()}
+        for dead in sorted((members or set()) - set(live) - named):
+            if self.rx.forget(f"retarget.{dead}"):
+                log.info("worker %s is gone and its performers are taken over: capture forgets it", dead)
+                self.registry.leave(dead)
+                self.forgotten += 1
+        owners = {k: c.owner for k, (c, _) in claims.items()}
+        for k, to in rebalance(owners, sorted(live)).items():
+            if owners[k] == self.name and k in self.owned:
+                log.info("performer %d: handing over to %s (rebalancing over %d workers)", k, to, len(live))
+                self.releasing[k] = to
 
     def adopt(self, k: int, claim: Claim, revision: int) -> None:
         """Own performer ``k`` from its stored position: rewind capture's stream to it if needed
@@ -265,11 +366,14 @@ class WorkerLoop:
             rx.rewind(start)
         self.owned[k] = Owned(revision, start, start)
         self._state = None
-        track = self.service.tracks.pop(k, None)
-        if claim.qpos is not None:
-            track = self.service.track(k)
-            track.qpos = np.asarray(claim.qpos, dtype=np.float64)
-            track.retargeter.reset(track.qpos)
+        self.service.tracks.pop(k, None)
+        if claim.qpos is not None or claim.frames:  # (a new performer's track starts with its first frame)
+            track = self.service.track(k, claim.name)
+            # its counts go on from the stored ones: the workers' sum per performer is the ledger's
+            track.frames_in = track.gmr_processed = track.robot_frames_sent = claim.frames if same_epoch else 0
+            if claim.qpos is not None:
+                track.qpos = np.asarray(claim.qpos, dtype=np.float64)
+                track.retargeter.reset(track.qpos)
         log.info("performer %d: mine from capture frame %d", k, start + 1)
 
     # --- the rest of the StageHandler ---
@@ -277,7 +381,9 @@ class WorkerLoop:
     def heartbeat(self) -> dict[str, Any]:
         hb = self.service.heartbeat(self.links.rx.rejects)
         hb["worker"] = {"name": self.name, "endpoint": self.endpoint, "owned": sorted(self.owned),
-                        "live_workers": sorted(self.live), "takeovers": self.takeovers, "skipped": self.skipped}
+                        "live_workers": sorted(self.live), "takeovers": self.takeovers,
+                        "handovers": self.handovers, "releasing": sorted(self.releasing),
+                        "forgotten": self.forgotten, "skipped": self.skipped}
         return hb
 
     def reset(self) -> None:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mocapline.core.bus import request_in_order
-from mocapline.services.auditor.audit import audit
-from mocapline.tools.pipeline.stack import STAGES, format_line, format_table
+from mocapline.services.auditor.audit import audit, with_workers
+from mocapline.tools.pipeline.stack import format_line, format_table
 
 # A service's log line (core/lifecycle.LOG_FORMAT) at WARNING or above.
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (\S+) (WARNING|ERROR|CRITICAL) (.*)$")
@@ -30,11 +30,16 @@ _SERVICE_SAYS = re.compile(r"^(mocapline \w+: .*)$")
 
 
 def snapshot(nats_url: str, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
-    """Every stage's counts, read downstream first (one consistent picture); {} when NATS is down."""
+    """Every stage's counts, read downstream first (one consistent picture); {} when NATS is down.
+    Retarget as workers: the streamer names the live ones (its fan-in), each is asked after it and
+    before capture, and ``retarget`` is their sum (``with_workers``)."""
     try:
-        return asyncio.run(request_in_order(nats_url, list(reversed(STAGES)), "status", timeout))
+        below = asyncio.run(request_in_order(nats_url, ["viewer", "streamer"], "status", timeout))
+        workers = [f"retarget.{w}" for w in (below.get("streamer", {}).get("fan_in") or {}).get("live", [])]
+        above = asyncio.run(request_in_order(nats_url, [*workers, "retarget", "capture"], "status", timeout))
     except Exception:  # noqa: BLE001 - the next tick asks again
         return {}
+    return with_workers({**below, **above})
 
 
 def verdict_line(stages: dict[str, dict[str, Any]]) -> str:

@@ -60,6 +60,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--log-dir", default=None, help="keep the services' logs here")
     p.add_argument("--durable", action="store_true",
                    help="durable mode (journal, ACKs, resends) with its state in a temporary folder")
+    p.add_argument("--retarget-workers", type=non_negative_int, default=0, metavar="N",
+                   help="retarget as N workers sharing the performers (implies --durable; README: Scaling retarget)")
     p.add_argument("--json", action="store_true", help="print the final ledger as one JSON object")
     return p
 
@@ -149,9 +151,11 @@ def run(stack: Stack, args: Any, guard: SignalGuard, server: AxisTcpServer | Non
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    state = tempfile.TemporaryDirectory(prefix="mocapline-demo-") if args.durable else None
+    durable = args.durable or args.retarget_workers > 0  # the workers' positions live in the logs
+    state = tempfile.TemporaryDirectory(prefix="mocapline-demo-") if durable else None
     config = demo_config(args)
     config.state_dir = Path(state.name) if state is not None else None
+    config.retarget_workers = args.retarget_workers
     stack = Stack(config)
     server = AxisTcpServer("127.0.0.1", config.axis_port) if args.transport == "tcp" else None
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 from mocapline.core.bus import nats_server_binary, request
 from mocapline.core.verdict import on_the_wire, stage_rows
-from mocapline.services.auditor.audit import audit
+from mocapline.services.auditor.audit import audit, with_workers
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.procs import (
     Service,
@@ -214,6 +214,17 @@ class Stack:
             self.services[name] = svc
             self.start_service(svc)
 
+    def add_worker(self, worker: str) -> None:
+        """One more retarget worker in a running scale-out stack (as ``retarget.w1`` is started,
+        under its own name and state folder): the others hand it its share of the performers."""
+        first = self.services[f"retarget.{self.worker_names[0]}"]
+        args = [a for a in first.args if not a.startswith(("--worker=", "--state-dir="))]
+        if self.config.state_dir is not None:
+            args.append(f"--state-dir={self.config.state_dir / f'retarget.{worker}'}")
+        svc = Service(f"retarget.{worker}", [*args, f"--worker={worker}"], first.env, command="retarget")
+        self.services[svc.name] = svc
+        self.start_service(svc)
+
     def _capture_ports(self) -> list[int]:
         """Capture's UDP ports. Over TCP the main path is the connection to Axis, and only the side
         path (when merging) is UDP."""
@@ -277,7 +288,7 @@ class Stack:
     @property
     def stage_names(self) -> list[str]:
         """The running stages in data order (retarget workers where retarget is)."""
-        workers = [f"retarget.{w}" for w in self.worker_names]
+        workers = [n for n in self.services if n.startswith("retarget.")]  # added ones too
         names = [n for s in STAGES for n in ([s] if s != "retarget" or not self.config.retarget_workers else workers)]
         return [n for n in names if n in self.services]
 
@@ -373,13 +384,11 @@ class Stack:
         """End of take: each stage flushes in order and reports its final counts."""
         finals: dict[str, dict[str, Any]] = {}
         for name in self.stage_names:
+            proc = self.services[name].proc
+            if name.startswith("retarget.") and (proc is None or proc.poll() is not None):
+                continue  # a worker that died: its performers are the others' now
             finals[name] = self.ask(name, "drain", timeout=timeout)
-        workers = {n: finals[n] for n in finals if n.startswith("retarget.")}
-        if workers:  # the ledger's retarget line: the workers together (a takeover's resends included)
-            finals["retarget"] = {key: sum(int(w.get(key) or 0) for w in workers.values())
-                                  for key in ("frames_in", "gmr_processed", "robot_frames_sent", "ik_failed")}
-            finals["retarget"]["workers"] = {n: w.get("worker", {}) for n, w in workers.items()}
-        return finals
+        return with_workers(finals)  # the ledger's retarget line: the workers together
 
     def verdict(self, finals: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The verdict from the stages' final counts and the auditor's side-path ledger. The
@@ -464,11 +473,20 @@ def format_table(beats: dict[str, dict[str, Any]]) -> str:
     lines = [f"{'stage':<9} {'in':>9} {'out':>9} {'pending':>8} {'rejected':>9}"]
     for name, a, b, c, d in stage_rows(beats):
         lines.append(f"{name:<9} {_n(a):>9} {_n(b):>9} {_n(c):>8} {_n(d):>9}")
+        if name == "retarget":
+            lines += worker_lines(beats.get("retarget", {}).get("workers") or {})
     lines.append(
         f"missing={_n(cap.get('source_missing_indices'))} duplicate={_n(cap.get('source_duplicate_indices'))} "
         f"backward={_n(cap.get('source_backward_indices'))} last_posture_index={_n(cap.get('last_posture_index'))}"
     )
     return "\n".join(lines)
+
+
+def worker_lines(workers: dict[str, dict[str, Any]]) -> list[str]:
+    """Retarget as workers: which worker owns which performers, and the frames each retargeted."""
+    return [f"  {name}: performers {','.join(map(str, w.get('owned') or [])) or '-'}, {_n(w.get('frames'))} frames"
+            + (f", {w['takeovers']} taken over" if w.get("takeovers") else "")
+            for name, w in workers.items()]
 
 
 def format_line(beats: dict[str, dict[str, Any]]) -> str:
@@ -506,6 +524,10 @@ def print_ledger(ledger: dict[str, Any], *, segments_shown: int = 3) -> None:
                 for name, led in value.items():
                     print(f"  performer {name} ({led.get('avatar_name', '')}): {led.get('state')}, unique "
                           f"{led.get('source_unique_frames')}, missing {led.get('source_missing_indices')}")
+            continue
+        if key == "retarget_workers" and isinstance(value, dict):
+            print(key)
+            print("\n".join(worker_lines(value)))
             continue
         if isinstance(value, (dict, list)):
             value = json.dumps(value)
