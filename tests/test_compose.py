@@ -26,6 +26,7 @@ import pytest
 yaml = pytest.importorskip("yaml")
 
 from mocapline.cli import COMMANDS  # noqa: E402
+from mocapline.core.metrics import AUTO_PORT  # noqa: E402
 from mocapline.core.options import ENV_PREFIX  # noqa: E402
 from mocapline.tools.pipeline.procs import free_tcp_port  # noqa: E402
 
@@ -370,11 +371,12 @@ def test_links_connect_to_what_is_bound(parsed) -> None:
 def test_retarget_scales_without_per_replica_config(services, parsed) -> None:
     """`docker compose up --scale retarget=N`: nothing on retarget is fixed per replica (no
     container name, no fixed port or metrics port); each is a worker named at start-up that binds a
-    free port and announces it; capture fans out, the streamer fans in, NATS keeps the assignment
-    (JetStream)."""
+    free port and announces it, and serves /metrics on a port the system picks (the auditor tells
+    Prometheus); capture fans out, the streamer fans in, NATS keeps the assignment (JetStream)."""
     svc, ret = services["retarget"], parsed["retarget"]
     assert "container_name" not in svc and "ports" not in svc
-    assert ret.worker == "auto" and ret.metrics_port == 0 and ret.state_dir is not None
+    assert ret.worker == "auto" and ret.metrics_port == AUTO_PORT and ret.state_dir is not None
+    assert parsed["auditor"].sd_port > 0
     assert re.fullmatch(r"tcp://127\.0\.0\.1:\*", ret.output), ret.output
     assert parsed["capture"].output_fanout and parsed["streamer"].fan_in
     assert "-js" in services["nats"]["command"]
@@ -601,9 +603,11 @@ def test_prometheus_scrapes_every_service_where_compose_puts_it(parsed) -> None:
     for job in config.get("scrape_configs", []):
         for static in job.get("static_configs", []):
             targets.update(static.get("targets", []))
+    discovered = {sd["url"] for job in config["scrape_configs"] for sd in job.get("http_sd_configs", [])}
     for name in PIPELINE:
         port = parsed[name].metrics_port
-        if port == 0:  # the retarget workers: no /metrics
+        if port == AUTO_PORT:  # the retarget workers: found through the auditor's service discovery
+            assert f"http://127.0.0.1:{parsed['auditor'].sd_port}/targets" in discovered, discovered
             continue
         assert {f"127.0.0.1:{port}", f"localhost:{port}"} & targets, f"prometheus.yml does not scrape {name} :{port}"
 

@@ -183,9 +183,11 @@ class Stack:
     def _prometheus_config(self) -> dict[str, Any]:
         config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
         for job in config["scrape_configs"]:
-            for static in job["static_configs"]:
+            for static in job.get("static_configs", []):
                 service = static["labels"]["service"]
                 static["targets"] = [f"127.0.0.1:{self.env[service.upper() + '_METRICS_PORT']}"]
+            for sd in job.get("http_sd_configs", []):
+                sd["url"] = f"http://127.0.0.1:{self.env['AUDITOR_SD_PORT']}/targets"
         return config
 
     def __call__(self, *args: str, timeout: float = 120.0, check: bool = True) -> str:
@@ -379,21 +381,26 @@ def check_viewer_page(stack: Stack) -> None:
 
 
 def check_prometheus(stack: Stack, ledger: dict[str, Any]) -> None:
-    """The Prometheus container's scrape: each stage's frames out (the retarget workers have no
-    /metrics: the auditor's ledger has them), and the auditor's ledger gauges."""
+    """The Prometheus container's scrape: each stage's frames out, every live retarget worker's
+    (found through the auditor's service discovery, labelled with the worker's name), and the
+    auditor's ledger gauges."""
     port = stack.port("PROMETHEUS_PORT")
     fields = ("source_unique_frames", "source_missing_indices", "gmr_processed", "zmq_sent", "viewer_applied")
     want = ({s: float(ledger[FINAL_FIELD[s]]) for s in STAGES if s != "retarget"},
+            {w: float(counts["frames"]) for w, counts in ledger["retarget_workers"].items()},
             {f: float(ledger[f]) for f in fields})
 
-    def scraped() -> tuple[dict[str, float], dict[str, float | None]]:
-        frames = prometheus_values(port, 'mocapline_frames_total{direction="out"}', "stage")
+    def scraped() -> tuple[dict[str, float], dict[str, float], dict[str, float | None]]:
+        frames = prometheus_values(port, 'mocapline_frames_total{direction="out",job="mocapline"}', "stage")
+        workers = prometheus_values(port, 'mocapline_frames_total{direction="out",job="mocapline-replicas"}',
+                                    "worker")
         gauges = prometheus_values(port, "mocapline_ledger", "field")
-        return frames, {f: gauges.get(f) for f in fields}
+        return frames, workers, {f: gauges.get(f) for f in fields}
 
-    frames, gauges = poll("Prometheus to scrape the ledger's counts", scraped, timeout=90, interval=2,
-                          until=lambda got: got == want)
-    print(f"engine test: Prometheus scraped frames out per stage {frames}, the auditor's ledger {gauges}")
+    frames, workers, gauges = poll("Prometheus to scrape the ledger's counts", scraped, timeout=90, interval=2,
+                                   until=lambda got: got == want)
+    print(f"engine test: Prometheus scraped frames out per stage {frames}, per retarget worker {workers}, "
+          f"the auditor's ledger {gauges}")
 
 
 def down_and_final_counts(stack: Stack, workdir: Path) -> dict[str, Any]:

@@ -44,7 +44,8 @@ class Prometheus:
         for job in config["scrape_configs"]:
             job.pop("scrape_interval", None)
             job.pop("scrape_timeout", None)
-            for static in job["static_configs"]:
+            job.pop("http_sd_configs", None)  # the replicas' discovery (tests/test_discovery.py): none here
+            for static in job.get("static_configs", []):
                 service = static["labels"]["service"]
                 static["targets"] = [f"127.0.0.1:{metrics_ports[service]}"]
                 retargeted.add(service)

@@ -356,6 +356,7 @@ class ServiceMetrics:
         self.end_to_end_seconds: FastHistogram | None = None
         self._histograms: list[FastHistogram] = []
         self._server: Any = None
+        self.auto_port = False  # the port was the system's choice (the heartbeat tells it)
         self._next_sync = 0.0
         self._lock = threading.Lock()
         if service in STAGES:
@@ -418,16 +419,22 @@ class ServiceMetrics:
         if not port:
             return False
         try:
-            self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+            self._server, _thread = start_http_server(max(port, 0), addr=host, registry=self.registry)
         except OSError as exc:
             log.warning("metrics: cannot serve on %s:%d (%s); /metrics is off", host, port, exc)
             return False
-        log.info("metrics on http://%s:%d/metrics", host, port)
+        self.auto_port = port == AUTO_PORT
+        log.info("metrics on http://%s:%d/metrics", host, self.port)
         return True
 
     @property
     def serving(self) -> bool:
         return self._server is not None
+
+    @property
+    def port(self) -> int | None:
+        """The port /metrics is served on (None: off)."""
+        return None if self._server is None else int(self._server.server_port)
 
     def close(self) -> None:
         if self._server is not None:
@@ -522,10 +529,20 @@ class ServiceMetrics:
             self._gauges[f"ledger:{name}"].set(float("nan") if value is None else value)
 
 
+AUTO_PORT = -1  # --metrics-port auto: a free port the system picks, told in the heartbeat
+
+
+def metrics_port(text: str) -> int:
+    """A --metrics-port value: a port number, 0 (off) or ``auto`` (AUTO_PORT)."""
+    return AUTO_PORT if text.strip().lower() == "auto" else port_number(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser, service: str) -> None:
     """--metrics-port / --metrics-host for a service (env MOCAPLINE_METRICS_PORT / _HOST)."""
-    parser.add_argument("--metrics-port", type=port_number, default=DEFAULT_PORTS[service],
-                        help="port of the Prometheus /metrics endpoint; 0 = off")
+    parser.add_argument("--metrics-port", type=metrics_port, default=DEFAULT_PORTS[service],
+                        help="port of the Prometheus /metrics endpoint; 0 = off; auto = a free port the system "
+                             "picks, told in the heartbeat as metrics_port (scaled replicas, which Prometheus "
+                             "finds through the auditor's --sd-port)")
     parser.add_argument("--metrics-host", default=DEFAULT_HOST, help="address of the /metrics endpoint")
 
 

@@ -237,6 +237,8 @@ class Stage:
 
     def heartbeat(self, handler: StageHandler) -> dict[str, Any]:
         hb = handler.heartbeat()
+        if self.metrics.auto_port:  # where Prometheus finds this replica (the auditor's --sd-port)
+            hb["metrics_port"] = self.metrics.port
         stage = self.links.durable
         if stage is not None and "durable" not in hb:
             hb["durable"] = stage.snapshot()

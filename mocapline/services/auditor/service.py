@@ -30,6 +30,7 @@ from mocapline.core.options import EnvArgumentParser, port_number, settings_from
 from mocapline.core.udp import Datagram, UdpReceiver, adopt_udp, open_udp
 from mocapline.formats.axis_bvh import BvhReject, parse_header
 from mocapline.services.auditor.audit import audit
+from mocapline.services.auditor.discovery import DiscoveryServer
 
 WORKER_GONE_S = 10.0  # a retarget worker's heartbeat older than this is no longer counted
 
@@ -49,6 +50,11 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--snapshot", type=Path, default=None, help="write the final snapshot (counters used) here on exit")
     p.add_argument("--replay", type=Path, default=None, help="recompute the verdict from a saved snapshot and exit")
     add_metrics_arguments(p, "auditor")
+    p.add_argument("--sd-port", type=port_number, default=0,
+                   help="serve Prometheus HTTP service discovery of the replicas' /metrics (GET /targets: "
+                        "every live service whose heartbeat tells a metrics_port, e.g. retarget workers with "
+                        "--metrics-port auto) on this port; 0 = off")
+    p.add_argument("--sd-host", default="127.0.0.1", help="address of the service-discovery endpoint")
     return p
 
 
@@ -188,6 +194,8 @@ class AuditorSettings:
     log_level: str
     metrics_port: int
     metrics_host: str
+    sd_port: int
+    sd_host: str
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,9 +218,19 @@ def main(argv: list[str] | None = None) -> int:
     if side is not None:
         side.start()
     bus.start()
+    discovery = None
     try:
+        if settings.sd_port:
+            try:
+                discovery = DiscoveryServer(settings.sd_host, settings.sd_port,
+                                            lambda: auditor.snapshot()["services"]).start()
+            except OSError as exc:  # like /metrics: the verdict never depends on it
+                log.warning("service discovery: cannot serve on %s:%d (%s); it is off",
+                            settings.sd_host, settings.sd_port, exc)
         auditor.run(bus, stop_on_signals(), settings.interval)
     finally:
+        if discovery is not None:
+            discovery.close()
         snap = auditor.snapshot()
         final = auditor.judge()  # as answered to the drain, when there was one (ledger.json has it too)
         if settings.snapshot is not None:

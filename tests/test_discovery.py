@@ -1,0 +1,59 @@
+"""The auditor's Prometheus service discovery of scaled replicas (``--sd-port``)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from mocapline.core.metrics import AUTO_PORT, ServiceMetrics, metrics_port
+from mocapline.services.auditor.discovery import DiscoveryServer, targets
+
+
+def test_targets_list_the_services_that_tell_a_metrics_port() -> None:
+    services = {
+        "capture": {"source_unique_frames": 3},  # a fixed port, in the static config: not listed
+        "retarget.w2": {"metrics_port": 40002},
+        "retarget.w1": {"metrics_port": 40001},
+        "retarget.w3": {"metrics_port": "40003"},  # not a number: ignored
+        "retarget.w4": {"metrics_port": 0},
+        "streamer": {"metrics_port": 40010},
+    }
+    assert targets(services, "127.0.0.1") == [
+        {"targets": ["127.0.0.1:40001"], "labels": {"service": "retarget", "worker": "w1"}},
+        {"targets": ["127.0.0.1:40002"], "labels": {"service": "retarget", "worker": "w2"}},
+        {"targets": ["127.0.0.1:40010"], "labels": {"service": "streamer"}},
+    ]
+
+
+def test_metrics_port_auto_serves_on_a_port_the_system_picks() -> None:
+    assert metrics_port("auto") == AUTO_PORT and metrics_port("9102") == 9102
+    metrics = ServiceMetrics("retarget")
+    assert metrics.serve(AUTO_PORT, "127.0.0.1")
+    try:
+        assert metrics.auto_port and metrics.port is not None and metrics.port > 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics.port}/metrics", timeout=5) as r:
+            assert b"mocapline_frames_total" in r.read()
+    finally:
+        metrics.close()
+    assert metrics.port is None
+
+
+def test_the_endpoint_answers_prometheus_with_the_live_services() -> None:
+    live: dict[str, dict[str, int]] = {"retarget.w1": {"metrics_port": 40001}}
+    server = DiscoveryServer("127.0.0.1", 0, lambda: live).start()
+    try:
+        def get(path: str) -> list[dict[str, object]]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=5) as r:
+                assert r.headers["Content-Type"] == "application/json"
+                return json.loads(r.read())
+
+        assert get("/targets") == [{"targets": ["127.0.0.1:40001"], "labels": {"service": "retarget", "worker": "w1"}}]
+        live["retarget.w2"] = {"metrics_port": 40002}
+        assert [g["labels"]["worker"] for g in get("/targets")] == ["w1", "w2"]
+        with pytest.raises(urllib.error.HTTPError):
+            get("/other")
+    finally:
+        server.close()
