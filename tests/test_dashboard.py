@@ -141,7 +141,7 @@ def test_the_scrape_config_covers_every_service_on_its_default_port() -> None:
 
     config = yaml.safe_load(PROMETHEUS.read_text())
     targets = {sc["labels"]["service"]: sc["targets"]
-               for job in config["scrape_configs"] for sc in job["static_configs"]}
+               for job in config["scrape_configs"] for sc in job.get("static_configs", [])}
     assert {s: [f"127.0.0.1:{p}"] for s, p in DEFAULT_PORTS.items()} == targets
 
 
