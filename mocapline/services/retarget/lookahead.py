@@ -54,7 +54,7 @@ class LookaheadOptions:
     weight: float = 10.0  # of the pull on a shoulder pitch
     waist_weight: float = 10.0  # of the waist's pull towards its previous pose while an arm is driven
     speed: float = 30.0  # rad/s: a drive's target is this far ahead of the previous pitch (times the frame time)
-    drive_gains: tuple[float, ...] = (1.0, 1.5)  # candidate drives: speed times these
+    drive_gains: tuple[float, ...] = (1.0, 1.5)  # candidate drives: speed times these, tried in turn
     band: float = 2.0  # rad: a drive ends once |pitch| exceeds it off the gimbal ...
     at_limit: float = 0.05  # rad: ... or the pitch is this close to its limit
     unwind_speed: float = 30.0
@@ -276,8 +276,8 @@ class GimbalLookahead:
         self.stats.extra_frames += end - f
         return _Window(np.array(joints), np.array(errs), np.array(targets))
 
-    def _candidates(self, state: IKState, pulls: np.ndarray, sides: np.ndarray) -> list[np.ndarray]:
-        """Plain first, then every combination of the entering arms' pulls."""
+    def _candidates(self, state: IKState, pulls: np.ndarray, sides: np.ndarray, gain: float) -> list[np.ndarray]:
+        """Plain first, then every combination of the entering arms' pulls (drives at ``gain``)."""
         joints = state.last_good[7:]
         options: list[list[float]] = []
         for i, arm in enumerate(self._arms):
@@ -285,7 +285,7 @@ class GimbalLookahead:
             if not sides[i]:
                 options.append([pulls[i]])
             elif abs(p) < self.options.arm_down:
-                options.append([0.0] + [s * g for g in self.options.drive_gains for s in (-1.0, 1.0)])
+                options.append([0.0, -gain, gain])
             elif self._driven[i]:
                 options.append([0.0, -np.sign(p) * UNWIND])
             else:
@@ -296,16 +296,19 @@ class GimbalLookahead:
               quaternions: np.ndarray, steps: np.ndarray, history: np.ndarray) -> np.ndarray:
         """The pulls to solve frame ``f`` with: the candidate whose arms neither swing nor jump and
         track best over the window."""
-        candidates = self._candidates(state, pulls, sides)
-        check = self._key(self._window(f, state, candidates[0], positions, quaternions, steps, self.options.check_s),
-                          history)
+        plain = self._candidates(state, pulls, sides, 0.0)[0]
+        check = self._key(self._window(f, state, plain, positions, quaternions, steps, self.options.check_s), history)
         if check[0] == 0 and not self._driven[sides].any():
-            return candidates[0]  # plain neither swings nor jumps, and no arm needs bringing back
-        plain = self._key(self._window(f, state, candidates[0], positions, quaternions, steps), history)
-        if plain[0] == 0 and len(candidates) == 1:
-            return candidates[0]
-        keys = [plain] + [self._key(self._window(f, state, c, positions, quaternions, steps), history)
-                          for c in candidates[1:]]
+            return plain  # plain neither swings nor jumps, and no arm needs bringing back
+        candidates = [plain]
+        keys = [self._key(self._window(f, state, plain, positions, quaternions, steps), history)]
+        for gain in self.options.drive_gains:  # a faster drive only if no slower one is clean
+            for c in self._candidates(state, pulls, sides, gain)[1:]:
+                if not any(np.array_equal(c, d) for d in candidates):
+                    candidates.append(c)
+                    keys.append(self._key(self._window(f, state, c, positions, quaternions, steps), history))
+            if min(keys)[0] == 0:
+                break
         best = min(range(len(candidates)), key=keys.__getitem__)
         if best:
             self.stats.pulled += 1
