@@ -6,22 +6,24 @@ raises of the demo take alternate between +2.67 and -3.09 rad (limit-to-limit sw
 docs/retarget.md, "The demo take's shoulder swing"). The other branch is only reached by holding
 the arm off its target for a while, which a live IK cannot weigh; offline the whole take is known.
 
-At every frame where a shoulder enters its gimbal zone (``|axis_pitch . axis_yaw| > enter``) the
-IK state is forked into candidates, each run for ``window_s`` past the crossing:
+Where a shoulder enters its gimbal zone (``|axis_pitch . axis_yaw| > enter``, a function of the
+roll alone) the IK state is forked (``G1Retargeter.save_state`` / ``load_state``):
 
-- the plain solve;
-- on the way up (``|pitch| < arm_down``), every combination of the entering arms' pitch *driven*
-  either way (a pull towards ``pitch +- lead`` with ``weight``, the waist held where it is) until it
-  has spun past ``band`` off the gimbal or reached its limit (driving one arm may flip the other:
-  the combinations cover that);
-- on the way down, the arm's pitch driven back towards zero (*unwinding*) until ``|pitch| <
-  unwound``: an arm that took the other branch needs it, the plain solve would leave it at the
-  roll limit.
+- the plain solve runs for ``check_s``; if neither arm swings (over the last ``SWING_WINDOW_S`` of
+  output plus the window) nor jumps, and no arm has to be brought back, it is kept;
+- else candidates run for ``window_s`` each: the plain solve; on the way up (``|pitch| <
+  arm_down``) every combination of the two arms' pitch *driven* either way (a posture pull,
+  ``G1Retargeter.set_pull``, ``speed`` times a gain ahead of the pitch, with ``weight``, the waist
+  held) until it is past ``band`` off the gimbal or at its limit (driving one arm flips the other's
+  crossing, so only combinations work), the gains of ``drive_gains`` in turn; on the way down, for
+  an arm whose branch was driven, an *unwinding* pull back towards zero, then near zero until off
+  the gimbal (the plain solve would leave it at the roll limit);
+- the candidate with the fewest swings + jumps, then the lowest summed mean position error of the
+  arms, wins (greedy per crossing); the frame is solved again with its pulls and the take goes on.
 
-The candidate whose arms neither swing (over the last ``SWING_WINDOW_S`` of output plus the
-window) nor jump and track best (mean position error of the arms' frames) wins; the frame is solved
-again with its pulls and the take goes on (a later crossing forks again). Greedy per crossing. Every
-output frame is an ordinary IK solve (plus a posture pull), inside every joint and velocity limit.
+Pulls switch on and off within a frame, so within ``smooth_s`` of a pulled frame the output is
+low-passed (a weighted mean of IK poses: ranges and velocity limits hold). Elsewhere the output is
+the live IK's exactly. Measurements: docs/retarget.md.
 """
 
 from __future__ import annotations
@@ -57,12 +59,12 @@ class LookaheadOptions:
     drive_gains: tuple[float, ...] = (1.0, 1.5)  # candidate drives: speed times these, tried in turn
     band: float = 2.0  # rad: a drive ends once |pitch| exceeds it off the gimbal ...
     at_limit: float = 0.05  # rad: ... or the pitch is this close to its limit
-    unwind_speed: float = 30.0
-    settle_weight: float = 3.0
+    unwind_speed: float = 30.0  # rad/s
+    settle_weight: float = 3.0  # of the pull to zero once an unwinding arm is past it
     smooth_s: float = 0.5  # s: output near pulled frames is low-passed ...
     smooth_passes: int = 3  # ... by this many passes of [1, 2, 1] / 4
     unwound: float = 0.5  # rad: an unwinding pull ends at this |pitch| off the gimbal
-    window_s: float = 2.0
+    window_s: float = 2.0  # s: each candidate's window
     check_s: float = 1.0  # s: the plain solve's window that decides whether to fork at all
 
 
@@ -210,6 +212,8 @@ class GimbalLookahead:
         """(F, nq) qpos and (F,) ik_failed for (F, 23, 3) positions and (F, 23, 4) quaternions;
         ``elapsed``: source frames since the previous one, per frame (default 1)."""
         n = len(positions)
+        self._driven[:] = False
+        self._next_fork[:] = 0
         steps = np.ones(n, dtype=np.int64) if elapsed is None else np.maximum(1, np.asarray(elapsed, dtype=np.int64))
         out = np.empty((n, self.model.nq))
         failed = np.zeros(n, dtype=bool)
@@ -236,7 +240,7 @@ class GimbalLookahead:
             in_zone = np.where(in_zone, align > self.options.leave, align > self.options.enter)
             out[f] = q
             pulled[f] = pulls.any()
-        self._set_pulls(np.zeros(len(SIDES)), out[-1, 7:] if n else np.zeros(0), 0.0)  # pulls off
+        self._set_pulls(np.zeros(len(SIDES)), self.r.qpos[7:], 0.0)  # pulls off
         return self._smooth(out, pulled), failed
 
     def _smooth(self, qpos: np.ndarray, pulled: np.ndarray) -> np.ndarray:
