@@ -660,6 +660,16 @@ class _MinkBackend:
         return float(sum(np.sum((t.cost * t.compute_error(self.configuration)) ** 2) for t in tasks))
 
 
+@dataclass(frozen=True)
+class IKState:
+    """What the next frame's solve depends on (:meth:`G1Retargeter.save_state`)."""
+
+    qpos: np.ndarray  # the warm start
+    last_good: np.ndarray  # the last output (velocity-limit reference, failure fallback)
+    settled: bool
+    bound_binds: bool  # fast backend: the last step had a bound active (daqp first)
+
+
 @dataclass
 class RetargetStats:
     frames: int = 0
@@ -778,6 +788,7 @@ class G1Retargeter:
             regular,
             self.options.arm_huber,
         )
+        self._posture_base = (regular.neutral.copy(), regular.posture.copy())
         self.ranges = robot_model.joint_ranges(self.model)
         self._last_good = robot_model.default_qpos(self.model)
         self.reset()
@@ -823,6 +834,31 @@ class G1Retargeter:
     def qpos(self) -> np.ndarray:
         """The current (last good) solution."""
         return self._last_good.copy()
+
+    def set_pull(self, joint: int, target: float, weight: float) -> None:
+        """Pull hinge ``joint`` (index in ``joint_names``) towards ``target`` rad with ``weight``
+        (0: off) in the following solves; fast backend only (``lookahead``)."""
+        reg = getattr(self.backend, "regular", None)
+        if reg is None:
+            raise ValueError("set_pull needs the fast backend")
+        base_neutral, base_posture = self._posture_base
+        reg.neutral[joint] = target if weight else base_neutral[joint]
+        reg.posture[joint] = weight if weight else base_posture[joint]
+        reg.active = bool(np.any(reg.posture))
+
+    def save_state(self) -> IKState:
+        """The IK state between frames, to fork a take's solve (``lookahead``)."""
+        return IKState(np.array(self.backend.qpos, dtype=np.float64), self._last_good.copy(), self._settled,
+                       bool(getattr(self.backend, "_bound_binds", False)))
+
+    def load_state(self, state: IKState, warm_start: np.ndarray | None = None) -> None:
+        """Go back to ``state``; the next frame starts its steps from ``warm_start`` if given (the
+        velocity limit stays relative to the state's last output)."""
+        self.backend.set_qpos(state.qpos if warm_start is None else warm_start)
+        if hasattr(self.backend, "_bound_binds"):
+            self.backend._bound_binds = state.bound_binds
+        self._last_good = state.last_good.copy()
+        self._settled = state.settled
 
     # -- targets ----------------------------------------------------------------------------------
 
