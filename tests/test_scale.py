@@ -7,9 +7,10 @@ counts each performer's frames once."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,10 +160,12 @@ def collect(port: int, emitter: threading.Thread, on_progress: Callable[[int], N
     return got
 
 
-@pytest.mark.integration
-def test_a_worker_killed_mid_take_loses_nothing_and_keeps_each_performer_in_order(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def six_performers_playing(tmp_path: Path, workers: int) -> Iterator[tuple[Stack, threading.Thread]]:
+    """A durable stack with ``workers`` retarget workers, ready, and the six-performer take being
+    emitted at RATE by the thread it yields; the stack is stopped on the way out."""
     config = local_config(viewer=False, input_fps=RATE, output_fps=RATE, log_dir=tmp_path / "logs",
-                          state_dir=tmp_path / "state", fsync="never", retarget_workers=3)
+                          state_dir=tmp_path / "state", fsync="never", retarget_workers=workers)
     stack = Stack(config)
     stack.start()
     try:
@@ -171,6 +174,14 @@ def test_a_worker_killed_mid_take_loses_nothing_and_keeps_each_performer_in_orde
         emitter = threading.Thread(target=emit_take, args=(plan, [("127.0.0.1", config.main_port)]),
                                    kwargs={"rate_hz": RATE}, daemon=True)
         emitter.start()
+        yield stack, emitter
+    finally:
+        stack.stop()
+
+
+@pytest.mark.integration
+def test_a_worker_killed_mid_take_loses_nothing_and_keeps_each_performer_in_order(tmp_path: Path) -> None:
+    with six_performers_playing(tmp_path, workers=3) as (stack, emitter):
         killed: list[int] = []
 
         def kill_at_two_seconds(received: int) -> None:
@@ -180,7 +191,7 @@ def test_a_worker_killed_mid_take_loses_nothing_and_keeps_each_performer_in_orde
                 stack.services["retarget.w2"].kill()
                 killed.append(received)
 
-        got = collect(config.output_port, emitter, kill_at_two_seconds)
+        got = collect(stack.config.output_port, emitter, kill_at_two_seconds)
         assert killed, "the take ended before the kill"
         check_complete_and_in_order(got)
         takeovers = sum(stack.ask(f"retarget.{w}", "status")["worker"]["takeovers"] for w in ("w1", "w3"))
@@ -191,8 +202,6 @@ def test_a_worker_killed_mid_take_loses_nothing_and_keeps_each_performer_in_orde
         wait_until(lambda: set(stack.ask("capture", "status")["durable"]["output_link"]["consumers"])
                    == {"retarget.w1", "retarget.w3"}, 10, what="capture to forget retarget.w2")
         check_retarget_ledger(stack.drain())
-    finally:
-        stack.stop()
 
 
 @pytest.mark.integration
@@ -200,16 +209,7 @@ def test_workers_joining_mid_take_get_their_share_and_nothing_is_lost_or_reorder
     """One worker takes all six performers; two more join during the take: the first hands four
     over (stop, wait for the streamer's acknowledgements, write the claim over; the new owner
     rewinds capture's stream to it), and every performer still arrives complete and in order."""
-    config = local_config(viewer=False, input_fps=RATE, output_fps=RATE, log_dir=tmp_path / "logs",
-                          state_dir=tmp_path / "state", fsync="never", retarget_workers=1)
-    stack = Stack(config)
-    stack.start()
-    try:
-        stack.wait_ready(60)
-        plan = TakePlan(frames=FRAMES, first_index=FIRST, performers=PERFORMERS)
-        emitter = threading.Thread(target=emit_take, args=(plan, [("127.0.0.1", config.main_port)]),
-                                   kwargs={"rate_hz": RATE}, daemon=True)
-        emitter.start()
+    with six_performers_playing(tmp_path, workers=1) as (stack, emitter):
         joined: list[int] = []
 
         def join_at_one_second(received: int) -> None:
@@ -219,7 +219,7 @@ def test_workers_joining_mid_take_get_their_share_and_nothing_is_lost_or_reorder
                 stack.add_worker("w3")
                 joined.append(received)
 
-        got = collect(config.output_port, emitter, join_at_one_second)
+        got = collect(stack.config.output_port, emitter, join_at_one_second)
         assert joined, "the take ended before the workers joined"
         check_complete_and_in_order(got)
         status = {w: stack.ask(f"retarget.{w}", "status")["worker"] for w in ("w1", "w2", "w3")}
@@ -228,8 +228,6 @@ def test_workers_joining_mid_take_get_their_share_and_nothing_is_lost_or_reorder
         assert status["w1"]["handovers"] == 4 and not any(s["takeovers"] for s in status.values()), status
         assert stack.ask("streamer", "status")["fan_in"]["live"] == ["w1", "w2", "w3"]
         check_retarget_ledger(stack.drain())
-    finally:
-        stack.stop()
 
 
 @pytest.mark.integration
@@ -238,16 +236,7 @@ def test_a_worker_started_while_capture_is_down_takes_over_only_once_capture_ans
     worker's performers go to the newcomer (least loaded), which must not take them over before
     capture's WELCOME tells it the epoch of the stored positions (it would not rewind: frames never
     retargeted). Every performer still arrives complete and in order."""
-    config = local_config(viewer=False, input_fps=RATE, output_fps=RATE, log_dir=tmp_path / "logs",
-                          state_dir=tmp_path / "state", fsync="never", retarget_workers=2)
-    stack = Stack(config)
-    stack.start()
-    try:
-        stack.wait_ready(60)
-        plan = TakePlan(frames=FRAMES, first_index=FIRST, performers=PERFORMERS)
-        emitter = threading.Thread(target=emit_take, args=(plan, [("127.0.0.1", config.main_port)]),
-                                   kwargs={"rate_hz": RATE}, daemon=True)
-        emitter.start()
+    with six_performers_playing(tmp_path, workers=2) as (stack, emitter):
         done: list[int] = []
 
         def crash_at_one_second(received: int) -> None:
@@ -261,11 +250,9 @@ def test_a_worker_started_while_capture_is_down_takes_over_only_once_capture_ans
                 stack.restart("capture")
                 done.append(received)
 
-        got = collect(config.output_port, emitter, crash_at_one_second)
+        got = collect(stack.config.output_port, emitter, crash_at_one_second)
         assert done, "the take ended before the crash"
         check_complete_and_in_order(got)
         w3 = stack.ask("retarget.w3", "status")["worker"]
         assert w3["takeovers"] >= 1 and w3["owned"], w3
         check_retarget_ledger(stack.drain())
-    finally:
-        stack.stop()
