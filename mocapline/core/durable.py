@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import zmq
 
+from mocapline.core.consumer import ClientSettings, MocapClient
 from mocapline.core.fanout import DEFAULT_MAX_BACKLOG, FanoutSender
 from mocapline.core.header import MessageType
 from mocapline.core.reliable import (
@@ -196,8 +197,6 @@ class DurableStage:
             self.out = DurableOutput(output.message_type, self.stage_log)
         self.client: Any = None
         if input is not None and input.kind == "fanout":
-            from mocapline.client import ClientSettings, MocapClient
-
             self.client = MocapClient(
                 ClientSettings(input.endpoint, name=input.name, joint_count=input.joint_count or 0,
                                message_type=input.message_type,
