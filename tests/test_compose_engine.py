@@ -124,10 +124,33 @@ def engine_problem() -> str | None:
     return None
 
 
+def remove_stale_projects() -> list[str]:
+    """Remove the stacks of earlier runs whose pytest is gone (a killed test never runs its `down`,
+    and a forgotten stack keeps using CPU and ports): containers and volumes labelled with a
+    ``mocapline-engine-<pid>`` project whose pid no longer runs."""
+    def ids(kind: str, project: str) -> list[str]:
+        label = f"label=com.docker.compose.project={project}"
+        return run(["docker", kind, "ls", "-aq" if kind == "container" else "-q", "--filter", label],
+                   timeout=30, check=False).stdout.split()
+
+    listed = run(["docker", "container", "ls", "-a", "--format", '{{.Label "com.docker.compose.project"}}'],
+                 timeout=30, check=False).stdout.split()
+    stale = sorted({p for p in listed if re.fullmatch(r"mocapline-engine-\d+", p)
+                    and not Path(f"/proc/{p.rsplit('-', 1)[1]}").exists()})
+    for project in stale:
+        if containers := ids("container", project):
+            run(["docker", "rm", "-f", *containers], timeout=120, check=False)
+        if volumes := ids("volume", project):
+            run(["docker", "volume", "rm", *volumes], timeout=60, check=False)
+    return stale
+
+
 @pytest.fixture(scope="module")
 def engine() -> None:
     problem = engine_problem()
     if problem is None:
+        if stale := remove_stale_projects():
+            print(f"engine test: removed the stacks of earlier runs that were never taken down: {', '.join(stale)}")
         return
     if os.environ.get("MOCAPLINE_SKIP_ENGINE") == "1":
         pytest.skip(f"no docker engine: {problem}")
