@@ -88,8 +88,10 @@ def _reader(fh: Any) -> Any:
     raise PcapError("not a pcap or pcapng file")
 
 
-def iter_udp(path: Path, port: int | None = None) -> Iterator[Datagram]:
-    """UDP payloads (to ``port`` if given) in capture order, as Datagrams stamped with capture time."""
+def _ip_payloads(path: Path, proto: int) -> Iterator[tuple[int, str, bytes | None]]:
+    """Every packet of the capture as ``(ts_ns, source address, transport payload)``, the payload
+    (IPv4 fragments reassembled) None when the packet carries no complete ``proto`` datagram:
+    callers see the clock of every packet, theirs or not."""
     with open(path, "rb") as fh:
         try:
             reader = _reader(fh)
@@ -98,31 +100,30 @@ def iter_udp(path: Path, port: int | None = None) -> Iterator[Datagram]:
             raise PcapError(f"{path}: {exc}") from None
         frag = _Reassembler()
         for ts, buf in reader:
+            ts_ns = int(round(ts * 1e9))
             try:
                 ip = _ip_layer(linktype, buf)
             except (dpkt.dpkt.Error, ValueError, IndexError):
+                yield ts_ns, "", None
                 continue
-            if isinstance(ip, dpkt.ip.IP):
-                if ip.p != dpkt.ip.IP_PROTO_UDP:
-                    continue
-                payload = frag.add(ip)
-                if payload is None:
-                    continue
-                src = ".".join(str(b) for b in ip.src)
-            elif isinstance(ip, dpkt.ip6.IP6):
-                if ip.nxt != dpkt.ip.IP_PROTO_UDP:
-                    continue
-                payload = bytes(ip.data)
-                src = ip.src.hex()
+            if isinstance(ip, dpkt.ip.IP) and ip.p == proto:
+                yield ts_ns, ".".join(str(b) for b in ip.src), frag.add(ip)
+            elif isinstance(ip, dpkt.ip6.IP6) and ip.nxt == proto:
+                yield ts_ns, ip.src.hex(), bytes(ip.data)
             else:
-                continue
-            if len(payload) < 8:
-                continue
-            dport, ulen = int.from_bytes(payload[2:4], "big"), int.from_bytes(payload[4:6], "big")
-            if port is not None and dport != port:
-                continue
-            data = payload[8:ulen] if 8 <= ulen <= len(payload) else payload[8:]
-            yield Datagram(int(round(ts * 1e9)), dport, src, data)
+                yield ts_ns, "", None
+
+
+def iter_udp(path: Path, port: int | None = None) -> Iterator[Datagram]:
+    """UDP payloads (to ``port`` if given) in capture order, as Datagrams stamped with capture time."""
+    for ts_ns, src, payload in _ip_payloads(path, dpkt.ip.IP_PROTO_UDP):
+        if payload is None or len(payload) < 8:
+            continue
+        dport, ulen = int.from_bytes(payload[2:4], "big"), int.from_bytes(payload[4:6], "big")
+        if port is not None and dport != port:
+            continue
+        data = payload[8:ulen] if 8 <= ulen <= len(payload) else payload[8:]
+        yield Datagram(ts_ns, dport, src, data)
 
 
 class _TcpFlow:
@@ -158,48 +159,27 @@ def iter_tcp(path: Path, port: int) -> Iterator[tuple[tuple[str, int, int], int,
     ``connection`` is (server address, server port, client port)."""
     flows: dict[tuple[str, int, int], _TcpFlow] = {}
     ts_ns = 0
-    with open(path, "rb") as fh:
+    for ts_ns, src, payload in _ip_payloads(path, dpkt.ip.IP_PROTO_TCP):
+        if payload is None:
+            continue
         try:
-            reader = _reader(fh)
-            linktype = reader.datalink()
-        except (ValueError, dpkt.dpkt.Error) as exc:
-            raise PcapError(f"{path}: {exc}") from None
-        frag = _Reassembler()
-        for ts, buf in reader:
-            ts_ns = int(round(ts * 1e9))
-            try:
-                ip = _ip_layer(linktype, buf)
-            except (dpkt.dpkt.Error, ValueError, IndexError):
-                continue
-            if isinstance(ip, dpkt.ip.IP):
-                if ip.p != dpkt.ip.IP_PROTO_TCP:
-                    continue
-                payload = frag.add(ip)
-                src = ".".join(str(b) for b in ip.src)
-            elif isinstance(ip, dpkt.ip6.IP6) and ip.nxt == dpkt.ip.IP_PROTO_TCP:
-                payload, src = bytes(ip.data), ip.src.hex()
-            else:
-                continue
-            if payload is None:
-                continue
-            try:
-                tcp = dpkt.tcp.TCP(payload)
-            except (dpkt.dpkt.Error, ValueError):
-                continue
-            if tcp.sport != port:
-                continue
-            key = (src, tcp.sport, tcp.dport)
-            syn = bool(tcp.flags & dpkt.tcp.TH_SYN)
-            flow = flows.get(key)
-            if flow is None or syn:
-                if flow is not None:
-                    yield key, ts_ns, None
-                flow = flows[key] = _TcpFlow(tcp.seq, syn)
-            data = flow.add(tcp.seq, bytes(tcp.data))
-            if data:
-                yield key, ts_ns, data
-            if tcp.flags & (dpkt.tcp.TH_FIN | dpkt.tcp.TH_RST):
-                del flows[key]
+            tcp = dpkt.tcp.TCP(payload)
+        except (dpkt.dpkt.Error, ValueError):
+            continue
+        if tcp.sport != port:
+            continue
+        key = (src, tcp.sport, tcp.dport)
+        syn = bool(tcp.flags & dpkt.tcp.TH_SYN)
+        flow = flows.get(key)
+        if flow is None or syn:
+            if flow is not None:
                 yield key, ts_ns, None
+            flow = flows[key] = _TcpFlow(tcp.seq, syn)
+        data = flow.add(tcp.seq, bytes(tcp.data))
+        if data:
+            yield key, ts_ns, data
+        if tcp.flags & (dpkt.tcp.TH_FIN | dpkt.tcp.TH_RST):
+            del flows[key]
+            yield key, ts_ns, None
     for key in flows:
         yield key, ts_ns, None
