@@ -35,7 +35,7 @@ from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.lookahead import GimbalLookahead
 from mocapline.services.retarget.quality import evaluate
 from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
-from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, save_clip, write_csv
+from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
 
 PROG = "mocapline retarget-file"
 
@@ -149,14 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                  ik_failed=failed)
     clip = build_clip(r, args.fps, motion.fps, meta)
     out = Path(args.out or args.take.with_suffix(".npz"))  # beside the take, as export and plot write
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_clip(out, clip)
-    summary["npz"] = str(out)
-    summary["samples"] = len(clip["time"])
-    if args.csv:
-        csv = out.with_suffix(".csv")
-        write_csv(csv, clip)
-        summary["csv"] = str(csv)
+    summary.update(write_clip_files(out, clip, csv=args.csv))
     print(json.dumps(summary))
     return 0
 

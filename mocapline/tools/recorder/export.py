@@ -194,6 +194,18 @@ def save_clip(path: Path, clip: dict[str, np.ndarray]) -> None:
     np.savez_compressed(path, **clip)  # type: ignore[arg-type]
 
 
+def write_clip_files(out: Path, clip: dict[str, np.ndarray], *, csv: bool) -> dict[str, Any]:
+    """The clip as ``out`` (.npz, its folder made) and, with ``csv``, beside it as .csv; what was
+    written, for a command's summary line: ``npz``, ``samples`` and ``csv``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_clip(out, clip)
+    written: dict[str, Any] = {"npz": str(out), "samples": len(clip["time"])}
+    if csv:
+        write_csv(out.with_suffix(".csv"), clip)
+        written["csv"] = str(out.with_suffix(".csv"))
+    return written
+
+
 def build_clip(resampled: Resampled, fps: float, source_fps: float, meta: dict[str, Any]) -> dict[str, np.ndarray]:
     from mocapline.robot.g1 import G1_JOINT_NAMES
 
@@ -329,15 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     # Beside the take, as `plot` writes (never into the current directory unless told to).
     out = args.output or (path.parent / f"{path.parent.name}.npz" if path.name == "raw.mlrec"
                           else path.with_suffix(".npz"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_clip(out, clip)
-    summary = {"npz": str(out), "samples": len(clip["time"]), "fps": args.fps,
+    summary = {**write_clip_files(out, clip, csv=not args.no_csv), "fps": args.fps,
                "duration_s": float(clip["time"][-1]), "invalid_samples": int((~clip["valid"]).sum()),
                "gaps": len(clip["gaps"]), "takes_in_input": len(takes)}
-    if not args.no_csv:
-        csv = out.with_suffix(".csv")
-        write_csv(csv, clip)
-        summary["csv"] = str(csv)
     print(json.dumps(summary))
     return 0
 
