@@ -16,9 +16,11 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from struct import Struct
+from typing import Any
 
 import pytest
 import zmq
@@ -287,30 +289,47 @@ def finish(stack: Stack) -> dict:
     return v
 
 
+class Started:
+    """What a test starts (stacks, taps), stopped at its end: the taps first."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.stacks: list[Stack] = []
+        self.taps: list[Tap] = []
+
+    def stack(self, **options: Any) -> Stack:
+        self.stacks.append(make_stack(self.tmp_path, **options))
+        return self.stacks[-1]
+
+    def tap(self, stack: Stack, name: str, file: str) -> Tap:
+        self.taps.append(Tap(stack, name, self.tmp_path / file))
+        return self.taps[-1]
+
+    def stop(self) -> None:
+        for tap in self.taps:
+            tap.stop()
+        for stack in self.stacks:
+            stack.stop()
+
+
 @pytest.fixture
-def stacks():
-    made: list[Stack] = []
-    taps: list[Tap] = []
-    yield made, taps
-    for tap in taps:
-        tap.stop()
-    for stack in made:
-        stack.stop()
+def started(tmp_path: Path) -> Iterator[Started]:
+    running = Started(tmp_path)
+    yield running
+    running.stop()
 
 
-def test_two_consumers_and_a_raw_pull_joining_mid_take(tmp_path, stacks) -> None:
+def test_two_consumers_and_a_raw_pull_joining_mid_take(started) -> None:
     """No viewer. 1 s into the take a tap (mocapline.client) and a raw PULL connect, 2 s in the
     independent consumer: both consumers end complete from where they joined, the PULL gets
     nothing, and the port sent at most 1.1 x frames x consumers."""
-    made, taps = stacks
-    stack = make_stack(tmp_path, viewer=False)
-    made.append(stack)
+    stack = started.stack(viewer=False)
     emitter = emit_in_background(stack, TakePlan(frames=FRAMES, first_index=FIRST))
     wait_until(lambda: frames_sent_to_someone(stack) > 100, 20, what="the take under way")
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL)
     pull.connect(endpoint(stack))
-    taps.append(Tap(stack, "robot-a", tmp_path / "a.mltap"))
+    tap = started.tap(stack, "robot-a", "a.mltap")
     joined(stack, "robot-a")  # the first consumer (a process: slow to start on a loaded host)
     wait_until(lambda: frames_sent_to_someone(stack) > 240, 20, what="a second into the take")
     other = IndependentConsumer(endpoint(stack), "robot-b")
@@ -319,7 +338,7 @@ def test_two_consumers_and_a_raw_pull_joining_mid_take(tmp_path, stacks) -> None
     v = finish(stack)
     other.join(timeout=60)
     assert other.error is None, other.error
-    assert taps[0].wait(60) == 0
+    assert tap.wait(60) == 0
     pulled = 0
     while pull.poll(100):
         pull.recv_multipart()
@@ -327,7 +346,7 @@ def test_two_consumers_and_a_raw_pull_joining_mid_take(tmp_path, stacks) -> None
     pull.close(0)
     ctx.term()
     last = FIRST + FRAMES - 1
-    a = recorded(taps[0].path)
+    a = recorded(tap.path)
     check_stream(a, last, first_index=FIRST)  # the first consumer: every frame, made before it joined too
     check_stream(other.got, last)
     assert other.got.frames[0][1] > FIRST + 100  # it joined mid-take, where the others were
@@ -339,36 +358,31 @@ def test_two_consumers_and_a_raw_pull_joining_mid_take(tmp_path, stacks) -> None
     assert consumers["robot-a"]["frames_acked"] == FRAMES and consumers["robot-b"]["backlog"] == 0
 
 
-def test_streamer_killed_before_any_consumer_connects(tmp_path, stacks) -> None:
+def test_streamer_killed_before_any_consumer_connects(started) -> None:
     """kill -9 of the streamer 2 s into a take nobody is consuming yet; restarted; a consumer that
     connects afterwards gets every frame of the take (issue 12, case 2: 720 were lost)."""
-    made, taps = stacks
-    stack = make_stack(tmp_path, viewer=False)
-    made.append(stack)
+    stack = started.stack(viewer=False)
     emitter = emit_in_background(stack, TakePlan(frames=FRAMES, first_index=FIRST))
     wait_until(lambda: frames_sent_to_someone(stack) > 200, 20, what="frames made with no consumer")
     stack.services["streamer"].kill()
     time.sleep(0.5)  # down for a while: retarget's log holds what arrives meanwhile
     stack.restart("streamer")
     wait_until(lambda: frames_sent_to_someone(stack) > 400, 30, what="the restarted streamer going on")
-    taps.append(Tap(stack, "late-robot", tmp_path / "late.mltap"))
+    tap = started.tap(stack, "late-robot", "late.mltap")
     emitter.join(timeout=60)
     joined(stack, "late-robot")
     caught_up(stack, "late-robot")
     v = finish(stack)
-    assert taps[0].wait(60) == 0
-    check_stream(recorded(taps[0].path), FIRST + FRAMES - 1, first_index=FIRST)
+    assert tap.wait(60) == 0
+    check_stream(recorded(tap.path), FIRST + FRAMES - 1, first_index=FIRST)
     assert v["zmq_sent"] == FRAMES and v["unique_frames_conserved"] == 1, v
 
 
-def test_each_consumer_killed_mid_take_resumes(tmp_path, stacks) -> None:
+def test_each_consumer_killed_mid_take_resumes(started) -> None:
     """A tap and the viewer, each killed with SIGKILL mid-take and started again: both end with
     every frame once, in order; the other consumer never notices."""
-    made, taps = stacks
-    stack = make_stack(tmp_path, viewer=True)
-    made.append(stack)
-    tap = Tap(stack, "robot", tmp_path / "robot.mltap")
-    taps.append(tap)
+    stack = started.stack(viewer=True)
+    tap = started.tap(stack, "robot", "robot.mltap")
     joined(stack, "robot")
     emitter = emit_in_background(stack, TakePlan(frames=FRAMES, first_index=FIRST))
     wait_until(lambda: frames_sent_to_someone(stack) > 200, 20, what="the take under way")
@@ -393,17 +407,14 @@ def test_each_consumer_killed_mid_take_resumes(tmp_path, stacks) -> None:
 
 
 @pytest.mark.parametrize("lag_ms", [150, 500])
-def test_merge_with_main_lagging_side(tmp_path, stacks, lag_ms) -> None:
+def test_merge_with_main_lagging_side(started, lag_ms) -> None:
     """--merge, the main path delayed by a relay, skips on each path: nothing is lost to the merge
     window, nothing is late, every posture_index reaches the viewer and a tap once, in order."""
-    made, taps = stacks
-    stack = make_stack(tmp_path, viewer=True, merge=True)
-    made.append(stack)
+    stack = started.stack(viewer=True, merge=True)
     c = stack.config
     relay = LossyRelay(("127.0.0.1", 0), ("127.0.0.1", c.main_port), loss=0.0, delay_s=lag_ms / 1000)
     relay.start()
-    tap = Tap(stack, "robot", tmp_path / "robot.mltap")
-    taps.append(tap)
+    tap = started.tap(stack, "robot", "robot.mltap")
     joined(stack, "robot")
     skip_main = {FIRST + 100, FIRST + 101, FIRST + 400}
     skip_side = {FIRST + 200, FIRST + 201, FIRST + 202, FIRST + 500}
@@ -428,14 +439,11 @@ def test_merge_with_main_lagging_side(tmp_path, stacks, lag_ms) -> None:
     check_stream(recorded(tap.path), FIRST + FRAMES - 1, first_index=FIRST)
 
 
-def test_a_bridged_gap_is_labelled(tmp_path, stacks) -> None:
+def test_a_bridged_gap_is_labelled(started) -> None:
     """Indices 100..102 of the take missing on every path: the interpolator bridges them with three
     frames flagged bridged and carrying 100, 101, 102; every real index arrives once."""
-    made, taps = stacks
-    stack = make_stack(tmp_path, viewer=False)
-    made.append(stack)
-    tap = Tap(stack, "robot", tmp_path / "robot.mltap")
-    taps.append(tap)
+    stack = started.stack(viewer=False)
+    tap = started.tap(stack, "robot", "robot.mltap")
     joined(stack, "robot")
     gap = {FIRST + 100, FIRST + 101, FIRST + 102}
     emit_take(TakePlan(frames=FRAMES, first_index=FIRST, skip_all=gap), [("127.0.0.1", stack.config.main_port)],
@@ -450,12 +458,10 @@ def test_a_bridged_gap_is_labelled(tmp_path, stacks) -> None:
     assert got.ends[0][2] == FRAMES  # END_OF_STREAM.frames_sent
 
 
-def test_a_consumer_that_cannot_acknowledge_gets_unconfirmed_frames(tmp_path, stacks) -> None:
+def test_a_consumer_that_cannot_acknowledge_gets_unconfirmed_frames(started) -> None:
     """--plain-output: a PUSH fed from the streamer's log. A raw PULL gets every frame (it is the
     only peer), and the ledger says they went out unconfirmed: zmq_sent 0, unconfirmed = all."""
-    made, _ = stacks
-    stack = make_stack(tmp_path, viewer=False, plain_output=True)
-    made.append(stack)
+    stack = started.stack(viewer=False, plain_output=True)
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL)
     pull.connect(endpoint(stack))
