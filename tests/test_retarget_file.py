@@ -40,19 +40,7 @@ def test_a_take_becomes_a_50_hz_clip_with_a_summary(tmp_path, capsys) -> None:
     assert clip["body_pos_w"].shape[:2] == (n, len(clip["body_names"]))
     assert (tmp_path / "clip.csv").read_text().startswith("time,progress,root_x")
     assert json.loads(str(clip["meta"]))["skeleton"] == "cmu_daz"
-    assert summary["lookahead"] is True and summary["cpu_seconds"] > 0 and summary["cpu_speedup"] > 0
-
-
-def test_no_lookahead_retargets_as_the_live_service(tmp_path, capsys) -> None:
-    """Without the look-ahead the clip is the live IK's; on this take (no shoulder swing to remove)
-    the look-ahead gives the same clip."""
-    clips = {}
-    for flag in ([], ["--no-lookahead"]):
-        out = tmp_path / f"clip{len(flag)}.npz"
-        assert main([str(TAKE), "--frames", "240", "--out", str(out), "--no-progress", *flag]) == 0
-        assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["lookahead"] is not bool(flag)
-        clips[bool(flag)] = np.load(out)["q"]
-    np.testing.assert_allclose(clips[True], clips[False], atol=1e-9)
+    assert summary["cpu_seconds"] > 0 and summary["cpu_speedup"] > 0
 
 
 @pytest.mark.parametrize(

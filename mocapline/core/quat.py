@@ -83,6 +83,14 @@ def to_matrix(q: np.ndarray) -> np.ndarray:
     return (outer.reshape(outer.shape[:-2] + (16,)) @ _M).reshape(q.shape[:-1] + (3, 3))
 
 
+def rotation_map(vectors: np.ndarray) -> np.ndarray:
+    """L (16, 3 n) with ``(q outer q).reshape(16) @ L`` = [R(q) v_1, ..., R(q) v_n] * |q|^2 for
+    (n, 3) fixed vectors: any quaternion turns them in one product (unnormalised q scales them by
+    |q|^2, which a direction test need not undo)."""
+    vectors = np.asarray(vectors, dtype=np.float64).reshape(-1, 3)
+    return np.einsum("aij,nj->ani", _M.reshape(16, 3, 3), vectors).reshape(16, -1)
+
+
 def from_axis_angle(axis: np.ndarray, angle: np.ndarray | float) -> np.ndarray:
     axis = np.asarray(axis, dtype=np.float64)
     axis = axis / np.linalg.norm(axis, axis=-1, keepdims=True)

@@ -4,14 +4,13 @@ What GMR users do with ``bvh_to_robot``, offline: the BVH is read (any rotation 
 counts, namespaced joints, any frame time; ``mocapline.formats.bvh``), its skeleton is picked by
 ``--skeleton`` (``auto`` detects it from the joint names: Axis Studio, Mixamo, CMU), the performer's
 height is estimated from the take unless ``--human-height`` is given, every frame is retargeted by
-the same IK as ``mocapline retarget`` at the take's own rate (plus, unless ``--no-lookahead``, the
-offline look-ahead at the shoulder gimbal, ``services/retarget/lookahead.py``: no limit-to-limit
-shoulder swings), and the result is written in the clip
-contract of ``mocapline export`` (``CLIP.npz``: 50 Hz ``time``, ``q``, ``qd``, ``root_pose``,
-``body_pos_w`` / ``body_quat_w``, ``joint_names``, ``body_names``, ``policy_clock``, ...; ``--csv``
-adds ``CLIP.csv``). A progress bar goes to stderr, one JSON summary line to stdout: frames, mean and
-p99 position error, hands error, joint-limit contacts, configuration jumps, limit-to-limit swings,
-IK failures, seconds.
+the same IK as ``mocapline retarget`` at the take's own rate (the live service's poses, frame by
+frame), and the result is written in the clip contract of ``mocapline export`` (``CLIP.npz``: 50 Hz
+``time``, ``q``, ``qd``, ``root_pose``, ``body_pos_w`` / ``body_quat_w``, ``joint_names``,
+``body_names``, ``policy_clock``, ...; ``--csv`` adds ``CLIP.csv``). A progress bar goes to
+stderr, one JSON summary line to stdout: frames, mean and p99 position error, hands error,
+joint-limit contacts, configuration jumps, limit-to-limit swings, IK failures, seconds and CPU
+seconds.
 ``--baseline`` also runs the GMR-equivalent IK on the same frames and reports its time and error.
 
 Exit codes: 0 written, 2 bad input (unreadable or malformed BVH, unknown skeleton, bad option).
@@ -32,7 +31,6 @@ from mocapline.formats.bvh import BvhError, estimate_height, gmr_bodies, load_bv
 from mocapline.robot import g1 as robot_model
 from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, detect_bvh_skeleton
 from mocapline.services.retarget.gmr import GmrBaseline
-from mocapline.services.retarget.lookahead import GimbalLookahead
 from mocapline.services.retarget.quality import evaluate
 from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
 from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
@@ -54,8 +52,6 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--frames", type=int, default=None, help="number of frames to use (default: to the end)")
     p.add_argument("--baseline", action="store_true", help="also time the GMR-equivalent IK on the same frames")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--no-lookahead", dest="lookahead", action="store_false",
-                   help="retarget frame by frame as the live service does (no look-ahead at the shoulder gimbal)")
     return p
 
 
@@ -107,14 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = np.zeros(n, dtype=bool)
     progress = Progress(n, enabled=not args.no_progress)
     t0, cpu0 = time.perf_counter(), time.thread_time()
-    if args.lookahead:
-        qpos, failed = GimbalLookahead(ours).run(positions, quaternions)
-        progress.update(n)
-    else:
-        for f in range(n):
-            result = ours.retarget(positions[f], quaternions[f])
-            qpos[f], failed[f] = result.qpos, result.ik_failed
-            progress.update(f + 1)
+    for f in range(n):
+        result = ours.retarget(positions[f], quaternions[f])
+        qpos[f], failed[f] = result.qpos, result.ik_failed
+        progress.update(f + 1)
     seconds, cpu_seconds = time.perf_counter() - t0, time.thread_time() - cpu0
 
     targets = np.array([ours.targets(positions[f], quaternions[f]) for f in range(n)])
@@ -126,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "err_p99_mm": round(quality.err_p99_mm, 1),
         "hands_mm": round(quality.hands_mm, 1), "limit_contacts": quality.limit_contacts, "jumps": quality.jumps,
         "swings": quality.swings,
-        "ik_failed": int(failed.sum()), "lookahead": bool(args.lookahead), "seconds": round(seconds, 3),
+        "ik_failed": int(failed.sum()), "seconds": round(seconds, 3),
         "cpu_seconds": round(cpu_seconds, 3), "frames_per_s": round(n / seconds, 1),
     }
     if args.baseline:
@@ -142,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "input": str(args.take), "input_sha256": hashlib.sha256(args.take.read_bytes()).hexdigest(),
         "skeleton": skeleton.name, "config": config.source, "human_height": height, "start": args.start,
-        "options": ours.options.describe() + (", offline look-ahead at the shoulder gimbal" if args.lookahead else ""),
+        "options": ours.options.describe(),
         "generator": PROG,
     }
     r = resample(np.arange(n), qpos[:, 0:3], qpos[:, 3:7], qpos[:, 7:], motion.fps, args.fps,

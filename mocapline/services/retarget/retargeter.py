@@ -2,11 +2,13 @@
 
 Per frame:
 
-1. Targets. From the 23 human bodies, every table entry's target pose is computed at once
-   (vectorised numpy): positions scaled about the root (``human_scale_table`` times
-   ``human_height_assumption / human_height``), rotation offset on the right, position offset in
-   the target frame, ground shift (``ground_height`` + ``ground_offset``) on z. Conventions in
-   :mod:`mocapline.services.retarget.config`.
+1. Targets. An arm passing behind a shoulder's gimbal pole is first moved to pass in front
+   (:mod:`.shoulder_pole`, ``shoulder_poles``): the side decides which way the shoulder pitch
+   turns, and only the front one reaches overhead. From the 23 human bodies, every table
+   entry's target pose is computed at once (vectorised numpy): positions scaled about the root
+   (``human_scale_table`` times ``human_height_assumption / human_height``), rotation offset on
+   the right, position offset in the target frame, ground shift (``ground_height`` +
+   ``ground_offset``) on z. Conventions in :mod:`mocapline.services.retarget.config`.
 2. IK. Differential-IK steps from the previous frame's solution (warm start) until a step lowers
    the cost by less than ``tolerance`` (2 %) of it, at least ``min_iterations`` (2) and at most
    ``iterations`` (8): a slow frame stops after two steps, a fast one gets more (about 2 at
@@ -69,6 +71,7 @@ from mocapline.core.frames import HumanFrame, RobotFrame
 from mocapline.robot import g1 as robot_model
 
 from .config import IKConfig, MatchEntry, load_ik_config
+from .shoulder_pole import TORSO, ShoulderPoles
 
 SOLVER = "daqp"
 BACKENDS = ("fast", "mink")
@@ -660,16 +663,6 @@ class _MinkBackend:
         return float(sum(np.sum((t.cost * t.compute_error(self.configuration)) ** 2) for t in tasks))
 
 
-@dataclass(frozen=True)
-class IKState:
-    """What the next frame's solve depends on (:meth:`G1Retargeter.save_state`)."""
-
-    qpos: np.ndarray  # the warm start
-    last_good: np.ndarray  # the last output (velocity-limit reference, failure fallback)
-    settled: bool
-    bound_binds: bool  # fast backend: the last step had a bound active (daqp first)
-
-
 @dataclass
 class RetargetStats:
     frames: int = 0
@@ -710,6 +703,7 @@ class RetargetOptions:
     settle_iterations: int = DEFAULT_SETTLE_ITERATIONS
     fps: float = DEFAULT_FPS
     velocity_limit: bool = True
+    shoulder_poles: bool = True  # arms pass the shoulders' gimbal poles in front (``shoulder_pole``)
     human_height: float | None = None
     ground_offset: float = 0.0
     backend: str = "fast"
@@ -738,7 +732,8 @@ class RetargetOptions:
         steps = (f"{self.iterations} steps/frame" if self.tolerance == 0 else
                  f"{self.min_iterations}-{self.iterations} steps/frame until the cost drops < {self.tolerance:g}")
         extra = (f", arm rotation Huber {self.arm_huber:g} rad" if self.arm_huber else "") + (
-            f", posture {self.posture_weight:g}" if self.posture_weight else "")
+            f", posture {self.posture_weight:g}" if self.posture_weight else "") + (
+            ", arms pass the shoulder poles in front" if self.shoulder_poles else "")
         return f"{steps}, lm_damping {self.lm_damping}, solver damping {self.solver_damping}{extra}"
 
 
@@ -788,7 +783,8 @@ class G1Retargeter:
             regular,
             self.options.arm_huber,
         )
-        self._posture_base = (regular.neutral.copy(), regular.posture.copy())
+        has_torso = any(e.robot_frame == TORSO for e in config.tables()[-1])
+        self.poles = ShoulderPoles(self.model, config) if self.options.shoulder_poles and has_torso else None
         self.ranges = robot_model.joint_ranges(self.model)
         self._last_good = robot_model.default_qpos(self.model)
         self.reset()
@@ -834,31 +830,6 @@ class G1Retargeter:
     def qpos(self) -> np.ndarray:
         """The current (last good) solution."""
         return self._last_good.copy()
-
-    def set_pull(self, joint: int, target: float, weight: float) -> None:
-        """Pull hinge ``joint`` (index in ``joint_names``) towards ``target`` rad with ``weight``
-        (0: off) in the following solves; fast backend only (``lookahead``)."""
-        reg = getattr(self.backend, "regular", None)
-        if reg is None:
-            raise ValueError("set_pull needs the fast backend")
-        base_neutral, base_posture = self._posture_base
-        reg.neutral[joint] = target if weight else base_neutral[joint]
-        reg.posture[joint] = weight if weight else base_posture[joint]
-        reg.active = bool(np.any(reg.posture))
-
-    def save_state(self) -> IKState:
-        """The IK state between frames, to fork a take's solve (``lookahead``)."""
-        return IKState(np.array(self.backend.qpos, dtype=np.float64), self._last_good.copy(), self._settled,
-                       bool(getattr(self.backend, "_bound_binds", False)))
-
-    def load_state(self, state: IKState, warm_start: np.ndarray | None = None) -> None:
-        """Go back to ``state``; the next frame starts its steps from ``warm_start`` if given (the
-        velocity limit stays relative to the state's last output)."""
-        self.backend.set_qpos(state.qpos if warm_start is None else warm_start)
-        if hasattr(self.backend, "_bound_binds"):
-            self.backend._bound_binds = state.bound_binds
-        self._last_good = state.last_good.copy()
-        self._settled = state.settled
 
     # -- targets ----------------------------------------------------------------------------------
 
@@ -941,6 +912,8 @@ class G1Retargeter:
         try:
             positions = np.asarray(positions, dtype=np.float64)
             quaternions = np.asarray(quaternions, dtype=np.float64)
+            if self.poles is not None:
+                positions, quaternions = self.poles.apply(positions, quaternions)
             used = self._used_bodies
             used_positions = positions[used]
             if not math.isfinite(used_positions.sum()):  # one check: NaN and inf propagate

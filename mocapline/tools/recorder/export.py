@@ -3,10 +3,8 @@ contract, docs/recording.md).
 
 Input: a raw-datagram recording (``.mlrec``, e.g. ``take/raw.mlrec`` of ``mocapline record`` or
 ``assets/demo/walk_60hz.mlrec``), retargeted offline as the live pipeline does (capture core ->
-G1Retargeter, deterministic; see ``mocapline/tools/recorder/take.py``) plus, unless
-``--no-lookahead``, the offline look-ahead at the shoulder gimbal (``services/retarget/lookahead.py``:
-no limit-to-limit shoulder swings), with the IK configuration given here or, for a take folder, the
-one recorded in its ``config.json``.
+G1Retargeter, deterministic; see ``mocapline/tools/recorder/take.py``), with the IK configuration
+given here or, for a take folder, the one recorded in its ``config.json``.
 
 Output ``CLIP.npz`` (``numpy.load(path)``, no pickles), T samples at ``--fps`` (default 50 Hz):
 
@@ -299,8 +297,6 @@ def build_parser() -> EnvArgumentParser:
                    help="refuse: exit 3 when a sample crosses a longer gap; flag: write it with valid=False")
     p.add_argument("--take-index", type=int, default=0, help="which take when the recording holds several")
     p.add_argument("--no-csv", action="store_true", help="do not write the CSV next to the .npz")
-    p.add_argument("--no-lookahead", dest="lookahead", action="store_false",
-                   help="retarget as the live service does, without the offline look-ahead at the shoulder gimbal")
     return p
 
 

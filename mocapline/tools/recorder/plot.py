@@ -31,8 +31,6 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="folder for the PNGs")
     p.add_argument("--frames", type=Path, default=None, help="the take's .mlmf (default: TAKE/frames.mlmf)")
     p.add_argument("--dpi", type=int, default=100, help="resolution of the PNGs")
-    p.add_argument("--no-lookahead", dest="lookahead", action="store_false",
-                   help="retarget as the live service does, without the offline look-ahead at the shoulder gimbal")
     return p
 
 
@@ -119,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     folder = Path(args.take) if Path(args.take).is_dir() else None
-    # load_take uses the take's own configuration (plus --no-lookahead)
+    # load_take uses the take's own configuration
     loaded = load_take("mocapline plot", args)
     if loaded is None:
         return 2

@@ -24,11 +24,9 @@ import hashlib
 import importlib.metadata
 import json
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from mocapline.core import pb
 from mocapline.core.frames import HumanFrame, RobotFrame
@@ -63,7 +61,6 @@ class TakeConfig:
     backend: str = "fast"
     iterations: int | None = None
     lm_damping: float | None = None
-    lookahead: bool = False  # offline look-ahead at the shoulder gimbal (lookahead.py), fast backend only
 
     def resolved(self, meta: dict[str, Any]) -> TakeConfig:
         """Defaults filled in from a recording's metadata."""
@@ -139,41 +136,12 @@ def retarget_frames(frames: list[HumanFrame], config: TakeConfig) -> list[RobotF
     if config.lm_damping is not None:
         opts.lm_damping = config.lm_damping
     retargeter = G1Retargeter(load_ik_config(config.ik_config), opts)
-    if config.lookahead and config.backend == "fast":
-        return _lookahead_frames(frames, retargeter, config.filter)
     sink = _Collect()
     service = RetargetService(retargeter, sink, filter=config.filter)  # type: ignore[arg-type]
     for frame in frames:
         service.on_frame(frame, 0)
     service.on_end()
     return [RobotFrame.from_bytes(p) for p in sink.payloads if p is not None]
-
-
-def _lookahead_frames(frames: list[HumanFrame], retargeter: Any, filter: str) -> list[RobotFrame]:
-    """The offline retarget with look-ahead (``services/retarget/lookahead.py``): the takes split
-    as the service splits them, one RobotFrame per HumanFrame in input order; ``smooth3`` is the
-    service's centred [1, 2, 1] / 4 filter per take."""
-    from mocapline.services.retarget.lookahead import retarget_frames_offline
-    from mocapline.services.retarget.retargeter import G1Retargeter, OneFrameSmoother, robot_frame_from
-
-    first = [retargeter]
-
-    def make() -> Any:
-        return first.pop() if first else G1Retargeter(retargeter.config, replace(retargeter.options),
-                                                       model=retargeter.model)
-
-    qpos, failed, take = retarget_frames_offline(frames, make)
-    if filter == "smooth3":
-        for t in np.unique(take):
-            idx = np.flatnonzero(take == t)
-            smoother = OneFrameSmoother()
-            done = [smoother.push(qpos[i], int(i)) for i in idx] + [smoother.flush()]
-            for item in done:
-                if item is not None:
-                    q, i = item
-                    qpos[int(i)] = q  # type: ignore[call-overload]
-    return [RobotFrame.from_bytes(robot_frame_from(f, qpos[i], bool(failed[i])).to_bytes())
-            for i, f in enumerate(frames)]
 
 
 def stream_frames(frames: list[RobotFrame], config: TakeConfig) -> list[bytes]:
@@ -253,7 +221,6 @@ def take_config(args: Any) -> tuple[Path, TakeConfig]:
         value = getattr(args, name, None)
         if value is not None:
             setattr(cfg, name, value)
-    cfg.lookahead = bool(getattr(args, "lookahead", False))  # offline commands only (plot, export)
     return path, cfg
 
 
