@@ -20,10 +20,8 @@ SLACK_MM = 0.05  # rounding only
 
 @pytest.fixture(scope="module")
 def runs():
-    """Every take cut to FRAMES, but the demo take whole: its four overhead raises are what the
-    shoulder poles are for, and a cut ends mid-raise (at 120 Hz, 2 s end just after the arms
-    crossed the pole: the arm reflected to the front has paid for the front branch, up to 16 deg
-    off its target for a few frames, and not yet gained from it overhead: 28.7 vs 27.5 mm there)."""
+    """Every take cut to FRAMES, but the demo take whole: its limit-to-limit swings happen between
+    overhead raises 5 s apart, which a cut never reaches."""
     model = robot_model.load_ik_model()
     takes = take_set(model, ("real", "g1", "human"), frames=FRAMES) + take_set(model, ("demo",))
     return [run_take(take, model) for take in takes]
@@ -89,8 +87,8 @@ def test_the_swing_metric_counts_limit_to_limit_sweeps_only() -> None:
 
 def test_no_limit_to_limit_shoulder_swings(runs) -> None:
     """GMR, like mocapline's IK without the shoulder poles, meets the demo take's successive overhead
-    raises on alternate branches of the shoulder gimbal (+2.67 / -3.09 rad); with arms passing the
-    poles in front (the default) every raise takes the front branch."""
+    raises on alternate branches of the shoulder gimbal (+2.67 / -3.09 rad); with the poles (the
+    default) each shoulder keeps the branch of its first raise."""
     model = robot_model.load_ik_model()
     for r in runs:
         assert r.ours.swings == 0, (r.take, r.rate)

@@ -2,9 +2,9 @@
 
 Per frame:
 
-1. Targets. An arm passing behind a shoulder's gimbal pole is first moved to pass in front
-   (:mod:`.shoulder_pole`, ``shoulder_poles``): the side decides which way the shoulder pitch
-   turns, and only the front one reaches overhead. From the 23 human bodies, every table
+1. Targets. An arm near its shoulder's gimbal pole is first moved, if need be, to pass on the side
+   that keeps the shoulder pitch on its branch (:mod:`.shoulder_pole`, ``shoulder_poles``): the
+   side decides which way the pitch turns. From the 23 human bodies, every table
    entry's target pose is computed at once (vectorised numpy): positions scaled about the root
    (``human_scale_table`` times ``human_height_assumption / human_height``), rotation offset on
    the right, position offset in the target frame, ground shift (``ground_height`` +
@@ -703,7 +703,7 @@ class RetargetOptions:
     settle_iterations: int = DEFAULT_SETTLE_ITERATIONS
     fps: float = DEFAULT_FPS
     velocity_limit: bool = True
-    shoulder_poles: bool = True  # arms pass the shoulders' gimbal poles in front (``shoulder_pole``)
+    shoulder_poles: bool = True  # each shoulder keeps its branch at the gimbal pole (``shoulder_pole``)
     human_height: float | None = None
     ground_offset: float = 0.0
     backend: str = "fast"
@@ -733,7 +733,7 @@ class RetargetOptions:
                  f"{self.min_iterations}-{self.iterations} steps/frame until the cost drops < {self.tolerance:g}")
         extra = (f", arm rotation Huber {self.arm_huber:g} rad" if self.arm_huber else "") + (
             f", posture {self.posture_weight:g}" if self.posture_weight else "") + (
-            ", arms pass the shoulder poles in front" if self.shoulder_poles else "")
+            ", shoulders keep their branch at the gimbal pole" if self.shoulder_poles else "")
         return f"{steps}, lm_damping {self.lm_damping}, solver damping {self.solver_damping}{extra}"
 
 
@@ -785,6 +785,7 @@ class G1Retargeter:
         )
         has_torso = any(e.robot_frame == TORSO for e in config.tables()[-1])
         self.poles = ShoulderPoles(self.model, config) if self.options.shoulder_poles and has_torso else None
+        self._pitch_qpos = [7 + self.joint_names.index(f"{s}_shoulder_pitch_joint") for s in ("left", "right")]
         self.ranges = robot_model.joint_ranges(self.model)
         self._last_good = robot_model.default_qpos(self.model)
         self.reset()
@@ -825,6 +826,9 @@ class G1Retargeter:
         self._last_good = q.copy()
         self._settled = False
         self.velocity_limit.set_reference(None)
+        poles: ShoulderPoles | None = getattr(self, "poles", None)  # None while __init__ runs
+        if poles is not None:
+            poles.reset()
 
     @property
     def qpos(self) -> np.ndarray:
@@ -912,8 +916,10 @@ class G1Retargeter:
         try:
             positions = np.asarray(positions, dtype=np.float64)
             quaternions = np.asarray(quaternions, dtype=np.float64)
-            if self.poles is not None:
-                positions, quaternions = self.poles.apply(positions, quaternions)
+            if self.poles is not None and self._settled:
+                last = self._last_good
+                positions, quaternions = self.poles.apply(
+                    positions, quaternions, (float(last[self._pitch_qpos[0]]), float(last[self._pitch_qpos[1]])))
             used = self._used_bodies
             used_positions = positions[used]
             if not math.isfinite(used_positions.sum()):  # one check: NaN and inf propagate

@@ -1,29 +1,31 @@
-"""Arms pass the G1 shoulder's gimbal pole in front: the live fix for the limit-to-limit swing.
+"""Each G1 shoulder keeps its branch at the gimbal pole: the live fix for limit-to-limit swings.
 
 A G1 shoulder is pitch, then roll, then yaw. When the upper arm points along the pitch axis (the
-torso's lateral axis: arm straight out sideways), pitch and yaw turn about the same line: that
-direction is the *pole* of the shoulder, and the pitch is the arm's azimuth around it. An arm rising
-sideways past the pole turns the pitch by about half a turn, and which way is decided by the side
-of the pole the arm passes: in front, the pitch runs 0 -> -pi (the arm forward, then up); behind,
-0 -> +pi. Only the front half is inside the joint range overhead (pitch -3.09 .. +2.67 rad), so an
-arm that passed behind ends at +2.67, short of overhead, and the next raise that passes in front
-sends the same joint to -3.09: the demo take's limit-to-limit swings (docs/retarget.md). The IK
-tracks exactly either way where the choice is made, so no cost inside the IK can tell the two
-apart there, and the better side shows only 20-40 frames later.
+torso's lateral axis: the arm straight out sideways), pitch and yaw turn about the same line: that
+direction is the shoulder's *pole*, and the pitch is the arm's azimuth around it. An arm rising
+sideways past the pole turns the pitch by about half a turn, and the side of the pole it passes
+decides which way: in front (negative pitch for the G1) 0 -> -pi, behind 0 -> +pi. The range is
+-3.09 .. +2.67 rad, so the two ways end at opposite limits, and when successive raises pass on
+alternate sides (the demo take's walk swings the arms a few degrees either way) the joint sweeps
+from one limit to the other between them: the limit-to-limit swing (docs/retarget.md). The IK
+tracks exactly either way where the side is decided, so no cost inside the IK can tell them apart.
 
-What decides the side is the target, so the target is moved: within ``zone`` of the pole, an arm
-more than ``behind_min`` behind it (the forward component of its direction, off the pole) is
-reflected to the front, fully from ``behind_full`` and within ``core`` of the pole; the whole arm
-(upper arm, forearm, hand: positions about the shoulder, orientations) is turned by the smallest
-rotation that does it. Weights are smoothsteps, so the targets stay smooth. An arm passing straight
-through the pole (a sideways raise to the horizontal and a little above, which the G1 follows by
-rolling on) or near it in front is left as it is. On the way down the same rule turns the pitch
-back through the front. Stateless and causal: no delay, the same on every frame of a stream.
+What decides is the target, so the target is moved. Each arm remembers the branch it last
+committed to (its pitch beyond ``committed``); while the arm is within ``zone`` of its pole:
 
-The pole and the forward direction come from the human's torso target (the config's
-``torso_link`` entry: its human body's orientation times the entry's rotation offset) and the
-G1's shoulder pitch axes in the torso frame, so they are where the robot's are once the torso
-tracks.
+- on the way up (``|pitch| < arm_down``) it is to pass on the side of that branch (no branch yet,
+  the first crossing of a take: nothing is moved, the IK chooses);
+- on the way down it is to pass on the side that unwinds its present branch (front for a negative
+  pitch);
+- an arm more than ``behind_min`` on the other side is reflected to the wanted one, in full from
+  ``behind_full`` and within ``core`` of the pole: the whole arm (upper arm, forearm, hand) turned
+  about the shoulder by the smallest rotation that does it. Weights are smoothsteps of the
+  distance to the pole and of how far on the other side the arm is, so targets stay smooth.
+
+So the pitch never changes branch between crossings, and a take whose arms pass each crossing on
+its branch's side (every real take in ``assets/motion``) is not changed at all. Causal, no delay:
+the state is two signs. The pole and the forward direction come from the human torso's target
+(the config's ``torso_link`` entry) and the G1's shoulder pitch axes in the torso frame.
 """
 
 from __future__ import annotations
@@ -41,14 +43,17 @@ from .config import IKConfig
 
 SIDES = ("left", "right")
 TORSO = "torso_link"
+FRONT, BACK = 1.0, -1.0  # sides of the pole; FRONT is the negative-pitch branch
 
 
 @dataclass(frozen=True)
 class PoleOptions:
     zone: float = 0.5  # rad: arms within this angle of the pole are looked at ...
     core: float = 0.25  # rad: ... and reflected in full within this one
-    behind_min: float = 0.02  # an arm further behind the pole than this (direction's forward component) ...
-    behind_full: float = 0.06  # ... is reflected, in full from this far behind
+    behind_min: float = 0.02  # an arm further than this on the wrong side (its direction's component) ...
+    behind_full: float = 0.06  # ... is reflected, in full from this far
+    committed: float = 2.0  # rad: |pitch| beyond which an arm is on a branch (remembered)
+    arm_down: float = 1.0  # rad: |pitch| below which a crossing is on the way up
 
 
 def _smoothstep(x: float) -> float:
@@ -57,7 +62,8 @@ def _smoothstep(x: float) -> float:
 
 
 class ShoulderPoles:
-    """Moves arm targets that pass behind a shoulder's pole to its front (see the module)."""
+    """Moves arm targets to the side of their shoulder's pole that keeps the pitch's branch (see
+    the module). One per IK stream: it holds each arm's branch; :meth:`reset` between takes."""
 
     def __init__(self, model: mujoco.MjModel, config: IKConfig, options: PoleOptions | None = None) -> None:
         self.options = options or PoleOptions()
@@ -87,48 +93,70 @@ class ShoulderPoles:
         for i, (shoulder, elbow, _) in enumerate(self._arms):
             self._upper_arms[i, shoulder], self._upper_arms[i, elbow] = -1.0, 1.0
         self._cos_zone = math.cos(self.options.zone)
+        self.branch = [0.0, 0.0]  # per arm: FRONT, BACK or 0 (none yet)
         self.moved = 0  # arm-frames moved so far
 
-    def apply(self, positions: np.ndarray, quaternions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The frame's (23, 3) positions and (23, 4) quaternions with arms passing behind a pole
-        moved to its front; the inputs themselves when nothing moves (the usual case: a few
-        microseconds, in Python floats)."""
+    def reset(self) -> None:
+        """A new take: no arm has a branch."""
+        self.branch = [0.0, 0.0]
+
+    def wanted_sides(self, pitches: tuple[float, float]) -> list[float]:
+        """Per arm the side of the pole it is to pass (0: either), given the shoulder pitches of
+        the last output; remembers the branches they are on."""
+        o = self.options
+        sides = []
+        for i, pitch in enumerate(pitches):
+            if abs(pitch) > o.committed:
+                self.branch[i] = FRONT if pitch < 0 else BACK
+            sides.append(self.branch[i] if abs(pitch) < o.arm_down else (FRONT if pitch < 0 else BACK))
+        return sides
+
+    def apply(self, positions: np.ndarray, quaternions: np.ndarray,
+              pitches: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+        """The frame's (23, 3) positions and (23, 4) quaternions with each arm near its pole on the
+        side its branch wants (``pitches``: the left and right shoulder pitch of the last output);
+        the inputs themselves when nothing moves (the usual case: a few microseconds, in Python
+        floats)."""
+        sides = self.wanted_sides(pitches)
+        if not any(sides):
+            return positions, quaternions
         torso = quaternions[self._torso]
         axes = (np.multiply.outer(torso, torso).reshape(16) @ self._axes).tolist()
         arms = (self._upper_arms @ positions).tolist()
         fx, fy, fz = axes[6:9]
         out_p, out_q = positions, quaternions
         for i, (ax, ay, az) in enumerate((axes[0:3], axes[3:6])):
+            side = sides[i]
             ux, uy, uz = arms[i]
             pole = ax * ax + ay * ay + az * az
             arm = ux * ux + uy * uy + uz * uz
-            if not (pole > 1e-18 and arm > 1e-18):  # NaN fails too: the retargeter refuses the frame
+            if not (side and pole > 1e-18 and arm > 1e-18):  # NaN fails too: the retargeter refuses the frame
                 continue
             cos = (ux * ax + uy * ay + uz * az) / math.sqrt(pole * arm)
             if not cos > self._cos_zone:
                 continue
-            # forward, off the pole: f - (f.a) a, normalised (a, f and the arm scaled alike)
+            # the wanted side's direction off the pole: +-(f - (f.a) a) (a, f and the arm scaled alike)
             fa = (fx * ax + fy * ay + fz * az) / pole
-            hx, hy, hz = fx - fa * ax, fy - fa * ay, fz - fa * az
-            behind = -(ux * hx + uy * hy + uz * hz) / math.sqrt((hx * hx + hy * hy + hz * hz) * arm)
-            if behind > self.options.behind_min:
+            hx, hy, hz = side * (fx - fa * ax), side * (fy - fa * ay), side * (fz - fa * az)
+            wrong = -(ux * hx + uy * hy + uz * hz) / math.sqrt((hx * hx + hy * hy + hz * hz) * arm)
+            if wrong > self.options.behind_min:
                 if out_p is positions:
                     out_p, out_q = positions.copy(), quaternions.copy()
-                self._move(out_p, out_q, self._arms[i], math.acos(min(1.0, cos)), behind,
-                           np.array([hx, hy, hz]))
+                self._move(out_p, out_q, self._arms[i], math.acos(min(1.0, cos)), wrong, np.array([hx, hy, hz]))
         return out_p, out_q
 
     def _move(self, positions: np.ndarray, quaternions: np.ndarray, bodies: tuple[int, int, int],
-              theta: float, behind: float, ahead: np.ndarray) -> None:
-        """Turn one arm (in place) ``theta`` off its pole and ``behind`` it towards ``ahead``."""
+              theta: float, wrong: float, towards: np.ndarray) -> None:
+        """Reflect one arm (in place), ``theta`` off its pole and ``wrong`` on the other side of it,
+        to the side ``towards`` points to."""
         o = self.options
         shoulder = positions[bodies[0]].copy()
         arm = positions[bodies[1]] - shoulder
         arm /= np.linalg.norm(arm)
-        ahead = ahead / np.linalg.norm(ahead)
+        towards = towards / np.linalg.norm(towards)
         weight = 1.0 - _smoothstep((theta - o.core) / (o.zone - o.core))
-        share = _smoothstep((behind - o.behind_min) / (o.behind_full - o.behind_min))
-        target = arm + 2.0 * behind * weight * share * ahead
+        share = _smoothstep((wrong - o.behind_min) / (o.behind_full - o.behind_min))
+        target = arm + 2.0 * wrong * weight * share * towards
         target /= np.linalg.norm(target)
         axis = np.cross(arm, target)
         sin = float(np.linalg.norm(axis))
