@@ -27,6 +27,11 @@ p99 position error over the position-weighted frames, and for hands / feet / pel
 orientation error (deg); joint jerk (rad/s^3); configuration jumps; limit-to-limit swings (a joint
 sweeping > 80 % of its range and > pi rad within 3 s); joint-limit contacts (frames); range and
 velocity violations. ``--json``: the same per run, plus an overall line.
+
+``--overhead`` runs a stress sweep instead: sideways raises to overhead that pass the G1
+shoulder's gimbal pole at planes from 15 deg in front to 15 deg behind it, on the same side every
+raise or on alternate ones, with the shoulder poles (``services/retarget/shoulder_pole.py``),
+without them and the baseline: accuracy, jumps and limit-to-limit swings, no timing.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import mujoco
@@ -135,6 +140,24 @@ def synthetic_takes(model: mujoco.MjModel, fps: float) -> list[Take]:
     h_pos, h_quat = synthetic.human_motion(n, fps)
     return [Take("g1", "g1", fps, g1_pos, g1_quat, axis, None, truth[0]),
             Take("human", "human", fps, h_pos, h_quat, axis)]
+
+
+OVERHEAD_PLANES = (-15.0, -8.0, -3.0, 3.0, 8.0, 15.0)  # deg, > 0: behind the shoulder's pole
+OVERHEAD_S = 16.0  # seconds: three raises
+
+
+def overhead_takes(model: mujoco.MjModel, fps: float = 60.0) -> list[Take]:
+    """``--overhead``: sideways raises to overhead passing the shoulder's gimbal pole at each plane
+    of OVERHEAD_PLANES, on the same side every raise and on alternate sides."""
+    axis = load_ik_config("axis_studio", model=model)
+    out = []
+    for alternate in (False, True):
+        for plane in OVERHEAD_PLANES:
+            raise_ = synthetic.OverheadRaise(plane, alternate)
+            pos, quat = synthetic.human_motion(int(OVERHEAD_S * fps), fps, overhead=raise_)
+            name = f"{'alternate' if alternate else 'same side'} {plane:+.0f}"
+            out.append(Take(name, "overhead", fps, pos, quat, axis))
+    return out
 
 
 def take_set(model: mujoco.MjModel, kinds: tuple[str, ...] = KINDS, frames: int | None = None) -> list[Take]:
@@ -303,6 +326,34 @@ def _table(summary: dict, options: RetargetOptions) -> str:
     return "\n".join(lines)
 
 
+def _overhead(model: mujoco.MjModel, options: RetargetOptions, as_json: bool) -> None:
+    """The stress sweep: each overhead take with the shoulder poles (the default), without them,
+    and the baseline; accuracy, jumps and swings (no timing)."""
+    rows = []
+    for take in overhead_takes(model):
+        ours = run_take(take, model, options)
+        plain = run_take(take, model, replace(options, shoulder_poles=False), baseline=False)
+        rows.append({"take": take.name, "ours": ours.ours, "without_poles": plain.ours, "baseline": ours.base})
+    totals = {k: {m: sum(getattr(r[k], m) for r in rows) for m in ("jumps", "swings")}
+              for k in ("ours", "without_poles", "baseline")}
+    if as_json:
+        print(json.dumps({"runs": [{k: (v.as_dict() if isinstance(v, Quality) else v) for k, v in r.items()}
+                                   for r in rows], "totals": totals}))
+        return
+    print("overhead raises past the shoulder's gimbal pole, 60 Hz, 16 s (three raises); the raise plane in deg "
+          "behind the pole,\non the same side every raise or on alternate sides (the first raise's given)\n"
+          "each cell: with the shoulder poles (default) | without | baseline")
+    print(f"{'take':14} {'err mm':>19} {'hands mm':>19} {'jerk':>17} {'jumps':>8} {'swings':>8}")
+
+    def cell(r: dict, metric: str, fmt: str = ".1f") -> str:
+        return "|".join(format(getattr(r[k], metric), fmt) for k in ("ours", "without_poles", "baseline"))
+
+    for r in rows:
+        print(f"{r['take']:14} {cell(r, 'err_mm'):>19} {cell(r, 'hands_mm'):>19} {cell(r, 'jerk', '.0f'):>17} "
+              f"{cell(r, 'jumps', 'd'):>8} {cell(r, 'swings', 'd'):>8}")
+    print("totals: " + "; ".join(f"{k}: jumps {v['jumps']}, swings {v['swings']}" for k, v in totals.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mocapline bench retarget", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -314,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=None, help="mocapline's cap on IK steps per frame")
     parser.add_argument("--lm-damping", type=float, default=None, help="mocapline FrameTask lm_damping")
     parser.add_argument("--backend", choices=("fast", "mink"), default="fast")
+    parser.add_argument("--overhead", action="store_true",
+                        help="instead: the stress sweep of overhead raises past the shoulder's gimbal pole, with and "
+                             "without the shoulder poles (about 1 min)")
     args = parser.parse_args(argv)
 
     kinds = tuple(k.strip() for k in args.takes.split(",") if k.strip())
@@ -327,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
         options.lm_damping = args.lm_damping
     options.validate()
     model = robot_model.load_ik_model()
+    if args.overhead:
+        _overhead(model, options, args.json)
+        return 0
     runs = [run_take(t, model, options) for t in take_set(model, kinds, args.frames)]
     summary = _summary(runs)
     summary["settings"] = {"backend": options.backend, "options": options.describe(), "frames": args.frames}

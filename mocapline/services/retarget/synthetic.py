@@ -10,6 +10,7 @@ itself. Used by the tests (round-trip accuracy) and by ``mocapline bench retarge
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import mujoco
 import numpy as np
@@ -244,7 +245,19 @@ def _rz(a: float) -> np.ndarray:
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
 
 
-def _human_local_rotations(t: float) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+@dataclass(frozen=True)
+class OverheadRaise:
+    """Arms raised sideways past the shoulder's gimbal pole to ``top_deg`` from hanging, in a plane
+    turned ``plane_deg`` about the vertical (> 0: behind the pole, both arms mirrored); with
+    ``alternate`` every other raise turns the other way, as a walk's arm swing does to the demo
+    take's raises. ``mocapline bench retarget --overhead`` sweeps it."""
+
+    plane_deg: float = 0.0
+    alternate: bool = False
+    top_deg: float = 165.0
+
+
+def _human_local_rotations(t: float, overhead: OverheadRaise | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Root position (cm, BVH frame) and local bone rotations (BVH frame) at time t (s)."""
     ph = 2 * np.pi * STEP_HZ * t
     s, c = np.sin(ph), np.cos(ph)
@@ -272,16 +285,21 @@ def _human_local_rotations(t: float) -> tuple[np.ndarray, dict[str, np.ndarray]]
         lower = sign * deg(-75 + 150 * up * 0.8)
         rot[f"{side}Shoulder"] = np.eye(3)
         rot[f"{side}Arm"] = _rx(deg(25 * leg * (1 - up))) @ _rz(lower)
+        if overhead is not None:
+            turn = overhead.plane_deg * (-1) ** int(t * ARM_RAISE_HZ) if overhead.alternate else overhead.plane_deg
+            rot[f"{side}Arm"] = _ry(sign * deg(turn)) @ _rz(sign * deg(-75 + (overhead.top_deg + 75) * up))
         rot[f"{side}ForeArm"] = _ry(sign * deg(-30 - 15 * s + 20 * up))
         rot[f"{side}Hand"] = _rz(sign * deg(-5 + 10 * np.sin(0.7 * ph))) @ _rx(deg(10 * np.cos(0.6 * ph)))
     return root, rot
 
 
-def human_motion(n_frames: int, fps: float = 60.0, speed: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+def human_motion(n_frames: int, fps: float = 60.0, speed: float = 1.0,
+                 overhead: OverheadRaise | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A walking / arm-raising Axis Studio take as HumanFrame arrays: positions (F, 23, 3) m and
     quaternions (F, 23, 4), Z-up, after GMR's BVH conversion (rest pose: T-pose, every quaternion =
     quat(C), facing -Y). Human proportions (the Axis default skeleton, about 1.75 m), so the G1
-    cannot match every target exactly: the IK's objective decides."""
+    cannot match every target exactly: the IK's objective decides. ``overhead``: the arms rise
+    overhead instead of to the horizontal."""
     from mocapline.formats.skeleton import AXIS_STUDIO_BONES
 
     bones = AXIS_STUDIO_BONES
@@ -297,7 +315,7 @@ def human_motion(n_frames: int, fps: float = 60.0, speed: float = 1.0) -> tuple[
     positions = np.zeros((n_frames, len(GMR_BODIES), 3))
     quaternions = np.zeros((n_frames, len(GMR_BODIES), 4))
     for f in range(n_frames):
-        root, local = _human_local_rotations(f / fps * speed)
+        root, local = _human_local_rotations(f / fps * speed, overhead)
         g_rot: dict[int, np.ndarray] = {}
         g_pos: dict[int, np.ndarray] = {}
         for i in needed:
