@@ -7,12 +7,14 @@ Accuracy only: timing is the bench's business (this machine is shared)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from mocapline.bench.retarget import run_take, take_set
+from mocapline.bench.retarget import overhead_takes, run_take, take_set
 from mocapline.robot import g1 as robot_model
-from mocapline.services.retarget.retargeter import RetargetOptions
+from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
 
 FRAMES = 240  # per run: 2 s at 120 Hz, 4-8 s at 30-60 Hz; the demo take whole (below)
 SLACK_MM = 0.05  # rounding only
@@ -97,3 +99,22 @@ def test_no_limit_to_limit_shoulder_swings(runs) -> None:
     take = next(t for t in take_set(model, ("demo",)) if t.fps == 60.0)
     without = run_take(take, model, RetargetOptions(shoulder_poles=False), baseline=False)
     assert without.ours.swings > 0  # what the poles remove (docs/retarget.md)
+
+
+def test_overhead_raises_keep_their_branch_and_same_side_raises_are_left_alone() -> None:
+    """``bench retarget --overhead`` takes, which the rule was not tuned on: raises passing the pole
+    8 deg behind then in front keep the first raise's branch (without the poles: a swing at every
+    change of side); raises passing on the same side each time are not touched at all."""
+    model = robot_model.load_ik_model()
+    takes = {t.name: t for t in overhead_takes(model)}
+    alternate = takes["alternate +8"]
+    ours = run_take(alternate, model, baseline=False)
+    without = run_take(alternate, model, RetargetOptions(shoulder_poles=False), baseline=False)
+    assert ours.ours.swings == 0 and ours.ours.jumps == 0 and without.ours.swings > 0
+    same = takes["same side +8"]
+    options = RetargetOptions(fps=same.fps)
+    with_poles = G1Retargeter(same.config, options, model=model)
+    plain = G1Retargeter(same.config, replace(options, shoulder_poles=False), model=model)
+    for p, q in zip(same.positions, same.quaternions, strict=True):
+        np.testing.assert_array_equal(with_poles.retarget(p, q).qpos, plain.retarget(p, q).qpos)
+    assert with_poles.poles is not None and with_poles.poles.moved == 0
