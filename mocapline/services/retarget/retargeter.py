@@ -826,9 +826,8 @@ class G1Retargeter:
         self._last_good = q.copy()
         self._settled = False
         self.velocity_limit.set_reference(None)
-        poles: ShoulderPoles | None = getattr(self, "poles", None)  # None while __init__ runs
-        if poles is not None:
-            poles.reset()
+        if self.poles is not None:
+            self.poles.reset()
 
     @property
     def qpos(self) -> np.ndarray:
