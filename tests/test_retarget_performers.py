@@ -80,12 +80,27 @@ def test_durable_state_restores_every_performer(takes):
     for avatar in (0, 1):
         for frame in frames_of(pos[:5], quat[:5], avatar):
             service.on_frame(frame)
+    poles = service.tracks[1].retargeter.poles
+    assert poles is not None
+    poles.branch = [1.0, -1.0]  # as after an overhead raise: left arm in front, right behind
     state = service.durable_state()
     again = RetargetService(G1Retargeter(cfg, model=model), Sink())
     again.restore(state)
     assert sorted(again.tracks) == [0, 1]
     assert again.tracks[1].last_posture_index == 104 and again.tracks[1].gmr_processed == 5
     np.testing.assert_allclose(again.tracks[1].qpos, service.tracks[1].qpos)
+    # the shoulders keep their branches at the gimbal pole across the restart
+    assert again.tracks[1].retargeter.pole_branches == [1.0, -1.0]
+    assert again.tracks[0].retargeter.pole_branches == [0.0, 0.0]
+
+
+def test_a_claim_carries_the_shoulders_branches_to_the_next_owner():
+    from mocapline.core.assign import Claim
+
+    claim = Claim("w1", "ab", 3, [0.0] * 36, 4, "Performer1", [1.0, -1.0])
+    assert Claim.decode(claim.encode()) == claim
+    older = b'{"owner":"w1","epoch":"ab","seq":3,"qpos":null,"frames":4,"name":""}'  # before branches
+    assert Claim.decode(older).branches is None
 
 
 def test_each_performer_gets_its_height_by_avatar_name(takes):

@@ -53,6 +53,7 @@ class Claim:
     qpos: list[float] | None = None  # the last pose solved (warm start for the next owner)
     frames: int = 0  # the performer's frames retargeted through seq, by every owner so far (the ledger)
     name: str = ""  # its avatar name (the height configured for it)
+    branches: list[float] | None = None  # its shoulders' branches at the gimbal pole (retarget's shoulder_pole)
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -61,7 +62,7 @@ class Claim:
     def decode(cls, data: bytes) -> Claim:
         d = json.loads(data)
         return cls(str(d["owner"]), str(d.get("epoch", "")), int(d.get("seq", -1)), d.get("qpos"),
-                   int(d.get("frames", 0)), str(d.get("name", "")))
+                   int(d.get("frames", 0)), str(d.get("name", "")), d.get("branches"))
 
 
 def performer_key(avatar_index: int) -> str:

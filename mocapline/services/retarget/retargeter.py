@@ -816,8 +816,10 @@ class G1Retargeter:
     def ground(self) -> float:
         return self.config.ground_height + self.options.ground_offset
 
-    def reset(self, qpos: np.ndarray | None = None) -> None:
-        """Start a new take from ``qpos`` (default: standing zero pose); the next frame settles."""
+    def reset(self, qpos: np.ndarray | None = None, branches: list[float] | None = None) -> None:
+        """Start a new take from ``qpos`` (default: standing zero pose); the next frame settles.
+        ``branches``: the shoulders' branches at the gimbal pole to go on with (``pole_branches``
+        of the IK that stopped; default: none yet)."""
         q = robot_model.default_qpos(self.model) if qpos is None else np.array(qpos, dtype=np.float64)
         q[3:7] /= np.linalg.norm(q[3:7])
         q[7:] = np.clip(q[7:], self.ranges[:, 0], self.ranges[:, 1])
@@ -827,12 +829,18 @@ class G1Retargeter:
         self._settled = False
         self.velocity_limit.set_reference(None)
         if self.poles is not None:
-            self.poles.reset()
+            self.poles.reset(branches)
 
     @property
     def qpos(self) -> np.ndarray:
         """The current (last good) solution."""
         return self._last_good.copy()
+
+    @property
+    def pole_branches(self) -> list[float] | None:
+        """The shoulders' branches at the gimbal pole (left, right; ``shoulder_pole``), for a
+        restarted IK to go on with; None without the poles."""
+        return None if self.poles is None else list(self.poles.branch)
 
     # -- targets ----------------------------------------------------------------------------------
 

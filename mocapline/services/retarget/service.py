@@ -315,6 +315,7 @@ class RetargetService:
         state["performers"] = {
             str(k): {"name": t.name, "segment": t.segment, "last_posture_index": t.last_posture_index,
                      "qpos": None if t.qpos is None else [float(x) for x in t.qpos],
+                     "branches": t.retargeter.pole_branches,
                      "frames_in": t.frames_in, "gmr_processed": t.gmr_processed,
                      "robot_frames_sent": t.robot_frames_sent}
             for k, t in self.tracks.items()
@@ -340,7 +341,7 @@ class RetargetService:
             track.robot_frames_sent = int(saved.get("robot_frames_sent", 0))
             if saved.get("qpos") is not None:
                 track.qpos = np.asarray(saved["qpos"], dtype=np.float64)
-                track.retargeter.reset(track.qpos)
+                track.retargeter.reset(track.qpos, saved.get("branches"))
 
 
 def status_line(hb: dict[str, Any]) -> str:

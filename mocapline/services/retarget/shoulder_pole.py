@@ -96,9 +96,9 @@ class ShoulderPoles:
         self.branch = [0.0, 0.0]  # per arm: FRONT, BACK or 0 (none yet)
         self.moved = 0  # arm-frames moved so far
 
-    def reset(self) -> None:
-        """A new take: no arm has a branch."""
-        self.branch = [0.0, 0.0]
+    def reset(self, branches: list[float] | None = None) -> None:
+        """A new take: no arm has a branch, or ``branches`` (an IK's that stopped, to go on with)."""
+        self.branch = [0.0, 0.0] if branches is None else [float(np.sign(b)) for b in branches[:2]]
 
     def wanted_sides(self, pitches: tuple[float, float]) -> list[float]:
         """Per arm the side of the pole it is to pass (0: either), given the shoulder pitches of

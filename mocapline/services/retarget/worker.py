@@ -253,7 +253,8 @@ class WorkerLoop:
         if track is None:
             return Claim(owner, epoch, resume)
         qpos = None if track.qpos is None else [float(x) for x in track.qpos]
-        return Claim(owner, epoch, resume, qpos, track.gmr_processed - unconfirmed, track.name)
+        return Claim(owner, epoch, resume, qpos, track.gmr_processed - unconfirmed, track.name,
+                     track.retargeter.pole_branches)
 
     def hand_over(self, k: int, own: Owned, epoch: str) -> None:
         """Write performer ``k``'s claim over to its new owner, resuming after the last frame
@@ -373,7 +374,7 @@ class WorkerLoop:
             track.frames_in = track.gmr_processed = track.robot_frames_sent = claim.frames if same_epoch else 0
             if claim.qpos is not None:
                 track.qpos = np.asarray(claim.qpos, dtype=np.float64)
-                track.retargeter.reset(track.qpos)
+                track.retargeter.reset(track.qpos, claim.branches)
         log.info("performer %d: mine from capture frame %d", k, start + 1)
 
     # --- the rest of the StageHandler ---
