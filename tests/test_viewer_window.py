@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mocapline.robot.g1 import load_full_model
-from mocapline.services.viewer.window import SPACING_M, add_side_by_side, frame_camera
+from mocapline.services.viewer.window import LABEL_HEIGHT_M, SPACING_M, add_labels, add_side_by_side, frame_camera
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +62,20 @@ def test_the_camera_looks_at_the_middle_robot_and_backs_off_with_more() -> None:
     frame_camera(camera, (0.4, 0.1), 3)
     np.testing.assert_allclose(camera.lookat[:2], (0.4, 0.1 - SPACING_M))  # robots at 0, -1 and -2 spacings
     assert camera.distance > one
+
+
+def test_each_robot_gets_its_avatar_name_over_its_head(model: mujoco.MjModel) -> None:
+    a, b, c = posed(model, 0.2, -1.0), posed(model, -0.1, 0.5), posed(model, 0.0, 0.0)
+    scene = mujoco.MjvScene(model, 2000)
+    add_side_by_side(model, [b, c], scene, mujoco.MjvOption())
+    robots = scene.ngeom
+    add_labels(scene, [a, b, c], ["Alice", "", "Carol"])  # an unnamed performer gets no label
+    labels = [scene.geoms[g] for g in range(robots, scene.ngeom)]
+    assert [g.label for g in labels] == ["Alice", "Carol"]
+    assert all(g.type == mujoco.mjtGeom.mjGEOM_LABEL for g in labels)
+    np.testing.assert_allclose(labels[0].pos, [0.2, 0.0, a.qpos[2] + LABEL_HEIGHT_M], atol=1e-6)
+    np.testing.assert_allclose(labels[1].pos, [0.0, -2 * SPACING_M, c.qpos[2] + LABEL_HEIGHT_M], atol=1e-6)
+    full = mujoco.MjvScene(model, 1)
+    full.ngeom = 1
+    add_labels(full, [a], ["Alice"])  # no room: nothing added, no error
+    assert full.ngeom == 1

@@ -155,7 +155,11 @@ class ViewerLoop:
         if self.window is not None and now >= self._next_render:
             if not self.window.is_running():
                 return False
-            self.window.show([p.data for p in self.applier.performers.values() if p.data is not self.data])
+            first = [k for k, p in self.applier.performers.items() if p.data is self.data]
+            others = [k for k, p in self.applier.performers.items() if p.data is not self.data]
+            names = self.counters.performer_names
+            self.window.show([self.applier.performers[k].data for k in others],
+                             [names.get(k, "") for k in first + others] if first else [])
             self._next_render = now + self.period
         return go_on
 
