@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 import numpy as np
+import pytest
 from websockets.sync.client import connect
 
 from mocapline.services.viewer import websocket
@@ -105,3 +106,15 @@ def test_poses_stream_only_to_an_open_page() -> None:
                 assert exc.code == 404
     finally:
         view.stop()
+
+
+def test_the_latency_chart_leaves_gaps_where_no_page_watched() -> None:
+    """Unwatched, the viewer takes frames in idle batches: their latencies are not a watcher's."""
+    recorded = [[0.010, 0.012], [0.040, 0.060], [0.011, 0.013]]
+    history = LatencyHistory(lambda: recorded.pop(0), last_tick=9.0)
+    history.tick(10.0, watched=True)
+    history.tick(11.0, watched=False)
+    history.tick(12.0, watched=True)
+    chart = history.as_dict()
+    assert chart["p50_ms"][0] == pytest.approx(11.0) and chart["p50_ms"][1] is None
+    assert chart["p50_ms"][2] == pytest.approx(12.0) and not recorded

@@ -65,17 +65,19 @@ class PoseFeed:
 @dataclass
 class LatencyHistory:
     """p50 / p99 of end-to-end latency per second over the last minute, for the page's chart.
-    ``take`` returns the latencies (seconds) recorded since it was last called."""
+    ``take`` returns the latencies (seconds) recorded since it was last called. Seconds during which
+    no page watched are gaps: the viewer then takes frames in batches (``--idle-batch-ms``), which
+    adds up to a batch to each frame's latency, and the chart is for what a watcher gets."""
 
     take: Callable[[], list[float]]
     rows: deque[tuple[float, float | None, float | None]] = field(default_factory=lambda: deque(maxlen=HISTORY_S))
     last_tick: float = 0.0
 
-    def tick(self, now: float) -> None:
+    def tick(self, now: float, watched: bool = True) -> None:
         if now - self.last_tick < 1.0:
             return
         samples = self.take()
-        if now - self.last_tick > 5.0:  # nobody looked for a while: those samples are old
+        if now - self.last_tick > 5.0 or not watched:  # old samples, or taken in idle batches
             samples = []
         self.last_tick = now
         if samples:
@@ -239,7 +241,7 @@ class WebView:
 
     def _tick(self) -> None:
         while not self._stopping.wait(1.0):
-            self.latency.tick(time.monotonic())
+            self.latency.tick(time.monotonic(), self.watching)
 
     def page_data(self) -> dict[str, Any]:
         return page_data(self.ledger(), self.pipeline.refresh(), self.latency)
