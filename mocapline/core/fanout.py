@@ -404,6 +404,7 @@ class FanoutSender:
             "consumers": {
                 c.name: {"connected": c.live or not c.acknowledges, "acknowledges": c.acknowledges,
                          "frames_acked": self._frames(max(base, c.joined), c.acked + 1) if c.acknowledges else 0,
+                         "frames_sent": self._frames(max(base, c.joined), c.high_water),
                          "sent": c.sent, "resent": c.resent, "hellos": c.hellos,
                          "backlog": max(0, next_seq - c.hold), "evicted": c.evicted, "evictions": c.evictions,
                          "next_frame_id": c.cursor}
