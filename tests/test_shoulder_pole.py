@@ -29,7 +29,8 @@ def demo():
 def _poles(demo, branches: tuple[float, float] | None = None) -> ShoulderPoles:
     """Poles whose arms have committed to ``branches`` (pitch -2.5: FRONT, +2.5: BACK)."""
     model, take = demo
-    poles = ShoulderPoles(model, take.config)
+    poles = ShoulderPoles.for_config(model, take.config)
+    assert poles is not None
     if branches is not None:
         poles.wanted_sides(tuple(-2.5 if b == FRONT else 2.5 for b in branches))  # type: ignore[arg-type]
     return poles

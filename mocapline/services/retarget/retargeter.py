@@ -71,7 +71,7 @@ from mocapline.core.frames import HumanFrame, RobotFrame
 from mocapline.robot import g1 as robot_model
 
 from .config import IKConfig, MatchEntry, load_ik_config
-from .shoulder_pole import TORSO, ShoulderPoles
+from .shoulder_pole import ShoulderPoles
 
 SOLVER = "daqp"
 BACKENDS = ("fast", "mink")
@@ -783,8 +783,7 @@ class G1Retargeter:
             regular,
             self.options.arm_huber,
         )
-        has_torso = any(e.robot_frame == TORSO for e in config.tables()[-1])
-        self.poles = ShoulderPoles(self.model, config) if self.options.shoulder_poles and has_torso else None
+        self.poles = ShoulderPoles.for_config(self.model, config) if self.options.shoulder_poles else None
         self._pitch_qpos = [7 + self.joint_names.index(f"{s}_shoulder_pitch_joint") for s in ("left", "right")]
         self.ranges = robot_model.joint_ranges(self.model)
         self._last_good = robot_model.default_qpos(self.model)

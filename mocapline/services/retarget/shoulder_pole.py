@@ -39,7 +39,7 @@ import numpy as np
 from mocapline.core import quat as Q
 from mocapline.core.bodies import GMR_BODY_INDEX
 
-from .config import IKConfig
+from .config import IKConfig, MatchEntry
 
 SIDES = ("left", "right")
 TORSO = "torso_link"
@@ -63,14 +63,19 @@ def _smoothstep(x: float) -> float:
 
 class ShoulderPoles:
     """Moves arm targets to the side of their shoulder's pole that keeps the pitch's branch (see
-    the module). One per IK stream: it holds each arm's branch; :meth:`reset` between takes."""
+    the module). One per IK stream: it holds each arm's branch; :meth:`reset` between takes.
+    ``entry``: the IK config's ``torso_link`` entry (:meth:`for_config` finds it)."""
 
-    def __init__(self, model: mujoco.MjModel, config: IKConfig, options: PoleOptions | None = None) -> None:
+    @classmethod
+    def for_config(cls, model: mujoco.MjModel, config: IKConfig,
+                   options: PoleOptions | None = None) -> ShoulderPoles | None:
+        """The poles for ``config``; None for a config without a ``torso_link`` entry (no torso
+        target to take the poles from)."""
+        entry = next((e for e in config.tables()[-1] if e.robot_frame == TORSO), None)
+        return None if entry is None else cls(model, entry, options)
+
+    def __init__(self, model: mujoco.MjModel, entry: MatchEntry, options: PoleOptions | None = None) -> None:
         self.options = options or PoleOptions()
-        torso = [e for e in config.tables()[-1] if e.robot_frame == TORSO]
-        if not torso:
-            raise ValueError(f"the IK config has no {TORSO!r} entry: the shoulder poles need the torso's target")
-        entry = torso[0]
         data = mujoco.MjData(model)
         mujoco.mj_kinematics(model, data)
         body = model.body(TORSO).id
@@ -162,8 +167,7 @@ class ShoulderPoles:
         sin = float(np.linalg.norm(axis))
         if sin < 1e-12:
             return
-        angle = math.atan2(sin, float(arm @ target))
-        turn = np.concatenate(([math.cos(0.5 * angle)], math.sin(0.5 * angle) * axis / sin))
+        turn = Q.from_axis_angle(axis, math.atan2(sin, float(arm @ target)))
         rest = [bodies[1], bodies[2]]
         positions[rest] = shoulder + Q.rotate(turn, positions[rest] - shoulder)
         quaternions[list(bodies)] = Q.multiply(turn, quaternions[list(bodies)])

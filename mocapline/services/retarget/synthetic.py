@@ -284,8 +284,9 @@ def _human_local_rotations(t: float, overhead: OverheadRaise | None = None) -> t
         # arms: hang (-75 deg about Z from the T-pose), swing against the legs, rise to the side
         lower = sign * deg(-75 + 150 * up * 0.8)
         rot[f"{side}Shoulder"] = np.eye(3)
-        rot[f"{side}Arm"] = _rx(deg(25 * leg * (1 - up))) @ _rz(lower)
-        if overhead is not None:
+        if overhead is None:
+            rot[f"{side}Arm"] = _rx(deg(25 * leg * (1 - up))) @ _rz(lower)
+        else:
             turn = overhead.plane_deg * (-1) ** int(t * ARM_RAISE_HZ) if overhead.alternate else overhead.plane_deg
             rot[f"{side}Arm"] = _ry(sign * deg(turn)) @ _rz(sign * deg(-75 + (overhead.top_deg + 75) * up))
         rot[f"{side}ForeArm"] = _ry(sign * deg(-30 - 15 * s + 20 * up))
