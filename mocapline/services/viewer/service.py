@@ -155,11 +155,10 @@ class ViewerLoop:
         if self.window is not None and now >= self._next_render:
             if not self.window.is_running():
                 return False
-            first = [k for k, p in self.applier.performers.items() if p.data is self.data]
-            others = [k for k, p in self.applier.performers.items() if p.data is not self.data]
-            names = self.counters.performer_names
-            self.window.show([self.applier.performers[k].data for k in others],
-                             [names.get(k, "") for k in first + others] if first else [])
+            poses = self.applier.performers  # the first performer's pose is the window's own data
+            order = sorted(poses, key=lambda k: poses[k].data is not self.data)
+            self.window.show([poses[k].data for k in order[1:]],
+                             [self.counters.performer_names.get(k, "") for k in order])
             self._next_render = now + self.period
         return go_on
 
