@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import zmq
+from helpers import left_out_markers
 
 from mocapline.core.bodies import GMR_BODIES
 from mocapline.core.frames import HumanFrame
@@ -84,6 +85,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+    left_out = left_out_markers(config.getoption("markexpr") or "")
+    kept = [item for item in items if not left_out & {m.name for m in item.iter_markers()}]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
 
 
 @pytest.fixture(autouse=True, scope="session")

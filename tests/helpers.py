@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -21,3 +22,14 @@ def wait_until(predicate: Callable[[], T], timeout: float, *, interval: float = 
             waited_for = what or getattr(predicate, "__name__", "a condition")
             raise AssertionError(f"timed out after {timeout} s waiting for {waited_for}")
         time.sleep(interval)
+
+
+# Markers a run leaves out unless its ``-m`` names them: a command-line ``-m`` replaces any other
+# (an ``addopts`` one included), so ``-m "not integration"`` would select these too if pyproject left them out.
+OPT_IN_MARKERS = frozenset({"soak", "engine"})
+
+
+def left_out_markers(markexpr: str) -> frozenset[str]:
+    """The opt-in markers that ``markexpr`` does not name (those it names, it selects or rejects)."""
+    named = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", markexpr))
+    return frozenset(OPT_IN_MARKERS - named)

