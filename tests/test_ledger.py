@@ -52,16 +52,3 @@ def test_segment_detail_is_bounded_and_numbered() -> None:
     assert len(counts) == MAX_SEGMENTS and led.as_dict()["segments"] == MAX_SEGMENTS + 10
     assert counts[-1]["segment"] == MAX_SEGMENTS + 9 and counts[0]["segment"] == 10
     assert sum(c["unique_frames"] for c in counts) == 10 * MAX_SEGMENTS  # each loop complete
-
-
-def test_a_checkpoint_from_before_segments_still_loads() -> None:
-    import pickle
-
-    led, _ = feed([1, 2, 3])
-    state = dict(led.__dict__)
-    del state["segments"]
-    old = SequenceLedger.__new__(SequenceLedger)
-    old.__setstate__(state)
-    old.observe(4)
-    assert old.segment_counts()[-1]["last_index"] == 4
-    assert pickle.loads(pickle.dumps(led)).segment_counts() == led.segment_counts()

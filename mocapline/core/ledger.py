@@ -102,12 +102,6 @@ class SequenceLedger:
         seg.unique += 1
         seg.missing += skipped
 
-    def __setstate__(self, state: dict[str, object]) -> None:
-        """Unpickle (capture's checkpoints), also one written before segments were kept."""
-        self.__dict__.update(state)
-        if "segments" not in state:
-            self.segments = [] if self.last is None else [Segment(self.last, self.last, 0, 0)]
-
     def _record(self, target: list[tuple[int, int]], item: tuple[int, int]) -> None:
         if len(target) < MAX_RANGES:
             target.append(item)

@@ -217,6 +217,16 @@ def pelvis_height_plausible(frame: XsensFrame, low: float = 0.3, high: float = 2
     return low <= float(frame.positions[GMR_BODY_INDEX["Hips"], 2]) <= high
 
 
+@dataclass
+class AssemblerState:
+    """``held``: per incomplete sample, (character id, sample counter, parts by datagram counter,
+    the last part's counter once it is in)."""
+
+    horizon: int
+    dropped: int
+    held: list[tuple[int, int, dict[int, bytes], int | None]]
+
+
 class MxtpAssembler:
     """Joins the parts of split MXTP02 samples (one assembler per path: the same part arriving on
     two paths must not complete the other path's sample).
@@ -256,6 +266,21 @@ class MxtpAssembler:
             return None
         del self._parts[key], self._last[key]
         return _join([parts[k] for k in range(last + 1)])
+
+    def state(self) -> AssemblerState:
+        """The parts held and the count dropped, as plain values (capture's checkpoints)."""
+        return AssemblerState(self.horizon, self.dropped,
+                              [(c, s, dict(parts), self._last.get((c, s))) for (c, s), parts in self._parts.items()])
+
+    @classmethod
+    def from_state(cls, state: AssemblerState) -> MxtpAssembler:
+        assembler = cls(state.horizon)
+        assembler.dropped = state.dropped
+        for character, sample, parts, last in state.held:
+            assembler._parts[(character, sample)] = dict(parts)
+            if last is not None:
+                assembler._last[(character, sample)] = last
+        return assembler
 
     def flush(self) -> None:
         """End of a take: what is still incomplete never completes."""

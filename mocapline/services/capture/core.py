@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -36,6 +36,7 @@ from mocapline.formats.mxtp02 import (
 from mocapline.formats.skeleton import get_skeleton
 from mocapline.services.capture.fk import AxisForwardKinematics
 from mocapline.services.capture.merge import PathMerger
+from mocapline.services.capture.state import CaptureState, DecoderState, PerformerState, StateError
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,10 @@ class Decoder(Protocol):
 
     def bodies_batch(self, decoded: list[Any]) -> tuple[np.ndarray, np.ndarray]: ...
 
+    def state(self) -> DecoderState: ...
+
+    def restore(self, state: DecoderState) -> None: ...
+
 
 class AxisDecoder:
     source = "axis"
@@ -74,6 +79,12 @@ class AxisDecoder:
             dgram.posture_index = self._arrivals
         self._arrivals += 1
         return dgram.posture_index, dgram
+
+    def state(self) -> DecoderState:
+        return DecoderState(arrivals=self._arrivals)
+
+    def restore(self, state: DecoderState) -> None:
+        self._arrivals = state.arrivals
 
     def performer(self, decoded: Any) -> tuple[int, str]:
         return decoded.avatar_index, decoded.avatar_name
@@ -107,6 +118,12 @@ class XsensDecoder:
         if self.position_unit == "auto" and self.unit_check is not None:
             frame.positions *= self.unit_check["scale"]
         return frame.sample_counter, frame
+
+    def state(self) -> DecoderState:
+        return DecoderState(unit_check=None if self.unit_check is None else dict(self.unit_check))
+
+    def restore(self, state: DecoderState) -> None:
+        self.unit_check = None if state.unit_check is None else dict(state.unit_check)
 
     def _check_unit(self, frame: XsensFrame) -> None:
         read_as = "m" if self.position_unit == "auto" else self.position_unit
@@ -176,10 +193,50 @@ class CaptureCore:
         self.ports = list(ports)
         self.window_s = merge_window_s
         self.performers: dict[int, Performer] = {}
-        self.assemblers: dict[int, MxtpAssembler] = {}
+        self.assemblers: dict[int, MxtpAssembler | None] = {}  # None: the decoder joins no parts
         self.allowed_sources = allowed_sources
         self.session_id = session_id or uuid.uuid4().hex
         self.counters = CaptureCounters()
+
+    def state(self) -> CaptureState:
+        """The whole state as a record (``state.py``): with the same decoder flags,
+        ``from_state`` of it goes on exactly as this core would."""
+        return CaptureState(
+            session_id=self.session_id, ports=list(self.ports), merge_window_s=self.window_s,
+            allowed_sources=self.allowed_sources, rejected=dict(self.counters.rejected),
+            frames_out=self.counters.frames_out, decoder=self.decoder.state(),
+            performers=[PerformerState(p.index, p.name, p.merger.state().map_items(lambda item: item[0]))
+                        for p in self.performers.values()],
+            assemblers={port: None if a is None else a.state() for port, a in self.assemblers.items()},
+        )
+
+    @classmethod
+    def from_state(cls, state: CaptureState, decoder: Decoder) -> CaptureCore:
+        """A core in ``state`` around ``decoder`` (built from the flags, restored here); the frames
+        waiting in the merge window are decoded again from their bytes. ``StateError`` if one of
+        them no longer decodes (a state written under other flags)."""
+        core = cls(decoder, state.ports, merge_window_s=state.merge_window_s,
+                   allowed_sources=state.allowed_sources, session_id=state.session_id)
+        core.counters = CaptureCounters(Counter(state.rejected), state.frames_out)
+        before = decoder.state()
+        decoder.restore(state.decoder)  # before decoding again (the Xsens unit scale) and after
+        try:
+            for saved in state.performers:
+                merger = PathMerger.from_state(saved.merger.map_items(core._decoded))
+                core.performers[saved.index] = Performer(saved.index, saved.name, merger)
+        except StateError:
+            decoder.restore(before)
+            raise
+        core.assemblers = {port: None if a is None else MxtpAssembler.from_state(a)
+                           for port, a in state.assemblers.items()}
+        decoder.restore(state.decoder)  # decoding again counted Axis arrivals
+        return core
+
+    def _decoded(self, dgram: Datagram) -> tuple[Datagram, Any]:
+        try:
+            return dgram, self.decoder.decode(dgram.data)[1]
+        except (BvhReject, XsensReject) as exc:
+            raise StateError(f"a frame in the merge window does not decode: {exc.reason}") from None
 
     def performer(self, index: int, name: str = "") -> Performer:
         state = self.performers.get(index)
@@ -230,6 +287,7 @@ class CaptureCore:
             if assembled is None:
                 return []  # one part of a split sample, held until the rest is in
             data = assembled
+            dgram = replace(dgram, data=data)  # the joined sample: what a checkpoint keeps of it
         try:
             index, decoded = self.decoder.decode(data)
         except (BvhReject, XsensReject) as exc:
@@ -242,7 +300,7 @@ class CaptureCore:
     def _assembler(self, port: int) -> MxtpAssembler | None:
         assembler = self.assemblers.get(port)
         if assembler is None and port not in self.assemblers:
-            assembler = self.assemblers[port] = self.decoder.assembler()  # type: ignore[assignment]
+            assembler = self.assemblers[port] = self.decoder.assembler()
         return assembler
 
     def poll(self, now: float) -> list[HumanFrame]:

@@ -30,12 +30,14 @@ each index Axis sent twice once (its second copy on another path is a cross-path
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 from mocapline.core.ledger import Seen, SequenceLedger
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 _SKIPPED_MEMORY = 4096
 _LATE_MEMORY = 10_000
@@ -46,6 +48,35 @@ MAX_PENDING = 8192  # ~68 s at 120 Hz waiting on a path that is live but never p
 class PathState:
     ledger: SequenceLedger = field(default_factory=SequenceLedger)
     last_arrival: float = float("-inf")
+
+
+@dataclass
+class MergerState(Generic[T]):
+    """A merger's whole state as plain values (capture's checkpoints): ``pending`` holds the frames
+    waiting on a gap as (index, item, arrival time)."""
+
+    paths: dict[int, PathState]
+    window_s: float
+    max_pending: int
+    merged: SequenceLedger
+    duplicates: int
+    cross_path_copies: int
+    late_frames: int
+    late_indices: list[int]
+    duplicated: list[int]
+    segment: int
+    next_index: int | None
+    pending: list[tuple[int, T, float]]
+    skipped: list[int]
+    previous_segment_last: int | None
+
+    def map_items(self, convert: Callable[[T], U]) -> MergerState[U]:
+        return MergerState(**{**self.__dict__, "pending": [(i, convert(item), t) for i, item, t in self.pending]})
+
+
+def _copy_ledger(ledger: SequenceLedger) -> SequenceLedger:
+    return replace(ledger, missing_ranges=list(ledger.missing_ranges), backward_jumps=list(ledger.backward_jumps),
+                   segments=[replace(seg) for seg in ledger.segments])
 
 
 class PathMerger(Generic[T]):
@@ -70,6 +101,31 @@ class PathMerger(Generic[T]):
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    def state(self) -> MergerState[T]:
+        """A copy of the whole state: later pushes do not change it."""
+        return MergerState(
+            paths={p: PathState(_copy_ledger(s.ledger), s.last_arrival) for p, s in self.paths.items()},
+            window_s=self.window_s, max_pending=self.max_pending, merged=_copy_ledger(self.merged),
+            duplicates=self.duplicates, cross_path_copies=self.cross_path_copies, late_frames=self.late_frames,
+            late_indices=list(self.late_indices), duplicated=list(self._duplicated), segment=self._segment,
+            next_index=self._next, pending=[(i, item, t) for i, (item, t) in self._pending.items()],
+            skipped=list(self._skipped), previous_segment_last=self._previous_segment_last,
+        )
+
+    @classmethod
+    def from_state(cls, state: MergerState[T]) -> PathMerger[T]:
+        merger = cls(list(state.paths), window_s=state.window_s, max_pending=state.max_pending)
+        merger.paths = {p: PathState(_copy_ledger(s.ledger), s.last_arrival) for p, s in state.paths.items()}
+        merger.merged = _copy_ledger(state.merged)
+        merger.duplicates, merger.cross_path_copies = state.duplicates, state.cross_path_copies
+        merger.late_frames, merger.late_indices = state.late_frames, list(state.late_indices)
+        merger._duplicated.extend(state.duplicated)
+        merger._segment, merger._next = state.segment, state.next_index
+        merger._pending = {i: (item, t) for i, item, t in state.pending}
+        merger._skipped.extend(state.skipped)
+        merger._previous_segment_last = state.previous_segment_last
+        return merger
 
     @property
     def segment(self) -> int:

@@ -43,6 +43,7 @@ from mocapline.services.capture.sources import (
     axis_udp_source,
     xsens_udp_source,
 )
+from mocapline.services.capture.state import StateError
 from mocapline.services.capture.tcp import DEFAULT_AXIS_TCP_PORT, parse_endpoint
 
 # Where each source sends over UDP by default: Axis Studio's BVH broadcast, MVN's network streamer.
@@ -203,6 +204,16 @@ def status_line(ledger: dict[str, Any]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Durability:
+    """Durable mode (--state-dir): the stage log the frames go through, and where and how often
+    capture checkpoints its state (None: no checkpoints, a restart replays the whole take)."""
+
+    stage: DurableStage
+    checkpoint_dir: Path | None = None
+    checkpoint_interval_s: float = 30.0
+
+
 class CaptureService:
     """The capture loop's state: the source, the HumanFrame sender, per-take counts."""
 
@@ -213,6 +224,7 @@ class CaptureService:
         *,
         metrics: ServiceMetrics | None = None,
         tracer: StageTracer | None = None,
+        durability: Durability | None = None,
     ) -> None:
         self.source = source
         self.sender = sender
@@ -223,13 +235,13 @@ class CaptureService:
         self._gaps_reported: dict[str, int] = {}
         # Durable mode (--state-dir): the stage log, the journal number of this take's start
         # marker, and how many of the take's frames an earlier run of capture already sent.
-        self.stage: DurableStage | None = None
+        self.stage: DurableStage | None = durability.stage if durability is not None else None
         self.take_start = -1
         self.produced = 0
         self.already_sent = 0
         self.restarts = 0
-        self.checkpoint_dir: Path | None = None
-        self.checkpoint_interval_s = 30.0
+        self.checkpoint_dir: Path | None = durability.checkpoint_dir if durability is not None else None
+        self.checkpoint_interval_s = durability.checkpoint_interval_s if durability is not None else 30.0
         self.checkpoints = 0
         self._next_checkpoint = 0.0  # the first at the first quiet moment
 
@@ -303,11 +315,15 @@ class CaptureService:
         self.frames_sent = self.already_sent
         self.restarts += 1
         start = self.take_start + 1
-        ckpt = checkpoint.load(self.checkpoint_dir, self.source.core.decoder) if self.checkpoint_dir else None
+        ckpt = checkpoint.load(self.checkpoint_dir) if self.checkpoint_dir else None
         if ckpt is not None and ckpt.take_start == self.take_start and ckpt.produced <= self.already_sent:
-            self.source.core = ckpt.core
-            self.produced = ckpt.produced
-            start = ckpt.position
+            try:
+                self.source.restore(ckpt.capture)
+                self.produced = ckpt.produced
+                start = ckpt.position
+            except StateError as exc:
+                log.warning("capture: checkpoint not used (%s): the take is replayed from the start of the journal",
+                            exc)
         replayed = self.source.replay(journal.datagrams_from(start))
         self.send_ready()
         log.info("resumed take %s from the journal%s: %d datagrams replayed, %d frames had been sent, %d sent now",
@@ -328,7 +344,7 @@ class CaptureService:
                 return False  # a datagram is between the journal and the core
             position = journal.next_seq
         checkpoint.save(self.checkpoint_dir, checkpoint.Checkpoint(
-            self.take_start, position, self.produced, self.source.core, {}))
+            self.take_start, position, self.produced, self.source.core.state()))
         self.checkpoints += 1
         self._next_checkpoint = now + self.checkpoint_interval_s
         return True
@@ -433,11 +449,10 @@ def main(argv: list[str] | None = None) -> int:
         except StageError as exc:
             return stage.fail(str(exc))
         source = make_source(settings, journal)
-        service = CaptureService(source, links.tx, metrics=stage.metrics, tracer=stage.tracer)
-        if links.durable is not None:
-            service.stage = links.durable
-            service.checkpoint_dir = settings.stage.state_dir
-            service.checkpoint_interval_s = settings.checkpoint_s
+        durability = (Durability(links.durable, settings.stage.state_dir, settings.checkpoint_s)
+                      if links.durable is not None else None)
+        service = CaptureService(source, links.tx, metrics=stage.metrics, tracer=stage.tracer, durability=durability)
+        if durability is not None:
             service.resume()  # before the sockets are read: the journal's take first, in order
         try:
             source.open()

@@ -33,6 +33,7 @@ from mocapline.services.capture.core import (
     Decoder,
     XsensDecoder,
 )
+from mocapline.services.capture.state import CaptureState
 from mocapline.services.capture.tcp import DEFAULT_BACKOFF, AxisTcpReceiver, Backoff
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,10 @@ class UdpMotionInput:
             allowed_sources=old.allowed_sources,
             session_id=old.session_id,
         )
+
+    def restore(self, state: CaptureState) -> None:
+        """Continue from a checkpoint's state (``StateError`` if it does not fit this decoder)."""
+        self.core = CaptureCore.from_state(state, self.core.decoder)
 
     def replay(self, datagrams: Iterable[Datagram]) -> int:
         """Feed journaled datagrams (a restarted capture's take so far) through the core, on the
