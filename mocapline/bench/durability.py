@@ -33,7 +33,7 @@ from mocapline.core.reliable import (
     receiver_sockets,
     sender_sockets,
 )
-from mocapline.core.segmentlog import LogConfig
+from mocapline.core.segmentlog import Fsync, LogConfig
 from mocapline.core.stagelog import Output, StageLog, StageRecord
 from mocapline.core.transport import FrameReceiver, FrameSender, lossless_socket
 from mocapline.tools.emitter.emitter import TakePlan, emit_take
@@ -57,7 +57,7 @@ def _send_plain(ep: str, n: int) -> None:
     ctx.term()
 
 
-def _send_reliable(ep: str, n: int, fsync: str, state: str) -> None:
+def _send_reliable(ep: str, n: int, fsync: Fsync, state: str) -> None:
     ctx = zmq.Context()
     data, control = sender_sockets(ctx, ep)
     tx = ReliableSender(data, control, StageLog(Path(state), "out", LogConfig(fsync=fsync)), G1_JOINT_COUNT)
@@ -100,7 +100,7 @@ def _plain_link(n: int) -> float:
         ctx.destroy(linger=0)
 
 
-def _reliable_link(n: int, fsync: str) -> float:
+def _reliable_link(n: int, fsync: Fsync) -> float:
     """Sender and receiver in two processes, as the stages run."""
     ep = _endpoint()
     with tempfile.TemporaryDirectory(prefix="mocapline-bench-") as state:

@@ -3,14 +3,20 @@
 Every long option ``--foo-bar`` of a service also reads ``MOCAPLINE_FOO_BAR`` (12-factor: compose
 files set env vars, people type flags). Precedence: flag > env var > default. ``--help`` shows the
 variable and the default of each option.
+
+The way back: the parser keeps each long option's declared default (``flags``), so a service's
+settings render their own command line (``argv``: the flags whose value is not the default), and a
+supervisor plans a process from a settings object instead of a string per flag.
 """
 
 from __future__ import annotations
 
 import argparse
+import enum
 import os
-from dataclasses import fields
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal, TypeVar, get_args
 
 T = TypeVar("T")
 
@@ -23,12 +29,30 @@ def env_name(flag: str) -> str:
     return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
 
 
+def choices(mode: Any) -> tuple[str, ...]:
+    """The values of a mode (a ``Literal`` of strings, or a ``StrEnum``), as argparse choices."""
+    if isinstance(mode, type) and issubclass(mode, enum.Enum):
+        return tuple(str(m.value) for m in mode)
+    return tuple(get_args(mode))
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A long option as declared: how to write a value of ``dest`` back on a command line."""
+
+    option: str
+    default: Any  # the declared one, whatever the environment says
+    form: Literal["value", "list", "repeat", "switch"]
+    convert: Callable[[str], Any] | None = None  # the flag's ``type``
+
+
 class EnvArgumentParser(argparse.ArgumentParser):
     """argparse with env-var defaults for every long option."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+        self.flags: dict[str, Flag] = {}  # by dest
 
     def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
         long_flags = [n for n in names if n.startswith("--")]
@@ -36,6 +60,11 @@ class EnvArgumentParser(argparse.ArgumentParser):
             return super().add_argument(*names, **kwargs)
         var = env_name(long_flags[0])
         action = kwargs.get("action")
+        form: Literal["value", "list", "repeat", "switch"] = (
+            "switch" if action == "store_true" else "repeat" if action == "append"
+            else "list" if kwargs.get("nargs") in ("*", "+") else "value")
+        dest = kwargs.get("dest") or long_flags[0][2:].replace("-", "_")
+        self.flags[dest] = Flag(long_flags[0], kwargs.get("default"), form, kwargs.get("type"))
         raw = os.environ.get(var)
         if raw is not None:
             kwargs["default"] = _from_env(var, raw, action, kwargs)
@@ -105,6 +134,39 @@ def port_number(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"port {value} is outside 0-65535")
     return value
+
+
+def declared_defaults(parser: EnvArgumentParser) -> argparse.Namespace:
+    """The flags' values when none is given and no ``MOCAPLINE_*`` variable is set."""
+    def value(flag: Flag) -> Any:  # as argparse does: a text default goes through the flag's type
+        return flag.convert(flag.default) if isinstance(flag.default, str) and flag.convert else flag.default
+
+    return argparse.Namespace(**{dest: value(flag) for dest, flag in parser.flags.items()})
+
+
+def argv(parser: EnvArgumentParser, values: Mapping[str, Any]) -> list[str]:
+    """The command line that gives ``values`` (by dest): a flag for each one that is not its
+    declared default. A value is written as ``str`` would, a mode by its value, a path as text."""
+    out: list[str] = []
+    for dest, value in values.items():
+        flag = parser.flags[dest]
+        if value == flag.default:
+            continue
+        if flag.form == "switch":
+            out += [flag.option] if value else []
+        elif flag.form == "list":
+            out += [flag.option, *map(_text, value)] if value is not None else []
+        elif flag.form == "repeat":
+            out += [f"{flag.option}={_text(v)}" for v in value]
+        elif value is not None:
+            out.append(f"{flag.option}={_text(value)}")
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def settings_from(cls: type[T], args: argparse.Namespace, **given: Any) -> T:

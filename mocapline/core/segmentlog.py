@@ -32,17 +32,19 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 MAGIC = b"MLSEG001"
 _HEAD = struct.Struct("<QII")
-FSYNC_POLICIES = ("never", "interval", "always")
+Fsync = Literal["never", "interval", "always"]
+FSYNC_POLICIES: tuple[Fsync, ...] = get_args(Fsync)
 
 
 @dataclass(frozen=True)
 class LogConfig:
     max_segment_bytes: int = 64 * 1024 * 1024
     max_segment_age_s: float = 600.0
-    fsync: str = "interval"
+    fsync: Fsync = "interval"
     fsync_interval_s: float = 0.2
     retain_bytes: int = 0  # 0 = keep until dropped; else remove the oldest segments beyond this
 

@@ -34,6 +34,7 @@ from mocapline.core.lifecycle import add_service_arguments, setup_logging, stop_
 from mocapline.core.metrics import ServiceMetrics
 from mocapline.core.metrics import add_arguments as add_metrics_arguments
 from mocapline.core.metrics import start as start_metrics
+from mocapline.core.options import EnvArgumentParser, argv
 from mocapline.core.segmentlog import LogConfig
 from mocapline.core.tracing import StageTracer
 from mocapline.core.tracing import setup as setup_tracing
@@ -82,6 +83,14 @@ class StageSettings:
     @property
     def durable(self) -> bool:
         return self.state_dir is not None
+
+    def to_argv(self, parser: EnvArgumentParser) -> list[str]:
+        """The shared flags that give these settings, against ``parser``'s defaults (the service's)."""
+        log, mb = self.log, 1024 * 1024
+        return argv(parser, {"nats": self.nats, "log_level": self.log_level, "metrics_port": self.metrics_port,
+                             "metrics_host": self.metrics_host, "state_dir": self.state_dir, "fsync": log.fsync,
+                             "segment_mb": log.max_segment_bytes / mb, "segment_age_s": log.max_segment_age_s,
+                             "retain_mb": log.retain_bytes / mb, "window": self.window})
 
 
 def add_stage_arguments(parser: Any, name: str, *, nats_help: str, retain_mb: int = 0) -> None:

@@ -39,6 +39,7 @@ SINGLE_DATAGRAM = 0x80
 N_SEGMENTS = 23
 
 PositionUnit = Literal["m", "cm"]
+PositionUnitSetting = Literal["m", "cm", "auto"]  # auto: the first frame's pelvis height decides
 POSITION_UNITS: dict[str, float] = {"m": 1.0, "cm": 0.01}
 
 # Segment id i + 1 is XSENS_SEGMENTS[i] (MVN body segment order).

@@ -28,6 +28,8 @@ from mocapline.formats.mxtp02 import (
     FRAGMENT_INCOMPLETE,
     POSITION_UNITS,
     MxtpAssembler,
+    PositionUnit,
+    PositionUnitSetting,
     XsensFrame,
     XsensReject,
     guess_position_unit,
@@ -106,13 +108,13 @@ class XsensDecoder:
 
     source = "xsens"
 
-    def __init__(self, position_unit: str = "m") -> None:
+    def __init__(self, position_unit: PositionUnitSetting = "m") -> None:
         self.position_unit = position_unit
         self.unit_check: dict[str, Any] | None = None
 
     def decode(self, data: bytes) -> tuple[int, Any]:
-        unit = "m" if self.position_unit == "auto" else self.position_unit
-        frame = parse_mxtp02(data, position_unit=unit)  # type: ignore[arg-type]
+        unit: PositionUnit = "m" if self.position_unit == "auto" else self.position_unit
+        frame = parse_mxtp02(data, position_unit=unit)
         if self.unit_check is None:
             self._check_unit(frame)
         if self.position_unit == "auto" and self.unit_check is not None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from mocapline.core import durable
 from mocapline.core.bodies import GMR_BODIES
@@ -24,7 +24,8 @@ from mocapline.core.durable import DurableStage
 from mocapline.core.frames import HumanFrame
 from mocapline.core.header import MessageType
 from mocapline.core.metrics import ServiceMetrics
-from mocapline.core.options import EnvArgumentParser, port_number, settings_from
+from mocapline.core.modes import Source, Transport
+from mocapline.core.options import EnvArgumentParser, argv, choices, declared_defaults, port_number, settings_from
 from mocapline.core.stage import (
     Links,
     Stage,
@@ -35,6 +36,7 @@ from mocapline.core.stage import (
 from mocapline.core.tracing import StageTracer
 from mocapline.core.transport import FrameSink
 from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig, HeaderFormat
+from mocapline.formats.mxtp02 import PositionUnitSetting
 from mocapline.formats.skeleton import SkeletonKind
 from mocapline.services.capture import checkpoint
 from mocapline.services.capture.journal import RawJournal
@@ -54,8 +56,8 @@ log = logging.getLogger("mocapline.capture")
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline capture", description=__doc__)
-    p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sends the stream")
-    p.add_argument("--transport", choices=("udp", "tcp"), default="udp",
+    p.add_argument("--source", choices=choices(Source), default="axis", help="what sends the stream")
+    p.add_argument("--transport", choices=choices(Transport), default="udp",
                    help="Axis Studio over UDP (capture listens on --ports) or TCP (capture connects to --axis)")
     p.add_argument("--axis", default=f"127.0.0.1:{DEFAULT_AXIS_TCP_PORT}", metavar="HOST[:PORT]",
                    help="--transport tcp: Axis Studio's TCP server (the main path; reconnects with back-off)")
@@ -69,9 +71,9 @@ def build_parser() -> EnvArgumentParser:
                    help="Axis Studio's BVH rotation order setting")
     p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio",
                    help="Axis skeleton: axis_studio (59 bones) or the legacy pn_pro")
-    p.add_argument("--header-format", choices=("current", "legacy"), default="current",
+    p.add_argument("--header-format", choices=choices(HeaderFormat), default="current",
                    help="'legacy' when Axis Studio's 'use old header format' is ticked")
-    p.add_argument("--position-unit", choices=("m", "cm", "auto"), default="m",
+    p.add_argument("--position-unit", choices=choices(PositionUnitSetting), default="m",
                    help="Xsens position unit; the first frame's pelvis height is checked (a warning names the "
                         "right one); auto: that height decides")
     p.add_argument("--merge-window-ms", type=float, default=250.0,
@@ -113,16 +115,16 @@ def parse_fd_list(text: str) -> list[int]:
 class CaptureSettings:
     """`mocapline capture`'s flags."""
 
-    source: str
-    transport: str
+    source: Source
+    transport: Transport
     axis: tuple[str, int] | None  # --transport tcp: Axis Studio's TCP server
     ports: list[int]
     host: str
     output: str
     rotation_order: str
     skeleton: str
-    header_format: str
-    position_unit: str
+    header_format: HeaderFormat
+    position_unit: PositionUnitSetting
     merge_window_ms: float
     allow_source: list[str] | None
     record: Path | None
@@ -157,6 +159,19 @@ class CaptureSettings:
             raise ValueError(f"--udp-fds gives {len(args.udp_fds)} sockets for {len(args.ports)} --ports")
         return settings_from(cls, args, axis=axis, stage=StageSettings.from_args(args))
 
+    @classmethod
+    def defaults(cls) -> CaptureSettings:
+        """The settings of ``mocapline capture`` with no flag (and no ``MOCAPLINE_*`` variable)."""
+        return cls.from_args(declared_defaults(build_parser()))
+
+    def to_argv(self) -> list[str]:
+        """The flags that give these settings (those not at their default)."""
+        values = {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("axis", "udp_fds", "stage")}
+        if self.axis is not None:
+            values["axis"] = f"{self.axis[0]}:{self.axis[1]}"
+        values["udp_fds"] = None if self.udp_fds is None else ",".join(map(str, self.udp_fds))
+        return argv(build_parser(), values) + self.stage.to_argv(build_parser())
+
 
 def make_source(settings: CaptureSettings, journal: RawJournal | None = None) -> UdpMotionInput:
     common: dict[str, Any] = {
@@ -172,7 +187,7 @@ def make_source(settings: CaptureSettings, journal: RawJournal | None = None) ->
     config = AxisBvhConfig(
         skeleton=SkeletonKind(settings.skeleton),
         rotation_order=settings.rotation_order,
-        header_format=cast(HeaderFormat, settings.header_format),
+        header_format=settings.header_format,
     )
     return axis_udp_source(config, settings.ports, tcp=settings.axis, **common)
 

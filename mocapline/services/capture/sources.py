@@ -27,6 +27,7 @@ from mocapline.core.udp import (
 )
 from mocapline.formats.axis_bvh import AxisBvhConfig
 from mocapline.formats.mlrec import RecordingWriter
+from mocapline.formats.mxtp02 import PositionUnitSetting
 from mocapline.services.capture.core import (
     AxisDecoder,
     CaptureCore,
@@ -249,5 +250,5 @@ def axis_udp_source(config: AxisBvhConfig, ports: list[int], **kwargs: Any) -> U
     return UdpMotionInput("axis", AxisDecoder(config), ports, **kwargs)
 
 
-def xsens_udp_source(ports: list[int], position_unit: str = "m", **kwargs: Any) -> UdpMotionInput:
+def xsens_udp_source(ports: list[int], position_unit: PositionUnitSetting = "m", **kwargs: Any) -> UdpMotionInput:
     return UdpMotionInput("xsens", XsensDecoder(position_unit), ports, **kwargs)

@@ -19,7 +19,7 @@ import argparse
 import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
 from mocapline.core.frames import HumanFrame
 from mocapline.core.header import MessageType
@@ -48,7 +48,8 @@ from .retargeter import (
 
 log = logging.getLogger("mocapline.retarget")
 
-FILTERS = ("none", "smooth3")
+Filter = Literal["none", "smooth3"]  # smooth3: centred [1,2,1]/4 over frames, one frame of delay
+FILTERS: tuple[Filter, ...] = get_args(Filter)
 
 
 def parse_performer_height(text: str) -> tuple[str, float]:
@@ -167,7 +168,7 @@ class RetargetService:
         retargeter: G1Retargeter,
         sender: FrameSink,
         *,
-        filter: str = "none",
+        filter: Filter = "none",
         metrics: ServiceMetrics | None = None,
         tracer: StageTracer | None = None,
         heights: dict[str, float] | None = None,
@@ -362,7 +363,7 @@ class RetargetSettings:
     ik_config: str
     options: RetargetOptions
     performer_height: dict[str, float]
-    filter: str
+    filter: Filter
     max_takes: int
     status_interval: float
     shutdown_wait: float

@@ -26,12 +26,14 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mocapline.core import pb
 from mocapline.core.frames import HumanFrame, RobotFrame
-from mocapline.formats.axis_bvh import AxisBvhConfig
+from mocapline.core.modes import Source
+from mocapline.formats.axis_bvh import AxisBvhConfig, HeaderFormat
 from mocapline.formats.mlrec import Recording, RecordingError, read_recording
+from mocapline.formats.mxtp02 import PositionUnitSetting
 from mocapline.formats.skeleton import SkeletonKind
 from mocapline.services.capture.core import (
     AxisDecoder,
@@ -40,6 +42,9 @@ from mocapline.services.capture.core import (
     XsensDecoder,
 )
 from mocapline.services.retarget.config import DEFAULT_CONFIG, resolve_config_path
+
+if TYPE_CHECKING:  # the retarget service loads the robot model: only when a take is retargeted
+    from mocapline.services.retarget.service import Filter
 
 RUN_FIELDS = ("capture_timestamp_us", "traceparent", "session_id")
 
@@ -52,12 +57,12 @@ class TakeConfig:
     human_height: float | None = None
     input_fps: float | None = None  # None: the recording's rate_hz, else 60
     output_fps: float | None = None  # None: = input_fps
-    source: str | None = None  # None: the recording's, else axis
+    source: Source | None = None  # None: the recording's, else axis
     rotation_order: str | None = None  # None: the recording's, else YXZ
     skeleton: str | None = None
-    header_format: str = "current"
-    position_unit: str = "m"
-    filter: str = "none"
+    header_format: HeaderFormat = "current"
+    position_unit: PositionUnitSetting = "m"
+    filter: Filter = "none"
     backend: str = "fast"
     iterations: int | None = None
     lm_damping: float | None = None
@@ -95,7 +100,7 @@ def decoder_for(config: TakeConfig) -> Decoder:
         return XsensDecoder(config.position_unit)
     return AxisDecoder(AxisBvhConfig(skeleton=SkeletonKind(config.skeleton or "axis_studio"),
                                      rotation_order=config.rotation_order or "YXZ",
-                                     header_format=config.header_format))  # type: ignore[arg-type]
+                                     header_format=config.header_format))
 
 
 def human_frames(rec: Recording, config: TakeConfig) -> tuple[list[HumanFrame], dict[str, Any]]:
@@ -119,8 +124,15 @@ class _Collect:
     def send(self, payload: bytes, capture_timestamp_us: int = 0) -> None:
         self.payloads.append(bytes(payload))
 
-    def send_end(self) -> None:
+    def send_end(self, payload: bytes = b"") -> None:
         self.payloads.append(None)
+
+    def writable(self, timeout_ms: int = 0) -> bool:
+        return True
+
+    @property
+    def next_frame_id(self) -> int:
+        return len(self.payloads)
 
 
 def retarget_frames(frames: list[HumanFrame], config: TakeConfig) -> list[RobotFrame]:
@@ -137,7 +149,7 @@ def retarget_frames(frames: list[HumanFrame], config: TakeConfig) -> list[RobotF
         opts.lm_damping = config.lm_damping
     retargeter = G1Retargeter(load_ik_config(config.ik_config), opts)
     sink = _Collect()
-    service = RetargetService(retargeter, sink, filter=config.filter)  # type: ignore[arg-type]
+    service = RetargetService(retargeter, sink, filter=config.filter)
     for frame in frames:
         service.on_frame(frame, 0)
     service.on_end()
