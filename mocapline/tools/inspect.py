@@ -20,11 +20,13 @@ from typing import Any
 
 from mocapline.core.bodies import GMR_BODIES
 from mocapline.core.frames import HumanFrame
-from mocapline.core.options import EnvArgumentParser
+from mocapline.core.modes import Source
+from mocapline.core.options import EnvArgumentParser, choices
 from mocapline.core.udp import Datagram
-from mocapline.formats.axis_bvh import DEFAULT_CONFIG, ROTATION_ORDERS, AxisBvhConfig
+from mocapline.formats.axis_bvh import DEFAULT_CONFIG, ROTATION_ORDERS, AxisBvhConfig, HeaderFormat
 from mocapline.formats.axis_stream import is_stream_dump, stream_datagrams
 from mocapline.formats.mlrec import RecordingError, is_recording, read_recording
+from mocapline.formats.mxtp02 import PositionUnitSetting
 from mocapline.formats.pcap import PcapError, is_pcap, iter_tcp, iter_udp
 from mocapline.formats.skeleton import SkeletonKind
 from mocapline.services.capture.core import (
@@ -89,11 +91,11 @@ def build_parser() -> EnvArgumentParser:
                    help="Axis over TCP: decode the stream Axis Studio's server sent from PORT (default 7001) "
                         "in a pcap, or read FILE as a raw dump of that stream (detected when it starts "
                         "with a BVH token)")
-    p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sent the datagrams")
+    p.add_argument("--source", choices=choices(Source), default="axis", help="what sent the datagrams")
     p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ", help="Axis BVH rotation order")
     p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio", help="skeleton")
-    p.add_argument("--header-format", choices=("current", "legacy"), default="current", help="Axis header format")
-    p.add_argument("--position-unit", choices=("m", "cm", "auto"), default="m",
+    p.add_argument("--header-format", choices=choices(HeaderFormat), default="current", help="Axis header format")
+    p.add_argument("--position-unit", choices=choices(PositionUnitSetting), default="m",
                    help="Xsens position unit (auto: the first frame's pelvis height decides)")
     return p
 

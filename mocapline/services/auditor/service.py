@@ -26,7 +26,7 @@ from mocapline.core.lifecycle import (
 from mocapline.core.metrics import ServiceMetrics
 from mocapline.core.metrics import add_arguments as add_metrics_arguments
 from mocapline.core.metrics import start as start_metrics
-from mocapline.core.options import EnvArgumentParser, port_number, settings_from
+from mocapline.core.options import EnvArgumentParser, argv, declared_defaults, port_number, settings_from
 from mocapline.core.udp import Datagram, UdpReceiver, adopt_udp, open_udp
 from mocapline.formats.axis_bvh import BvhReject, parse_header
 from mocapline.services.auditor.audit import audit
@@ -196,6 +196,15 @@ class AuditorSettings:
     metrics_host: str
     sd_port: int
     sd_host: str
+
+    @classmethod
+    def defaults(cls) -> AuditorSettings:
+        """The settings of ``mocapline auditor`` with no flag (and no ``MOCAPLINE_*`` variable)."""
+        return settings_from(cls, declared_defaults(build_parser()))
+
+    def to_argv(self) -> list[str]:
+        """The flags that give these settings (those not at their default)."""
+        return argv(build_parser(), {f: getattr(self, f) for f in self.__dataclass_fields__})
 
 
 def main(argv: list[str] | None = None) -> int:

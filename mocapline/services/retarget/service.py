@@ -25,7 +25,7 @@ from mocapline.core.frames import HumanFrame
 from mocapline.core.header import MessageType
 from mocapline.core.ledger import SequenceLedger
 from mocapline.core.metrics import ServiceMetrics
-from mocapline.core.options import EnvArgumentParser, settings_from
+from mocapline.core.options import EnvArgumentParser, argv, declared_defaults, settings_from
 from mocapline.core.stage import (
     Links,
     StageSettings,
@@ -399,6 +399,26 @@ class RetargetSettings:
             stage = replace(stage, state_dir=stage.state_dir / worker)
         return settings_from(cls, args, options=options, performer_height=dict(args.performer_height),
                              stage=stage, worker=worker)
+
+    @classmethod
+    def defaults(cls) -> RetargetSettings:
+        """The settings of ``mocapline retarget`` with no flag (and no ``MOCAPLINE_*`` variable)."""
+        return cls.from_args(declared_defaults(build_parser()))
+
+    def to_argv(self) -> list[str]:
+        """The flags that give these settings (those not at their default)."""
+        parser, o = build_parser(), self.options
+        flat = ("input", "output", "ik_config", "filter", "max_takes", "status_interval", "shutdown_wait", "worker",
+                "advertise_host")
+        values = {f: getattr(self, f) for f in flat}
+        values |= {"performer_height": [f"{name}={h!r}" for name, h in self.performer_height.items()],
+                   "iterations": o.iterations, "lm_damping": o.lm_damping, "input_fps": o.fps,
+                   "no_velocity_limit": not o.velocity_limit, "human_height": o.human_height,
+                   "ground_offset": o.ground_offset, "backend": o.backend}
+        stage = self.stage
+        if self.worker and stage.state_dir is not None:  # from_args adds the worker's folder
+            stage = replace(stage, state_dir=stage.state_dir.parent)
+        return argv(parser, values) + stage.to_argv(parser)
 
 
 @dataclass

@@ -32,7 +32,7 @@ from mocapline.core.header import MessageType
 from mocapline.core.metrics import (
     ServiceMetrics,
 )
-from mocapline.core.options import EnvArgumentParser, settings_from
+from mocapline.core.options import EnvArgumentParser, argv, declared_defaults, settings_from
 from mocapline.core.stage import (
     Links,
     StageSettings,
@@ -267,6 +267,17 @@ class StreamerSettings:
         if args.fan_in and (args.state_dir is None or not args.nats):
             raise ValueError("--fan-in needs --state-dir and --nats (the workers' ports are announced there)")
         return settings_from(cls, args, stage=StageSettings.from_args(args))
+
+    @classmethod
+    def defaults(cls) -> StreamerSettings:
+        """The settings of ``mocapline streamer`` with no flag (and no ``MOCAPLINE_*`` variable)."""
+        return cls.from_args(declared_defaults(build_parser()))
+
+    def to_argv(self) -> list[str]:
+        """The flags that give these settings (those not at their default)."""
+        parser = build_parser()
+        return argv(parser, {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "stage"}) + \
+            self.stage.to_argv(parser)
 
 
 def exposed(endpoint: str) -> bool:

@@ -27,8 +27,12 @@ import zmq
 from mocapline.core import durable
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS
+from mocapline.core.modes import Display
 from mocapline.core.options import (
     EnvArgumentParser,
+    argv,
+    choices,
+    declared_defaults,
     non_negative_float,
     port_number,
     positive_float,
@@ -60,7 +64,7 @@ def build_parser() -> EnvArgumentParser:
                         "mocapline.client; plain mode: a PULL)")
     p.add_argument("--name", default="viewer", help="durable mode: this viewer's consumer name at the streamer "
                                                     "(stable across restarts; unique per viewer)")
-    p.add_argument("--display", choices=("auto", "window", "web", "none"), default="auto",
+    p.add_argument("--display", choices=choices(Display), default="auto",
                    help="auto: a window where a display exists, else the web page; none: apply only")
     p.add_argument("--web-host", default="127.0.0.1", help="address of the web view")
     p.add_argument("--web-port", type=port_number, default=8080, help="port of the web view")
@@ -77,7 +81,7 @@ def build_parser() -> EnvArgumentParser:
     return p
 
 
-def choose_display(mode: str) -> str:
+def choose_display(mode: Display) -> Display:
     if mode != "auto":
         return mode
     return "window" if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY") else "web"
@@ -89,7 +93,7 @@ class ViewerSettings:
 
     input: str
     name: str
-    display: str
+    display: Display
     web_host: str
     web_port: int
     plots_dir: Path | None
@@ -102,7 +106,18 @@ class ViewerSettings:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ViewerSettings:
-        return settings_from(cls, args, display=choose_display(args.display), stage=StageSettings.from_args(args))
+        return settings_from(cls, args, stage=StageSettings.from_args(args))
+
+    @classmethod
+    def defaults(cls) -> ViewerSettings:
+        """The settings of ``mocapline viewer`` with no flag (and no ``MOCAPLINE_*`` variable)."""
+        return cls.from_args(declared_defaults(build_parser()))
+
+    def to_argv(self) -> list[str]:
+        """The flags that give these settings (those not at their default)."""
+        parser = build_parser()
+        return argv(parser, {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "stage"}) + \
+            self.stage.to_argv(parser)
 
 
 @dataclass
@@ -207,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # The window draws the meshes itself; otherwise only the kinematics are needed (the web page
     # gets the meshes from scene.RobotAssets): ~4 MB instead of ~370 MB.
-    model = load_full_model(scene=True) if settings.display == "window" else load_ik_model()
+    display = choose_display(settings.display)
+    model = load_full_model(scene=True) if display == "window" else load_ik_model()
     data = mujoco.MjData(model)
     counters = ViewerCounters()
     reasons = (*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite")
@@ -240,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def open_display(stage: Stage, settings: ViewerSettings, model: mujoco.MjModel, loop: ViewerLoop) -> None:
     """The web page (drawn by the browser from poses) or the MuJoCo window; closed with the stage."""
-    if settings.display == "web":
+    display = choose_display(settings.display)
+    if display == "web":
         from mocapline.services.viewer.scene import RobotAssets
         from mocapline.services.viewer.web import WebView
 
@@ -251,7 +268,7 @@ def open_display(stage: Stage, settings: ViewerSettings, model: mujoco.MjModel, 
         stage.exits.callback(web.stop)
         loop.web = web
         print(f"mocapline viewer: live view at {web.address}", file=sys.stderr, flush=True)
-    elif settings.display == "window":
+    elif display == "window":
         loop.window = Window(model, loop.data)
         stage.exits.callback(loop.window.close)
 

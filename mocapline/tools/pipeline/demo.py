@@ -22,8 +22,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from mocapline.core.modes import Transport
 from mocapline.core.options import (
     EnvArgumentParser,
+    choices,
     non_negative_float,
     non_negative_int,
     parse_index_list,
@@ -47,7 +49,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--drop-side", type=parse_index_list, default=[], help="indices missing on the side path only")
     p.add_argument("--drop-both", type=parse_index_list, default=[], help="indices missing on both paths")
     p.add_argument("--garbage", type=non_negative_int, default=0, help="non-BVH datagrams mixed into the main path")
-    p.add_argument("--transport", choices=("udp", "tcp"), default="udp",
+    p.add_argument("--transport", choices=choices(Transport), default="udp",
                    help="main path over UDP, or over TCP from a server as Axis Studio runs one")
     p.add_argument("--performers", type=positive_int, default=1, help="avatars per frame (avatar_index 0..N-1)")
     p.add_argument("--drop-performer", type=parse_performer_skip, action="append", default=[],

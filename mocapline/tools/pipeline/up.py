@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import DEFAULT_URL
-from mocapline.core.options import EnvArgumentParser, port_number, positive_float
+from mocapline.core.modes import Source, Transport
+from mocapline.core.options import EnvArgumentParser, choices, port_number, positive_float
+from mocapline.core.segmentlog import FSYNC_POLICIES
 from mocapline.services.capture.tcp import parse_endpoint
 from mocapline.tools.pipeline.console import LiveConsole, LogWatch, snapshot
 from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
@@ -25,10 +27,10 @@ from mocapline.tools.pipeline.stack import Stack, StackConfig, print_ledger, run
 
 
 def add_stack_options(p: EnvArgumentParser) -> None:
-    p.add_argument("--source", choices=("axis", "xsens"), default="axis",
+    p.add_argument("--source", choices=choices(Source), default="axis",
                    help="Axis Studio binary BVH, or Xsens MVN MXTP02 (then use --main-port 9763)")
     p.add_argument("--rotation-order", default="YXZ", help="Axis Studio's BVH rotation order setting")
-    p.add_argument("--transport", choices=("udp", "tcp"), default="udp",
+    p.add_argument("--transport", choices=choices(Transport), default="udp",
                    help="Axis Studio over UDP (to --main-port) or TCP (capture connects to --axis)")
     p.add_argument("--axis", default="127.0.0.1:7001", metavar="HOST[:PORT]",
                    help="--transport tcp: Axis Studio's TCP server")
@@ -56,7 +58,7 @@ def add_stack_options(p: EnvArgumentParser) -> None:
                         "(default: <log dir>/state)")
     p.add_argument("--plain", action="store_true",
                    help="plain PUSH/PULL links, nothing on disk: faster, but a crashed service loses frames")
-    p.add_argument("--fsync", choices=("never", "interval", "always"), default="interval",
+    p.add_argument("--fsync", choices=FSYNC_POLICIES, default="interval",
                    help="durable mode: when logs are flushed to disk (see mocapline/core/segmentlog.py)")
     p.add_argument("--retarget-workers", type=int, default=0, metavar="N",
                    help="durable mode: retarget as N workers sharing the performers (assignment in NATS "

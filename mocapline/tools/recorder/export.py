@@ -56,7 +56,8 @@ import mujoco
 import numpy as np
 
 from mocapline.core import quat as Q
-from mocapline.core.options import EnvArgumentParser
+from mocapline.core.modes import Source
+from mocapline.core.options import EnvArgumentParser, choices
 
 DEFAULT_FPS = 50.0
 CSV_ROOT = ("root_x", "root_y", "root_z", "root_qw", "root_qx", "root_qy", "root_qz")
@@ -290,7 +291,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--human-height", type=float, default=None, help="performer height in m (default: the take's)")
     p.add_argument("--rotation-order", default=None,
                    help="Axis BVH rotation order (default: the recording's, else YXZ)")
-    p.add_argument("--source", choices=("axis", "xsens"), default=None, help="what sent the datagrams")
+    p.add_argument("--source", choices=choices(Source), default=None, help="what sent the datagrams")
     p.add_argument("--max-gap", type=int, default=1,
                    help="longest source interval (frames) a sample may be interpolated across (1 = no missing frame)")
     p.add_argument("--on-gap", choices=("refuse", "flag"), default="refuse",

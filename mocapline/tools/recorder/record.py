@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mocapline.core.options import EnvArgumentParser, non_negative_float, non_negative_int, port_number
+from mocapline.core.modes import Display
+from mocapline.core.options import EnvArgumentParser, choices, non_negative_float, non_negative_int, port_number
 
 
 def build_parser() -> EnvArgumentParser:
@@ -50,7 +51,7 @@ def build_parser() -> EnvArgumentParser:
                    help="with --replay: 1 = original timing, 0 = asap")
     p.add_argument("--no-viewer", action="store_true",
                    help="leave the streamer's port to an external consumer (lossless: without one, nothing is sent)")
-    p.add_argument("--display", choices=("auto", "window", "web", "none"), default="none", help="viewer display")
+    p.add_argument("--display", choices=choices(Display), default="none", help="viewer display")
     p.add_argument("--web-port", type=port_number, default=8080, help="port of the web viewer")
     p.add_argument("--force", action="store_true", help="overwrite an existing take in --dir")
     return p

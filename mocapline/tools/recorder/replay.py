@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mocapline.core.options import EnvArgumentParser
+from mocapline.core.modes import Source
+from mocapline.core.options import EnvArgumentParser, choices
 
 
 def build_parser() -> EnvArgumentParser:
@@ -41,7 +42,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--ik-config", default=None, help="IK config name or JSON (default: the take's, else axis_studio)")
     p.add_argument("--human-height", type=float, default=None, help="performer height in m (default: the take's)")
     p.add_argument("--rotation-order", default=None, help="Axis BVH rotation order (default: the recording's)")
-    p.add_argument("--source", choices=("axis", "xsens"), default=None, help="what sent the datagrams")
+    p.add_argument("--source", choices=choices(Source), default=None, help="what sent the datagrams")
     p.add_argument("--compare", type=Path, default=None, help="a recorded .mlmf to compare the motion content with")
     p.add_argument("--push", default=None, help="also serve the frames on this endpoint (bind), e.g. tcp://*:5555")
     p.add_argument("--speed", type=float, default=1.0, help="with --push: 1 = original timing, 0 = as fast as possible")
