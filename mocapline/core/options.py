@@ -64,7 +64,8 @@ class EnvArgumentParser(argparse.ArgumentParser):
             "switch" if action == "store_true" else "repeat" if action == "append"
             else "list" if kwargs.get("nargs") in ("*", "+") else "value")
         dest = kwargs.get("dest") or long_flags[0][2:].replace("-", "_")
-        self.flags[dest] = Flag(long_flags[0], kwargs.get("default"), form, kwargs.get("type"))
+        self.flags[dest] = Flag(long_flags[0], kwargs.get("default", False if form == "switch" else None), form,
+                                kwargs.get("type"))
         raw = os.environ.get(var)
         if raw is not None:
             kwargs["default"] = _from_env(var, raw, action, kwargs)

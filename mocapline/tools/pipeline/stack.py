@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import nats_server_binary, request
+from mocapline.core.modes import Display, Source, Transport
+from mocapline.core.segmentlog import Fsync
 from mocapline.core.verdict import on_the_wire, stage_rows
 from mocapline.services.auditor.audit import audit, with_workers
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
+from mocapline.tools.pipeline.plan import Planned, as_worker, capture_ports, plan
 from mocapline.tools.pipeline.procs import (
     Service,
     busy_port_message,
@@ -36,9 +39,9 @@ STAGES = ("capture", "retarget", "streamer", "viewer")
 
 @dataclass
 class StackConfig:
-    source: str = "axis"  # or "xsens"
+    source: Source = "axis"
     rotation_order: str = "YXZ"
-    transport: str = "udp"  # "tcp": capture is the client of Axis Studio's TCP server
+    transport: Transport = "udp"
     axis_host: str = "127.0.0.1"
     axis_port: int = 7001
     main_port: int = 7014
@@ -54,7 +57,7 @@ class StackConfig:
     # cannot acknowledge (frames handed out are unconfirmed). Default: the acknowledged fan-out.
     plain_output: bool = False
     viewer: bool = True
-    display: str = "auto"
+    display: Display = "auto"
     web_port: int = 8080
     plots_dir: Path | None = None  # the web viewer links the PNGs of `mocapline plot` found here
     input_fps: float = 60.0
@@ -70,7 +73,7 @@ class StackConfig:
     # ACKs and resends, the stack holds the UDP sockets (a restarted capture finds what arrived
     # meanwhile) and restarts a service that dies. None = plain links, nothing on disk.
     state_dir: Path | None = None
-    fsync: str = "interval"
+    fsync: Fsync = "interval"
     # Durable mode only: retarget as this many workers sharing the performers (0 = one retarget).
     # Capture's port becomes a fan-out, the streamer fans in, NATS runs with JetStream (the
     # assignment), services "retarget.w1" .. (mocapline/services/retarget/worker.py).
@@ -117,6 +120,7 @@ class Stack:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
         self.services: dict[str, Service] = {}
+        self.planned: dict[str, Planned] = {}  # each service's settings, by name
         self.nats: subprocess.Popen[bytes] | None = None
         self._logs: list[Any] = []
         self._udp: list[socket.socket] = []  # held for the children in durable mode
@@ -197,89 +201,29 @@ class Stack:
         env = {"MOCAPLINE_NATS": c.nats_url, **c.extra_env}
         fds: dict[str, tuple[int, ...]] = {}
         if c.state_dir is not None:
-            fds["capture"] = tuple(self._hold_udp(port) for port in self._capture_ports())
+            fds["capture"] = tuple(self._hold_udp(port) for port in capture_ports(c))
             if not c.merge:
                 fds["auditor"] = (self._hold_udp(c.side_port),)
-        for name, args in self._plan():
-            if name in c.metrics_ports:
-                args = [*args, f"--metrics-port={c.metrics_ports[name]}"]
-            if c.state_dir is not None and fds.get(name):
-                flag = "--udp-fds" if name == "capture" else "--side-fd"
-                args = [*args, f"{flag}={','.join(map(str, fds[name]))}"]
-            if c.state_dir is not None and name != "auditor":
-                args = [*args, f"--state-dir={c.state_dir / name}", f"--fsync={c.fsync}"]
-                if name == "streamer" and c.plain_output:  # consumers that cannot acknowledge
-                    args.append("--plain-output")
-            svc = Service(name, args, env, pass_fds=fds.get(name, ()), command=name.partition(".")[0])
-            self.services[name] = svc
+        workers = self.worker_names if c.state_dir is not None else []
+        for planned in plan(c, fds, workers):
+            self.planned[planned.name] = planned
+            svc = Service(planned.name, planned.settings.to_argv(), env, pass_fds=fds.get(planned.name, ()),
+                          command=planned.command)
+            self.services[planned.name] = svc
             self.start_service(svc)
 
     def add_worker(self, worker: str) -> None:
         """One more retarget worker in a running scale-out stack (as ``retarget.w1`` is started,
         under its own name and state folder): the others hand it its share of the performers."""
-        first = self.services[f"retarget.{self.worker_names[0]}"]
-        args = [a for a in first.args if not a.startswith(("--worker=", "--state-dir="))]
-        if self.config.state_dir is not None:
-            args.append(f"--state-dir={self.config.state_dir / f'retarget.{worker}'}")
-        svc = Service(f"retarget.{worker}", [*args, f"--worker={worker}"], first.env, command="retarget")
+        from mocapline.services.retarget.service import RetargetSettings
+
+        first = self.planned[f"retarget.{self.worker_names[0]}"]
+        assert isinstance(first.settings, RetargetSettings)
+        planned = Planned(f"retarget.{worker}", as_worker(first.settings, worker, self.config.state_dir))
+        self.planned[planned.name] = planned
+        svc = Service(planned.name, planned.settings.to_argv(), self.services[first.name].env, command="retarget")
         self.services[svc.name] = svc
         self.start_service(svc)
-
-    def _capture_ports(self) -> list[int]:
-        """Capture's UDP ports. Over TCP the main path is the connection to Axis, and only the side
-        path (when merging) is UDP."""
-        c = self.config
-        main = [] if c.transport == "tcp" else [c.main_port]
-        return [*main, c.side_port] if c.merge else main
-
-    def _plan(self) -> list[tuple[str, list[str]]]:
-        """Each service to start, in order, with its own flags (the shared ones are added by start)."""
-        c = self.config
-        capture_ports = self._capture_ports()
-        retarget_args = [f"--input=tcp://127.0.0.1:{c.human_port}", f"--output=tcp://127.0.0.1:{c.robot_port}",
-                         f"--input-fps={c.input_fps}"]
-        if c.human_height is not None:
-            retarget_args.append(f"--human-height={c.human_height}")
-        if c.ik_config is not None:
-            retarget_args.append(f"--ik-config={c.ik_config}")
-        elif c.source == "xsens":
-            retarget_args.append("--ik-config=xsens")
-        plan: list[tuple[str, list[str]]] = [
-            ("auditor", [f"--side-port={0 if c.merge else c.side_port}"]),
-            ("capture", [*(["--ports", *map(str, capture_ports)] if capture_ports else []),
-                         *([f"--transport={c.transport}", f"--axis={c.axis_host}:{c.axis_port}"]
-                           if c.transport == "tcp" else []),
-                         f"--output=tcp://127.0.0.1:{c.human_port}",
-                         "--status-interval=0", f"--source={c.source}", f"--rotation-order={c.rotation_order}"]),
-            ("retarget", retarget_args),
-            ("streamer", [f"--input=tcp://127.0.0.1:{c.robot_port}", f"--output=tcp://{c.bind_host}:{c.output_port}",
-                          f"--input-fps={c.input_fps}", f"--output-fps={c.output_fps}"]),
-        ]
-        if c.viewer:
-            viewer_args = [f"--input=tcp://127.0.0.1:{c.output_port}", f"--display={c.display}",
-                           f"--web-port={c.web_port}"]
-            if c.plots_dir is not None:
-                viewer_args.append(f"--plots-dir={c.plots_dir}")
-            plan.append(("viewer", viewer_args))
-        if c.retarget_workers and c.state_dir is not None:
-            plan = self._scale_out(plan)
-        return plan
-
-    def _scale_out(self, plan: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
-        """The plan with retarget as workers: capture's output a fan-out, the streamer fanning in."""
-        out: list[tuple[str, list[str]]] = []
-        for name, args in plan:
-            if name == "retarget":
-                args = [a for a in args if not a.startswith("--output=")]
-                out += [(f"retarget.{w}", [*args, f"--worker={w}", "--output=tcp://127.0.0.1:*", "--metrics-port=0"])
-                        for w in self.worker_names]
-                continue
-            if name == "capture":
-                args = [*args, "--output-fanout"]
-            elif name == "streamer":
-                args = [*args, "--fan-in"]
-            out.append((name, args))
-        return out
 
     @property
     def worker_names(self) -> list[str]:

@@ -1,0 +1,103 @@
+"""The processes of a stack, planned as each service's settings: the stack's config says what to
+change from a service's defaults, and the service writes its own command line (``to_argv``), so
+no flag of a service is spelled a second time here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from mocapline.core.stage import StageSettings
+    from mocapline.services.retarget.service import RetargetSettings
+    from mocapline.tools.pipeline.stack import StackConfig
+
+
+class ServiceSettings(Protocol):
+    def to_argv(self) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One process: its name in the stack ("retarget.w1"), its settings and the subcommand."""
+
+    name: str
+    settings: ServiceSettings
+
+    @property
+    def command(self) -> str:
+        return self.name.partition(".")[0]
+
+
+def plan(config: StackConfig, fds: dict[str, tuple[int, ...]], workers: list[str]) -> list[Planned]:
+    """Each service to start, in order. ``fds``: the UDP sockets the stack holds for capture (and
+    the auditor's side path) in durable mode; ``workers``: retarget's worker names (scale-out)."""
+    from mocapline.services.auditor.service import AuditorSettings
+    from mocapline.services.capture.service import CaptureSettings
+    from mocapline.services.retarget.service import RetargetSettings
+    from mocapline.services.streamer.service import StreamerSettings
+    from mocapline.services.viewer.service import ViewerSettings
+
+    c = config
+    scale_out = bool(workers) and c.state_dir is not None
+    auditor = AuditorSettings.defaults()
+    capture = CaptureSettings.defaults()
+    retarget = RetargetSettings.defaults()
+    streamer = StreamerSettings.defaults()
+    out = [Planned("auditor", replace(
+        auditor, side_port=0 if c.merge else c.side_port,
+        side_fd=fds["auditor"][0] if fds.get("auditor") else None,
+        metrics_port=c.metrics_ports.get("auditor", auditor.metrics_port)))]
+    out.append(Planned("capture", replace(
+        capture, source=c.source, transport=c.transport, rotation_order=c.rotation_order,
+        ports=capture_ports(c), axis=(c.axis_host, c.axis_port) if c.transport == "tcp" else None,
+        output=f"tcp://127.0.0.1:{c.human_port}", status_interval=0.0, output_fanout=scale_out,
+        udp_fds=list(fds["capture"]) if fds.get("capture") else None,
+        stage=stage_settings(c, "capture", capture.stage))))
+    retarget = replace(
+        retarget, input=f"tcp://127.0.0.1:{c.human_port}", output=f"tcp://127.0.0.1:{c.robot_port}",
+        ik_config=str(c.ik_config) if c.ik_config is not None else "xsens" if c.source == "xsens"
+        else retarget.ik_config,
+        options=replace(retarget.options, fps=c.input_fps, human_height=c.human_height),
+        stage=stage_settings(c, "retarget", retarget.stage))
+    if scale_out:
+        first = replace(retarget, output="tcp://127.0.0.1:*", stage=replace(retarget.stage, metrics_port=0))
+        out += [Planned(f"retarget.{w}", as_worker(first, w, c.state_dir)) for w in workers]
+    else:
+        out.append(Planned("retarget", retarget))
+    out.append(Planned("streamer", replace(
+        streamer, input=f"tcp://127.0.0.1:{c.robot_port}", output=f"tcp://{c.bind_host}:{c.output_port}",
+        input_fps=c.input_fps, output_fps=c.output_fps, fan_in=scale_out,
+        plain_output=c.plain_output and c.state_dir is not None,
+        stage=stage_settings(c, "streamer", streamer.stage))))
+    if c.viewer:
+        viewer = ViewerSettings.defaults()
+        out.append(Planned("viewer", replace(
+            viewer, input=f"tcp://127.0.0.1:{c.output_port}", display=c.display, web_port=c.web_port,
+            plots_dir=c.plots_dir, stage=stage_settings(c, "viewer", viewer.stage))))
+    return out
+
+
+def as_worker(retarget: RetargetSettings, worker: str, state_dir: Path | None) -> RetargetSettings:
+    """Retarget as the worker ``worker``: its state under ``state_dir/retarget.NAME`` (in which
+    the service keeps a folder per worker name, as ``--worker`` does)."""
+    folder = state_dir / f"retarget.{worker}" / worker if state_dir is not None else None
+    return replace(retarget, worker=worker, stage=replace(retarget.stage, state_dir=folder))
+
+
+def stage_settings(c: StackConfig, name: str, stage: StageSettings) -> StageSettings:
+    """A stage's shared settings in this stack: its /metrics port if the config names one, and in
+    durable mode its state folder and the fsync policy."""
+    stage = replace(stage, metrics_port=c.metrics_ports.get(name, stage.metrics_port))
+    if c.state_dir is None:
+        return stage
+    return replace(stage, state_dir=c.state_dir / name, log=replace(stage.log, fsync=c.fsync))
+
+
+def capture_ports(c: StackConfig) -> list[int]:
+    """Capture's UDP ports. Over TCP the main path is the connection to Axis, and only the side
+    path (when merging) is UDP."""
+    main = [] if c.transport == "tcp" else [c.main_port]
+    return [*main, c.side_port] if c.merge else main

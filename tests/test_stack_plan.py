@@ -1,0 +1,72 @@
+"""The stack plans its processes as each service's settings: every command line it starts parses
+back to the settings it planned, and carries what the stack's config asks for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mocapline.services.auditor import service as auditor
+from mocapline.services.capture import service as capture
+from mocapline.services.retarget import service as retarget
+from mocapline.services.streamer import service as streamer
+from mocapline.services.viewer import service as viewer
+from mocapline.tools.pipeline.plan import as_worker, plan
+from mocapline.tools.pipeline.stack import StackConfig
+
+PARSE = {
+    "auditor": lambda a: auditor.settings_from(auditor.AuditorSettings, auditor.build_parser().parse_args(a)),
+    "capture": lambda a: capture.CaptureSettings.from_args(capture.build_parser().parse_args(a)),
+    "retarget": lambda a: retarget.RetargetSettings.from_args(retarget.build_parser().parse_args(a)),
+    "streamer": lambda a: streamer.StreamerSettings.from_args(streamer.build_parser().parse_args(a)),
+    "viewer": lambda a: viewer.ViewerSettings.from_args(viewer.build_parser().parse_args(a)),
+}
+
+
+@pytest.fixture(autouse=True)
+def _declared_defaults(monkeypatch) -> None:
+    """The command lines parsed as a service would with no MOCAPLINE_* variable (the stack gives
+    its children their NATS address as one: not part of what is compared here)."""
+    for name in ("MOCAPLINE_METRICS_PORT", "MOCAPLINE_NATS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def planned(config: StackConfig, fds: dict[str, tuple[int, ...]] | None = None, workers: list[str] | None = None):
+    out = {p.name: p for p in plan(config, fds or {}, workers or [])}
+    for p in out.values():
+        assert PARSE[p.command](p.settings.to_argv()) == p.settings, p.name
+    return {name: p.settings for name, p in out.items()}
+
+
+def test_a_plain_stack() -> None:
+    s = planned(StackConfig(main_port=9014, side_port=9015, human_port=9556, display="none", human_height=1.7,
+                            metrics_ports={"capture": 0}))
+    assert list(s) == ["auditor", "capture", "retarget", "streamer", "viewer"]
+    assert s["capture"].ports == [9014] and s["capture"].output == "tcp://127.0.0.1:9556"
+    assert s["capture"].stage.metrics_port == 0 and s["capture"].stage.state_dir is None
+    assert s["retarget"].input == "tcp://127.0.0.1:9556" and s["retarget"].options.human_height == 1.7
+    assert s["auditor"].side_port == 9015 and s["viewer"].display == "none"
+
+
+def test_a_durable_scaled_out_xsens_stack(tmp_path: Path) -> None:
+    config = StackConfig(source="xsens", merge=True, state_dir=tmp_path, fsync="always", viewer=False,
+                         plain_output=True, retarget_workers=2)
+    s = planned(config, {"capture": (5, 6)}, ["w1", "w2"])
+    assert list(s) == ["auditor", "capture", "retarget.w1", "retarget.w2", "streamer"]
+    assert s["capture"].output_fanout and s["capture"].udp_fds == [5, 6] and s["capture"].ports == [7014, 7015]
+    assert s["capture"].stage.state_dir == tmp_path / "capture" and s["capture"].stage.log.fsync == "always"
+    assert s["streamer"].fan_in and s["streamer"].plain_output
+    w2 = s["retarget.w2"]
+    assert w2.worker == "w2" and w2.stage.state_dir == tmp_path / "retarget.w2" / "w2"
+    assert w2.ik_config == "xsens" and w2.output == "tcp://127.0.0.1:*" and w2.stage.metrics_port == 0
+    assert s["auditor"].side_port == 0  # merged: no side path of its own
+    w3 = as_worker(w2, "w3", tmp_path)
+    assert retarget.RetargetSettings.from_args(retarget.build_parser().parse_args(w3.to_argv())) == w3
+    assert "--worker=w3" in w3.to_argv() and f"--state-dir={tmp_path / 'retarget.w3'}" in w3.to_argv()
+
+
+def test_over_tcp_capture_listens_only_on_the_side_path_when_merging() -> None:
+    s = planned(StackConfig(transport="tcp", axis_port=7101, merge=True, side_port=7115, viewer=False))
+    assert s["capture"].transport == "tcp" and s["capture"].axis == ("127.0.0.1", 7101)
+    assert s["capture"].ports == [7115]
