@@ -18,9 +18,9 @@ both start from the same pose, get the same targets (same config, same human hei
 mesh-free G1 model, and are timed frame by frame alternately (baseline, then ours). The ratio is
 by each IK's own CPU time (``time.thread_time``: both run in this thread, and their BLAS calls are
 too small to use OpenBLAS's threads), so that other sessions on a shared machine do not move it: a
-frame of ours takes ~0.3 ms, and one preemption of a few ms in it weighs 10x more than in GMR's
-~4 ms frame, so wall-clock ratios moved by -50 % / +50 % between runs under load. The wall-clock
-ratio is printed beside it (``wall``).
+frame of ours is an order of magnitude shorter than GMR's, so one preemption of a few ms weighs that
+much more in it, and wall-clock ratios swung widely between runs under load (docs/benchmarks.md).
+The wall-clock ratio is printed beside it (``wall``).
 
 Per run, for both (see ``mocapline.services.retarget.quality``): frames/s and the ratio; mean and
 p99 position error over the position-weighted frames, and for hands / feet / pelvis (mm);

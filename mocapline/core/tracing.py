@@ -24,13 +24,11 @@ Default: **off**, unless ``OTEL_TRACES_EXPORTER`` names an exporter or an OTLP e
 (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``); ``OTEL_SDK_DISABLED=true``
 always turns it off. The OpenTelemetry spec would export to localhost:4318 by default; we do not:
 
-- the point of mocapline is the frame path, and tracing costs it. ``mocapline bench tracing`` on
-  the 2-core build machine: a span costs ~30-50 us to make in the stage's own loop (start with the
-  remote parent, attribute, traceparent, end) and ~55 us more to encode to OTLP in the batch
-  processor's thread; the four spans of a frame ~0.6 ms of CPU in all, against ~0.3 us for the
-  ``is None`` tests when off. The whole pipeline in one process went from 2.44 to 3.08 ms per frame
-  traced (ratio 1.26); a sampled-out frame still costs ~50 us (parse, sampler). That CPU is taken
-  on the hosts that also run the IK and the viewer.
+- the point of mocapline is the frame path, and tracing costs it: each span is made in the
+  stage's own loop (start with the remote parent, attribute, traceparent, end) and encoded to OTLP
+  in the batch processor's thread, and a sampled-out frame still pays for the parse and the
+  sampler, while off it is one ``is None`` test. That CPU is taken on the hosts that also run the
+  IK and the viewer (what it comes to: ``mocapline bench tracing``, docs/benchmarks.md).
 - a trace per posture_index is 4 spans per frame: 240-480 spans/s per suit at 60-120 Hz. Whether
   a backend should take that is a choice to make, not a default.
 - with no collector running (a laptop with a suit, the tests), a default-on exporter retries a dead

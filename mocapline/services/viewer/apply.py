@@ -77,7 +77,7 @@ class ViewerCounters:
 
     def latency_percentiles_ms(self) -> dict[str, float | None]:
         """p50 / p99 over the latest frames; computed at most once a second (the heartbeat, the
-        metrics sync and the web page all ask, and 20,000 samples cost ~0.4 ms to sort)."""
+        metrics sync and the web page all ask, and each answer would sort the whole window)."""
         now = time.monotonic()
         if self._percentiles is None or now - self._percentiles_at >= 1.0:
             if not self.latencies_s:
@@ -185,7 +185,8 @@ class FrameApplier:
     """Applies validated frames in arrival order, each to its performer's robot (one MjData per
     avatar_index; the first performer's is ``data``, what a window shows): qpos written,
     ``mj_kinematics`` (every body's pose: what a window or a web page shows; the dynamics
-    ``mj_forward`` would add are never used, and cost 8x more per frame), counted; observes
+    ``mj_forward`` would add are never used, and cost several times more per frame: docs/benchmarks.md),
+    counted; observes
     the stage and end-to-end latency histograms and the ``viewer.validate_apply`` span when given."""
 
     def __init__(

@@ -6,8 +6,9 @@ and then receives only body poses (``pose_bytes``: position and orientation of e
 every performer's robot, a few hundred bytes each) over a WebSocket, and draws them at its own
 display rate with three.js.
 
-Compiling the model with its meshes takes ~370 MB that the allocator keeps afterwards, and the
-viewer itself only needs the kinematics (the mesh-free model, ~4 MB). So the meshes are extracted
+Compiling the model with its meshes takes hundreds of MB that the allocator keeps afterwards, and
+the viewer itself only needs the kinematics (the mesh-free model, a few MB; docs/benchmarks.md).
+So the meshes are extracted
 by a short-lived child process (``python -m mocapline.services.viewer.scene DIR``), the first time
 a page asks for them, into a cache folder keyed by the model file and the MuJoCo version
 (``RobotAssets``); the viewer process never holds them beyond the gzipped bytes it serves.

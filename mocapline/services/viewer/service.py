@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     from mocapline.robot.g1 import G1_JOINT_NAMES, load_full_model, load_ik_model
 
     # The window draws the meshes itself; otherwise only the kinematics are needed (the web page
-    # gets the meshes from scene.RobotAssets): ~4 MB instead of ~370 MB.
+    # gets the meshes from scene.RobotAssets), a small fraction of the memory (docs/benchmarks.md).
     display = choose_display(settings.display)
     model = load_full_model(scene=True) if display == "window" else load_ik_model()
     data = mujoco.MjData(model)
