@@ -13,82 +13,24 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import nats_server_binary, request
-from mocapline.core.modes import Display, Source, Transport
-from mocapline.core.segmentlog import Fsync
 from mocapline.core.verdict import on_the_wire, stage_rows
 from mocapline.services.auditor.audit import audit, with_workers
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
-from mocapline.tools.pipeline.plan import Planned, as_worker, capture_ports, plan
+from mocapline.tools.pipeline.plan import Planned, StackConfig, as_worker, capture_ports, plan
+from mocapline.tools.pipeline.plan import local_config as local_config  # where callers look for it
 from mocapline.tools.pipeline.procs import (
     Service,
     busy_port_message,
-    free_tcp_port,
-    free_udp_port,
     kill_children,
     port_free,
     stop_all,
 )
 
 STAGES = ("capture", "retarget", "streamer", "viewer")
-
-
-@dataclass
-class StackConfig:
-    source: Source = "axis"
-    rotation_order: str = "YXZ"
-    transport: Transport = "udp"
-    axis_host: str = "127.0.0.1"
-    axis_port: int = 7001
-    main_port: int = 7014
-    side_port: int = 7015
-    merge: bool = False
-    nats_url: str = "nats://127.0.0.1:4222"
-    human_port: int = 5556
-    robot_port: int = 5557
-    output_port: int = 5555
-    # The robot port's address: loopback unless told otherwise (another one without CURVE warns).
-    bind_host: str = "127.0.0.1"
-    # Durable mode: the robot port as a plain PUSH fed from the streamer's log, for consumers that
-    # cannot acknowledge (frames handed out are unconfirmed). Default: the acknowledged fan-out.
-    plain_output: bool = False
-    viewer: bool = True
-    display: Display = "auto"
-    web_port: int = 8080
-    plots_dir: Path | None = None  # the web viewer links the PNGs of `mocapline plot` found here
-    input_fps: float = 60.0
-    output_fps: float = 60.0
-    human_height: float | None = None
-    ik_config: Path | None = None
-    log_dir: Path | None = None
-    extra_env: dict[str, str] = field(default_factory=dict)
-    # /metrics port per service ("capture", ..., "auditor"; 0 = off). A service not named here uses
-    # its own default (9101-9105, or MOCAPLINE_METRICS_PORT) and only warns if that port is taken.
-    metrics_ports: dict[str, int] = field(default_factory=dict)
-    # Durable mode: every service keeps its logs under state_dir/<service>, every link runs with
-    # ACKs and resends, the stack holds the UDP sockets (a restarted capture finds what arrived
-    # meanwhile) and restarts a service that dies. None = plain links, nothing on disk.
-    state_dir: Path | None = None
-    fsync: Fsync = "interval"
-    # Durable mode only: retarget as this many workers sharing the performers (0 = one retarget).
-    # Capture's port becomes a fan-out, the streamer fans in, NATS runs with JetStream (the
-    # assignment), services "retarget.w1" .. (mocapline/services/retarget/worker.py).
-    retarget_workers: int = 0
-
-
-def local_config(**settings: Any) -> StackConfig:
-    """A StackConfig on free loopback ports, with its own NATS and no display: a stack that runs
-    beside any other (how `mocapline demo`, the benchmarks and the tests start one)."""
-    ports: dict[str, Any] = {
-        "main_port": free_udp_port(), "side_port": free_udp_port(), "axis_port": free_tcp_port(),
-        "nats_url": f"nats://127.0.0.1:{free_tcp_port()}", "human_port": free_tcp_port(),
-        "robot_port": free_tcp_port(), "output_port": free_tcp_port(), "web_port": free_tcp_port(),
-    }
-    return StackConfig(**{"display": "none", **ports, **settings})
 
 
 class PreflightError(RuntimeError):
