@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import DEFAULT_URL
-from mocapline.core.modes import Source, Transport
+from mocapline.core.modes import Display, Source, Transport
 from mocapline.core.options import EnvArgumentParser, choices, port_number, positive_float
 from mocapline.core.segmentlog import FSYNC_POLICIES
 from mocapline.services.capture.tcp import parse_endpoint
@@ -102,7 +102,8 @@ def build_parser() -> EnvArgumentParser:
     add_stack_options(p)
     p.add_argument("--demo", action="store_true", help="also replay the bundled demo take, looping")
     p.add_argument("--no-viewer", action="store_true", help="leave the streamer's port to an external consumer")
-    p.add_argument("--display", choices=("auto", "window", "web"), default="auto", help="viewer display")
+    p.add_argument("--display", choices=[d for d in choices(Display) if d != "none"], default="auto",
+                   help="viewer display")
     p.add_argument("--web-port", type=port_number, default=8080, help="port of the web viewer")
     p.add_argument("--plots-dir", type=Path, default=None,
                    help="a take folder with `mocapline plot` output: the web viewer links its plots")
