@@ -166,11 +166,12 @@ class CaptureSettings:
 
     def to_argv(self) -> list[str]:
         """The flags that give these settings (those not at their default)."""
+        parser = build_parser()
         values = {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("axis", "udp_fds", "stage")}
         if self.axis is not None:
             values["axis"] = f"{self.axis[0]}:{self.axis[1]}"
         values["udp_fds"] = None if self.udp_fds is None else ",".join(map(str, self.udp_fds))
-        return argv(build_parser(), values) + self.stage.to_argv(build_parser())
+        return argv(parser, values) + self.stage.to_argv(parser)
 
 
 def make_source(settings: CaptureSettings, journal: RawJournal | None = None) -> UdpMotionInput:
