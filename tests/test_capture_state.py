@@ -146,7 +146,7 @@ def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 PATHS = _paths(SAMPLE)[1:]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.sampled_from(PATHS), json_values, st.booleans())
 def test_a_damaged_state_only_raises_state_error(path, value, delete) -> None:
     """Any one field of a real state replaced (or removed): a StateError, or a record that a core
