@@ -28,6 +28,16 @@ def test_targets_list_the_services_that_tell_a_metrics_port() -> None:
     ]
 
 
+def test_a_target_on_another_host_is_named_by_the_address_its_heartbeat_tells() -> None:
+    services = {
+        "retarget.w1": {"metrics_port": 40001, "metrics_host": "10.200.0.5"},  # its --advertise-host
+        "retarget.w2": {"metrics_port": 40002, "metrics_host": ""},
+        "retarget.w3": {"metrics_port": 40003, "metrics_host": 7},  # not an address: the default
+    }
+    assert [g["targets"] for g in targets(services, "127.0.0.1")] == [
+        ["10.200.0.5:40001"], ["127.0.0.1:40002"], ["127.0.0.1:40003"]]
+
+
 def test_metrics_port_auto_serves_on_a_port_the_system_picks() -> None:
     assert metrics_port("auto") == AUTO_PORT and metrics_port("9102") == 9102
     metrics = ServiceMetrics("retarget")

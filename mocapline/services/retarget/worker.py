@@ -408,7 +408,8 @@ def run_worker(settings: RetargetSettings, retargeter: G1Retargeter) -> int:
     fan-out as output, and the WorkerLoop as handler."""
     name = f"retarget.{settings.worker}"
     with Stage("retarget", settings.stage, reasons=(*LINK_REJECT_REASONS, "decode"), bus_name=name,
-               status_interval=settings.status_interval, status_line=status_line) as stage:
+               status_interval=settings.status_interval, status_line=status_line,
+               advertise_host=settings.advertise_host) as stage:
         try:
             links = stage.open_links(
                 input=durable.LinkSpec(settings.input, MessageType.HUMAN_FRAME, len(GMR_BODIES), kind="fanout",
