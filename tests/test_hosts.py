@@ -11,14 +11,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
 from hosts import Hosts, unavailable
-from hosts_stack import CLI, PERFORMERS, RATE, SD, Pipeline, Take, during
+from hosts_stack import CLI, PERFORMERS, RATE, SD, Pipeline, Take
 
 pytestmark = pytest.mark.hosts
 
