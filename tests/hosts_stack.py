@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from mocapline.services.auditor.audit import with_workers
 from mocapline.tools.tap import read_tap
 
 CLI = [sys.executable, "-m", "mocapline.cli"]
-MAIN, SIDE, HUMAN, ROBOT, SD = 7014, 7015, 5556, 5555, 9100
+MAIN, SIDE, HUMAN, RETARGET, ROBOT, SD = 7014, 7015, 5556, 5557, 5555, 9100
 RATE = 60.0
 PERFORMERS = 2
 
@@ -109,11 +107,17 @@ class Pipeline:
         self.start_nats()
         self._start("auditor", [*CLI, "auditor", f"--side-port={SIDE}", f"--nats={self.nats_url}",
                                 f"--sd-port={SD}", "--sd-host=0.0.0.0"])
+        fanout = ["--output-fanout"] if self.workers else []
         self._start("capture", [*CLI, "capture", "--ports", str(MAIN), f"--output=tcp://0.0.0.0:{HUMAN}",
-                                "--output-fanout", "--status-interval=0", *self._state("capture")])
+                                *fanout, "--status-interval=0", *self._state("capture")])
         for w in self.workers:
             self.start_worker(w)
-        self._start("streamer", [*CLI, "streamer", "--fan-in", f"--output=tcp://0.0.0.0:{ROBOT}",
+        if not self.workers:  # one retarget: the streamer reads it
+            self._start("retarget", [*CLI, "retarget", f"--input=tcp://{self.addr('capture')}:{HUMAN}",
+                                     f"--output=tcp://0.0.0.0:{RETARGET}", f"--input-fps={RATE}",
+                                     "--status-interval=0", *self._state("retarget")])
+        source = ["--fan-in"] if self.workers else [f"--input=tcp://{self.addr('retarget')}:{RETARGET}"]
+        self._start("streamer", [*CLI, "streamer", *source, f"--output=tcp://0.0.0.0:{ROBOT}",
                                  f"--input-fps={RATE}", f"--output-fps={RATE}",
                                  f"--curve-server-key={keys / 'server.key_secret'}",
                                  f"--curve-clients={keys / 'clients'}", *self._state("streamer")])
@@ -135,7 +139,7 @@ class Pipeline:
 
     @property
     def stages(self) -> list[str]:
-        live = [f"retarget.{w}" for w in self.workers if self.procs[f"retarget.{w}"].poll() is None]
+        live = [f"retarget.{w}" for w in self.workers if self.procs[f"retarget.{w}"].poll() is None] or ["retarget"]
         return ["capture", *live, "streamer", *(["viewer"] if "viewer" in self.placement else [])]
 
     def wait_ready(self, timeout: float = 90.0) -> None:
@@ -181,8 +185,8 @@ class Pipeline:
         of END_OF_STREAM markers."""
         got: dict[int, list[tuple[int, bool]]] = {}
         ends = 0
-        if not self.tap_file.exists():
-            return got, 0
+        if not self.tap_file.exists() or self.tap_file.stat().st_size < 64:
+            return got, 0  # (the tap has not written its header yet)
         for _epoch, _frame_id, wire in read_tap(self.tap_file):
             header, payload = decode_frame(wire)
             if header.message_type is MessageType.END_OF_STREAM:
@@ -224,11 +228,3 @@ def _diff(got: list[int], want: list[int]) -> str:
     missing = sorted(set(want) - set(got))[:5]
     doubled = sorted({p for p in got if got.count(p) > 1})[:5]
     return f"missing {missing}, doubled {doubled}"
-
-
-def during(seconds: float, action: Callable[[], None], *, after: Callable[[], bool] | None = None) -> None:
-    """``action()`` once ``after()`` holds (frames are flowing), then wait ``seconds``."""
-    if after is not None:
-        wait_until(after, 60, interval=0.1, what="the take under way")
-    action()
-    time.sleep(seconds)
