@@ -104,13 +104,14 @@ def clean_stale() -> list[str]:
 class Host:
     """One namespace with its address; started processes are tracked and stopped by :class:`Hosts`."""
 
-    def __init__(self, hosts: Hosts, name: str, index: int) -> None:
+    def __init__(self, hosts: Hosts, name: str, index: int, generation: int = 0) -> None:
         self.hosts = hosts
         self.name = name
         self.index = index
+        self.generation = generation  # reboots so far
         self.netns = f"{hosts.tag}-{name}"
         self.address = f"{SUBNET}.{index}"
-        self.veth = f"v{index}"  # the switch's end of this host's cable
+        self.veth = f"v{index}r{generation}"  # the switch's end of this host's cable
 
     def start(self, argv: Sequence[str], *, log: Path | None = None, env: dict[str, str] | None = None,
               name: str = "") -> subprocess.Popen[bytes]:
@@ -187,15 +188,31 @@ class Hosts:
         self.close()
 
     def add(self, name: str) -> Host:
-        host = Host(self, name, len(self.hosts) + 2)
+        return self._plug(Host(self, name, len(self.hosts) + 2))
+
+    def reboot(self, name: str) -> Host:
+        """``name`` powered off and on: its processes die unheard (its cable is pulled first, so
+        not even its kernel says goodbye), its namespace is made anew (same address, a kernel
+        that knows no connection), the cable plugged back in. Start its processes again."""
+        old = self.hosts[name]
+        self.cut(name)
+        mac = _ip("-n", old.netns, "-br", "link", "show", "eth0").stdout.split()[2]
+        _kill_namespace(old.netns)  # its processes, then it (and with it both ends of its cable)
+        # The kernel removes the old cable a little later: the new one gets a name of its own, and
+        # the old hardware address, so the others' ARP entries stay right, as after a real reboot.
+        return self._plug(Host(self, name, old.index, generation=old.generation + 1), mac=mac)
+
+    def _plug(self, host: Host, mac: str = "") -> Host:
         _kill_namespace(host.netns)
         _ip("netns", "add", host.netns)
-        self.hosts[name] = host
+        self.hosts[host.name] = host
         _ip("-n", host.netns, "link", "set", "lo", "up")
         _ip("-n", self.switch, "link", "add", "name", host.veth, "type", "veth", "peer", "name", "eth0",
             "netns", host.netns)
         _ip("-n", self.switch, "link", "set", host.veth, "master", "br0")
         _ip("-n", self.switch, "link", "set", host.veth, "up")
+        if mac:
+            _ip("-n", host.netns, "link", "set", "eth0", "address", mac)
         _ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0")
         _ip("-n", host.netns, "link", "set", "eth0", "up")
         return host

@@ -99,37 +99,70 @@ class Pipeline:
         except OSError:
             return False
 
+    ORDER = ("nats", "auditor", "capture", "workers", "retarget", "streamer", "robot", "viewer")
+
     def start(self) -> None:
         """NATS, auditor, capture, workers, streamer, robot (and viewer), ready for a take."""
-        keys = self.tmp / "keys"
-        done = self.host("studio").run([*CLI, "keys", str(keys), "--client", "robot", "viewer"])
+        done = self.host("studio").run([*CLI, "keys", str(self.keys), "--client", "robot", "viewer"])
         assert done.returncode == 0, done.stderr
-        self.start_nats()
-        self._start("auditor", [*CLI, "auditor", f"--side-port={SIDE}", f"--nats={self.nats_url}",
-                                f"--sd-port={SD}", "--sd-host=0.0.0.0"])
-        fanout = ["--output-fanout"] if self.workers else []
-        self._start("capture", [*CLI, "capture", "--ports", str(MAIN), f"--output=tcp://0.0.0.0:{HUMAN}",
-                                *fanout, "--status-interval=0", *self._state("capture")])
-        for w in self.workers:
-            self.start_worker(w)
-        if not self.workers:  # one retarget: the streamer reads it
+        for role in self.ORDER:
+            self.start_role(role)
+        self.wait_ready()
+
+    @property
+    def keys(self) -> Path:
+        return self.tmp / "keys"
+
+    def start_role(self, role: str) -> None:
+        """Start ``role``'s process on its host (nothing if the placement has no such role)."""
+        curve = [f"--curve-server-public={self.keys / 'server.key'}"]
+        if role == "workers":
+            for w in self.workers:
+                self.start_worker(w)
+        elif role not in self.placement or (role == "retarget" and self.workers):
+            return
+        elif role == "nats":
+            self.start_nats()
+        elif role == "auditor":
+            self._start("auditor", [*CLI, "auditor", f"--side-port={SIDE}", f"--nats={self.nats_url}",
+                                    f"--sd-port={SD}", "--sd-host=0.0.0.0"])
+        elif role == "capture":
+            self.start_capture()
+        elif role == "retarget":  # one retarget: the streamer reads it
             self._start("retarget", [*CLI, "retarget", f"--input=tcp://{self.addr('capture')}:{HUMAN}",
                                      f"--output=tcp://0.0.0.0:{RETARGET}", f"--input-fps={RATE}",
                                      "--status-interval=0", *self._state("retarget")])
-        source = ["--fan-in"] if self.workers else [f"--input=tcp://{self.addr('retarget')}:{RETARGET}"]
-        self._start("streamer", [*CLI, "streamer", *source, f"--output=tcp://0.0.0.0:{ROBOT}",
-                                 f"--input-fps={RATE}", f"--output-fps={RATE}",
-                                 f"--curve-server-key={keys / 'server.key_secret'}",
-                                 f"--curve-clients={keys / 'clients'}", *self._state("streamer")])
-        curve = [f"--curve-server-public={keys / 'server.key'}"]
-        self._start("robot", [*CLI, "tap", f"--endpoint=tcp://{self.addr('streamer')}:{ROBOT}", "--name=robot",
-                              f"--record={self.tap_file}", "--quiet",
-                              f"--curve-client-key={keys / 'robot.key_secret'}", *curve])
-        if "viewer" in self.placement:
+        elif role == "streamer":
+            source = ["--fan-in"] if self.workers else [f"--input=tcp://{self.addr('retarget')}:{RETARGET}"]
+            self._start("streamer", [*CLI, "streamer", *source, f"--output=tcp://0.0.0.0:{ROBOT}",
+                                     f"--input-fps={RATE}", f"--output-fps={RATE}",
+                                     f"--curve-server-key={self.keys / 'server.key_secret'}",
+                                     f"--curve-clients={self.keys / 'clients'}", *self._state("streamer")])
+        elif role == "robot":
+            self._start("robot", [*CLI, "tap", f"--endpoint=tcp://{self.addr('streamer')}:{ROBOT}",
+                                  "--name=robot", f"--record={self.tap_file}", "--quiet",
+                                  f"--curve-client-key={self.keys / 'robot.key_secret'}", *curve])
+        elif role == "viewer":
             self._start("viewer", [*CLI, "viewer", f"--input=tcp://{self.addr('streamer')}:{ROBOT}",
-                                   "--display=none", f"--curve-client-key={keys / 'viewer.key_secret'}",
+                                   "--display=none", f"--curve-client-key={self.keys / 'viewer.key_secret'}",
                                    *curve, *self._state("viewer")])
+
+    def reboot(self, host: str) -> None:
+        """``host`` powered off and on (a new kernel: its connections are forgotten, nobody told),
+        its processes started again from their state on disk."""
+        self.hosts.reboot(host)
+        for role in self.ORDER:
+            if role == "workers":
+                if any(self.placement.get(w) == host for w in self.workers):
+                    raise NotImplementedError("rebooting a worker's host")
+            elif self.placement.get(role) == host:
+                self.start_role(role)
         self.wait_ready()
+
+    def start_capture(self) -> None:
+        fanout = ["--output-fanout"] if self.workers else []
+        self._start("capture", [*CLI, "capture", "--ports", str(MAIN), f"--output=tcp://0.0.0.0:{HUMAN}",
+                                *fanout, "--status-interval=0", *self._state("capture")])
 
     def start_worker(self, w: str) -> None:
         self._start(w, [*CLI, "retarget", f"--worker={w}", f"--input=tcp://{self.addr('capture')}:{HUMAN}",

@@ -214,3 +214,13 @@ def test_two_machines_as_the_operations_guide_says(two_hosts: Pipeline) -> None:
     verdict = two_hosts.finish(take, two_hosts.emit(take))
     conserved(verdict)
     assert verdict["viewer_applied"] == take.frames * PERFORMERS
+
+
+def test_capture_machine_rebooted_is_reached_again(two_hosts: Pipeline) -> None:
+    """Capture's machine powered off and on between takes: the other machine's connections to it
+    are dead without either end having said so. Retarget only ever reads from capture's data port,
+    so without ZeroMQ heartbeats (mocapline/core/transport.py) nothing would ever tell it and the
+    next take would never reach it."""
+    two_hosts.reboot("a")
+    take = Take(frames=240)
+    conserved(two_hosts.finish(take, two_hosts.emit(take), timeout=60))
