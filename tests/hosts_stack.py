@@ -64,6 +64,9 @@ class Pipeline:
     def host(self, role: str) -> Host:
         return self.hosts[self.placement[role]]
 
+    def beside(self, role: str, other: str) -> bool:
+        return role in self.placement and self.placement[role] == self.placement.get(other)
+
     def addr(self, role: str) -> str:
         return self.host(role).address
 
@@ -129,11 +132,15 @@ class Pipeline:
         elif role == "capture":
             self.start_capture()
         elif role == "retarget":  # one retarget: the streamer reads it
+            bind = "127.0.0.1" if self.beside("retarget", "streamer") else "0.0.0.0"
             self._start("retarget", [*CLI, "retarget", f"--input=tcp://{self.addr('capture')}:{HUMAN}",
-                                     f"--output=tcp://0.0.0.0:{RETARGET}", f"--input-fps={RATE}",
+                                     f"--output=tcp://{bind}:{RETARGET}", f"--input-fps={RATE}",
                                      "--status-interval=0", *self._state("retarget")])
         elif role == "streamer":
-            source = ["--fan-in"] if self.workers else [f"--input=tcp://{self.addr('retarget')}:{RETARGET}"]
+            source = ["--fan-in"]
+            if not self.workers:
+                retarget = "127.0.0.1" if self.beside("retarget", "streamer") else self.addr("retarget")
+                source = [f"--input=tcp://{retarget}:{RETARGET}"]
             self._start("streamer", [*CLI, "streamer", *source, f"--output=tcp://0.0.0.0:{ROBOT}",
                                      f"--input-fps={RATE}", f"--output-fps={RATE}",
                                      f"--curve-server-key={self.keys / 'server.key_secret'}",

@@ -103,7 +103,11 @@ def test_a_worker_host_cut_off_for_5_s_mid_take_loses_nothing(spread: Pipeline) 
     take = Take(frames=600)
     emitter = spread.emit(take)
     with_cable_pulled(spread, "w1", 5.0, after=lambda: flowing(spread, 2 * 120))
-    conserved(spread.finish(take, emitter))
+    verdict = spread.finish(take, emitter)
+    conserved(verdict)
+    w1, w2 = (spread.ask(f"retarget.{w}", "status")["worker"] for w in ("w1", "w2"))
+    assert w2["takeovers"] >= 1, w2  # w1 was gone longer than its announcement lasts
+    assert len(w1["owned"]) == len(w2["owned"]) == 1, (w1, w2)  # back, w1 was handed its share again
 
 
 def test_a_worker_host_lost_for_good_is_taken_over(spread: Pipeline) -> None:
@@ -118,6 +122,8 @@ def test_a_worker_host_lost_for_good_is_taken_over(spread: Pipeline) -> None:
     conserved(verdict)
     assert spread.ask("retarget.w1", "status")["worker"]["takeovers"] >= 1
     assert verdict["retarget_workers"]["w1"]["owned"] == [0, 1], verdict["retarget_workers"]
+    wait_until(lambda: set(spread.ask("capture", "status")["durable"]["output_link"]["consumers"])
+               == {"retarget.w1"}, 20, interval=0.5, what="capture to forget the lost worker")
 
 
 def test_the_robot_host_cut_off_for_10_s_resumes_from_the_streamers_backlog(spread: Pipeline) -> None:
