@@ -47,6 +47,47 @@ def spread(can_make_hosts: None, tmp_path: Path) -> Iterator[Pipeline]:
             raise
 
 
+def test_the_namespaces_of_a_killed_run_are_removed_by_the_next(can_make_hosts: None, tmp_path: Path) -> None:
+    """A run killed with -9 cannot clean up: its namespaces, and a process left in one, are
+    removed when the next run starts; a live run's are left alone."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from hosts import Hosts\n"
+        "hosts = Hosts().__enter__()\n"
+        "hosts.add('a').start(['sleep', '600'])\n"
+        "print(hosts.tag, flush=True)\n"
+        "time.sleep(600)\n")
+    run = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout is not None
+        tag = run.stdout.readline().strip()
+        assert tag, "the run did not start"
+        left = [n for n in _namespaces() if n.startswith(tag)]
+        assert sorted(left) == [f"{tag}-a", f"{tag}-sw"]
+        sleeper = int(subprocess.run(["ip", "netns", "pids", f"{tag}-a"], capture_output=True, text=True,
+                                     check=True).stdout.split()[0])
+        with Hosts():
+            assert [n for n in _namespaces() if n.startswith(tag)] == left  # alive: not touched
+        run.kill()
+        run.wait(10)
+        with Hosts() as hosts:
+            assert not [n for n in _namespaces() if n.startswith(tag)]
+            assert hosts.tag != tag
+        wait_until(lambda: not Path(f"/proc/{sleeper}").exists(), 10, what="the left-over process killed")
+    finally:
+        if run.poll() is None:
+            run.kill()
+        with Hosts():
+            pass
+
+
+def _namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.split()]
+
+
 def _show_logs(tmp: Path) -> None:
     for log in sorted(tmp.glob("*.log")):
         lines = log.read_text(errors="replace").splitlines()[-15:]
