@@ -171,9 +171,13 @@ class Pipeline:
         self._start("capture", [*CLI, "capture", "--ports", str(MAIN), f"--output=tcp://0.0.0.0:{HUMAN}",
                                 *fanout, "--status-interval=0", *self._state("capture")])
 
+    def _advertise(self, w: str) -> list[str]:
+        """The first worker says where it is reached; the others find out (the route to NATS)."""
+        return [f"--advertise-host={self.addr(w)}"] if w == self.workers[0] else []
+
     def start_worker(self, w: str) -> None:
         self._start(w, [*CLI, "retarget", f"--worker={w}", f"--input=tcp://{self.addr('capture')}:{HUMAN}",
-                        "--output=tcp://0.0.0.0:*", f"--advertise-host={self.addr(w)}", f"--input-fps={RATE}",
+                        "--output=tcp://0.0.0.0:*", *self._advertise(w), f"--input-fps={RATE}",
                         "--metrics-port=auto", "--status-interval=0", *self._state(f"retarget.{w}")],
                     name=f"retarget.{w}")
 
