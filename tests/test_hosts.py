@@ -42,9 +42,8 @@ def spread(can_make_hosts: None, tmp_path: Path) -> Iterator[Pipeline]:
         try:
             pipeline.start()
             yield pipeline
-        except BaseException:
-            _show_logs(tmp_path)
-            raise
+        finally:
+            _show_logs(tmp_path)  # (pytest shows it only when the test failed)
 
 
 def test_the_namespaces_of_a_killed_run_are_removed_by_the_next(can_make_hosts: None, tmp_path: Path) -> None:
@@ -89,6 +88,7 @@ def _namespaces() -> list[str]:
 
 
 def _show_logs(tmp: Path) -> None:
+    """The last lines of every process's log, on stderr."""
     for log in sorted(tmp.glob("*.log")):
         lines = log.read_text(errors="replace").splitlines()[-15:]
         print(f"--- {log.name}\n" + "\n".join(lines), file=sys.stderr)
@@ -249,9 +249,8 @@ def two_hosts(can_make_hosts: None, tmp_path: Path) -> Iterator[Pipeline]:
         try:
             pipeline.start()
             yield pipeline
-        except BaseException:
-            _show_logs(tmp_path)
-            raise
+        finally:
+            _show_logs(tmp_path)  # (pytest shows it only when the test failed)
 
 
 def test_two_machines_as_the_operations_guide_says(two_hosts: Pipeline) -> None:
