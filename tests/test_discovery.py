@@ -67,3 +67,22 @@ def test_the_endpoint_answers_prometheus_with_the_live_services() -> None:
             get("/other")
     finally:
         server.close()
+
+
+class _Quiet:
+    def heartbeat(self) -> dict:
+        return {}
+
+
+@pytest.mark.parametrize(("advertise", "bind", "told"), [
+    ("10.0.0.7", "0.0.0.0", "10.0.0.7"),  # a worker's --advertise-host
+    ("", "127.0.0.1", "127.0.0.1"),  # /metrics bound on one address: that one
+    ("", "0.0.0.0", None),  # every address: the auditor's own idea of the host
+])
+def test_a_replica_tells_where_its_metrics_are_reached(advertise: str, bind: str, told: str | None) -> None:
+    from mocapline.core.stage import Stage, StageSettings
+
+    with Stage("retarget", StageSettings(nats="", metrics_port=AUTO_PORT, metrics_host=bind),
+               advertise_host=advertise) as stage:
+        hb = stage.heartbeat(_Quiet())  # type: ignore[arg-type]
+        assert hb["metrics_port"] == stage.metrics.port and hb.get("metrics_host") == told
