@@ -26,7 +26,7 @@ def wait_until(predicate: Callable[[], T], timeout: float, *, interval: float = 
 
 # Markers a run leaves out unless its ``-m`` names them: a command-line ``-m`` replaces any other
 # (an ``addopts`` one included), so ``-m "not integration"`` would select these too if pyproject left them out.
-OPT_IN_MARKERS = frozenset({"soak", "engine"})
+OPT_IN_MARKERS = frozenset({"soak", "engine", "hosts"})
 
 
 def left_out_markers(markexpr: str) -> frozenset[str]:

@@ -693,7 +693,7 @@ def test_compose_files_follow_the_compose_specification() -> None:
     validator = jsonschema.Draft7Validator(schema)
     remote = {"MOCAPLINE_NATS": "nats://h:4222"}
     for path, env, overrides in ((COMPOSE, None, []), (COMPOSE, None, [ROOT / "deploy/compose.curve.yml"]),
-                                 (ROOT / "deploy/auditor-remote.yml", remote, [])):
+                                 (COMPOSE, None, [ACROSS]), (ROOT / "deploy/auditor-remote.yml", remote, [])):
         model, _ = load_compose(path, env, overrides)
         errors = [f"{'/'.join(map(str, e.path))}: {e.message}" for e in validator.iter_errors(model)]
         assert not errors, f"{path.name}: " + "; ".join(errors[:5])
@@ -703,7 +703,28 @@ def test_compose_files_follow_the_compose_specification() -> None:
     assert list(validator.iter_errors(model))
 
 
-# --- deploy/auditor-remote.yml and deploy/compose.curve.yml -----------------------------------------
+# --- deploy/auditor-remote.yml, deploy/compose.curve.yml, deploy/compose.across.yml ---------------
+
+ACROSS = ROOT / "deploy/compose.across.yml"
+
+
+def test_across_override_has_machine_b_reach_capture_on_machine_a() -> None:
+    env = {**read_env_file(ENV_FILE), "CAPTURE_HOST": "10.0.0.5", "NATS_URL": "nats://10.0.0.5:4222"}
+    model, unset = load_compose(COMPOSE, env, [ACROSS])
+    assert not unset
+    services = model["services"]
+    capture = parse_with_env("capture", service_env(services["capture"]), [])
+    retarget = parse_with_env("retarget", service_env(services["retarget"]), [])
+    assert urlsplit(capture.output).hostname == "0.0.0.0" and capture.output_fanout
+    assert retarget.input == f"tcp://10.0.0.5:{tcp_port(capture.output)}"
+    assert retarget.nats == "nats://10.0.0.5:4222"
+    # the workers stay beside the streamer on B: they announce the loopback they bind
+    assert urlsplit(retarget.output.replace("*", "0")).hostname == "127.0.0.1"
+    # the commands in the file's header name services that exist
+    header = ACROSS.read_text().split("services:")[0]
+    for names in re.findall(r"up -d(?: --no-deps)? ([a-z ]+)", header):
+        assert set(names.split()) <= set(services), names
+
 
 def test_remote_auditor_needs_only_the_nats_url_and_the_side_port() -> None:
     path = ROOT / "deploy/auditor-remote.yml"

@@ -28,6 +28,16 @@ def test_targets_list_the_services_that_tell_a_metrics_port() -> None:
     ]
 
 
+def test_a_target_on_another_host_is_named_by_the_address_its_heartbeat_tells() -> None:
+    services = {
+        "retarget.w1": {"metrics_port": 40001, "metrics_host": "10.200.0.5"},  # its --advertise-host
+        "retarget.w2": {"metrics_port": 40002, "metrics_host": ""},
+        "retarget.w3": {"metrics_port": 40003, "metrics_host": 7},  # not an address: the default
+    }
+    assert [g["targets"] for g in targets(services, "127.0.0.1")] == [
+        ["10.200.0.5:40001"], ["127.0.0.1:40002"], ["127.0.0.1:40003"]]
+
+
 def test_metrics_port_auto_serves_on_a_port_the_system_picks() -> None:
     assert metrics_port("auto") == AUTO_PORT and metrics_port("9102") == 9102
     metrics = ServiceMetrics("retarget")
@@ -57,3 +67,24 @@ def test_the_endpoint_answers_prometheus_with_the_live_services() -> None:
             get("/other")
     finally:
         server.close()
+
+
+class _Quiet:
+    """A handler with nothing to say (Stage.heartbeat adds the rest)."""
+
+    def heartbeat(self) -> dict:
+        return {}
+
+
+@pytest.mark.parametrize(("advertise", "bind", "told"), [
+    ("10.0.0.7", "0.0.0.0", "10.0.0.7"),  # a worker's --advertise-host
+    ("", "127.0.0.1", "127.0.0.1"),  # /metrics bound on one address: that one
+    ("", "0.0.0.0", None),  # every address: the auditor's own idea of the host
+])
+def test_a_replica_tells_where_its_metrics_are_reached(advertise: str, bind: str, told: str | None) -> None:
+    from mocapline.core.stage import Stage, StageSettings
+
+    with Stage("retarget", StageSettings(nats="", metrics_port=AUTO_PORT, metrics_host=bind),
+               advertise_host=advertise) as stage:
+        hb = stage.heartbeat(_Quiet())
+        assert hb["metrics_port"] == stage.metrics.port and hb.get("metrics_host") == told

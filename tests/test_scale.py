@@ -20,7 +20,7 @@ from helpers import wait_until
 from mocapline.client import ClientSettings, MocapClient
 from mocapline.core.assign import Claim, Registry
 from mocapline.services.auditor.audit import with_workers
-from mocapline.services.retarget.worker import deal, rebalance
+from mocapline.services.retarget.worker import advertised_host, deal, rebalance
 from mocapline.tools.emitter.emitter import TakePlan, emit_take
 from mocapline.tools.pipeline.stack import Stack, format_table, local_config
 
@@ -28,6 +28,15 @@ RATE = 120.0
 FRAMES = 840  # 7 s at 120 Hz
 FIRST = 5000
 PERFORMERS = 6
+
+
+def test_a_worker_advertises_the_flag_its_bound_address_or_its_address_towards_nats() -> None:
+    assert advertised_host("w1.lan", "tcp://0.0.0.0:*", "nats://10.0.0.5:4222") == "w1.lan"
+    assert advertised_host("", "tcp://192.168.1.7:5557", "nats://10.0.0.5:4222") == "192.168.1.7"
+    # NATS on this host: the route to it is loopback (nothing is sent to find out)
+    assert advertised_host("", "tcp://0.0.0.0:*", "nats://127.0.0.1:4222") == "127.0.0.1"
+    assert advertised_host("", "tcp://0.0.0.0:*", "nats://TOKEN@127.0.0.1:4222") == "127.0.0.1"
+    assert advertised_host("", "tcp://*:5557", "not a url") == "127.0.0.1"
 
 
 def test_the_deal_is_balanced_and_the_same_for_every_worker() -> None:

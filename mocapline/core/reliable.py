@@ -39,7 +39,7 @@ import zmq
 
 from mocapline.core.header import TOPICS, MessageType, encode_frame
 from mocapline.core.stagelog import DiskStream, Outbox, Output, StageLog, StageRecord
-from mocapline.core.transport import Received, lossless_socket, now_us, validate_message
+from mocapline.core.transport import Received, keep_alive, lossless_socket, now_us, validate_message
 
 log = logging.getLogger("mocapline.core.reliable")
 
@@ -461,6 +461,7 @@ def sender_sockets(ctx: zmq.Context, endpoint: str) -> tuple[zmq.Socket, zmq.Soc
     try:
         control = ctx.socket(zmq.ROUTER)
         control.setsockopt(zmq.LINGER, 0)
+        keep_alive(control)
         control.bind(ack_endpoint(endpoint))
     except BaseException:
         data.close(linger=0)
@@ -473,6 +474,7 @@ def receiver_sockets(ctx: zmq.Context, endpoint: str) -> tuple[zmq.Socket, zmq.S
     data = lossless_socket(ctx, zmq.PULL, endpoint, bind=False)
     control = ctx.socket(zmq.DEALER)
     control.setsockopt(zmq.LINGER, 0)
+    keep_alive(control)
     control.setsockopt(zmq.IMMEDIATE, 1)  # no control message queued for a sender that is not there
     control.setsockopt(zmq.SNDHWM, 100)
     control.connect(ack_endpoint(endpoint))

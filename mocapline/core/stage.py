@@ -168,13 +168,16 @@ class Stage:
 
     def __init__(self, name: str, settings: StageSettings, *, reasons: Iterable[str] = (),
                  status_interval: float = 0.0, status_line: Callable[[dict[str, Any]], str] | None = None,
-                 bus_name: str = "") -> None:
+                 bus_name: str = "", advertise_host: str = "") -> None:
         """``bus_name``: the name on NATS (heartbeat and control subjects) when it is not ``name``
-        (retarget workers: ``retarget.<worker>``; the metrics keep the stage's name)."""
+        (retarget workers: ``retarget.<worker>``; the metrics keep the stage's name).
+        ``advertise_host``: the address other hosts reach this stage at (a worker's
+        ``--advertise-host``), told in the heartbeat beside an automatic /metrics port."""
         setup_logging(settings.log_level)
         self.name = name
         self.bus_name = bus_name or name
         self.settings = settings
+        self.advertise_host = advertise_host
         self.status_interval = status_interval
         self.status_line = status_line
         self.exits = ExitStack()
@@ -248,6 +251,9 @@ class Stage:
         hb = handler.heartbeat()
         if self.metrics.auto_port:  # where Prometheus finds this replica (the auditor's --sd-port)
             hb["metrics_port"] = self.metrics.port
+            host = self.advertise_host or self.settings.metrics_host
+            if host not in ("", "0.0.0.0", "::"):  # else the auditor's own idea (one host: loopback)
+                hb["metrics_host"] = host
         stage = self.links.durable
         if stage is not None and "durable" not in hb:
             hb["durable"] = stage.snapshot()

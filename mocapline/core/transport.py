@@ -1,7 +1,8 @@
 """ZeroMQ links with the lossless settings (docs/architecture.md) and the MotionFrameHeader envelope.
 
 PUSH/PULL, blocking send, SNDHWM = RCVHWM = 10000, LINGER = -1, no CONFLATE, no DONTWAIT: when a
-consumer is slow the sender blocks and latency grows; nothing is dropped.
+consumer is slow the sender blocks and latency grows; nothing is dropped. ZeroMQ heartbeats on
+every connection find a peer that vanished unheard (another host's reboot).
 """
 
 from __future__ import annotations
@@ -24,6 +25,20 @@ from mocapline.core.header import (
 )
 
 HWM = 10_000
+# ZeroMQ heartbeats on every connection: a PING every 2 s. A connection whose far end vanished
+# without a word (its machine powered off and back, or restarted while its cable was out) is found
+# dead as soon as a PING is refused, and made again; without them a socket that only receives (a
+# PULL) never writes, never learns, and waits for ever. A peer silent for 60 s (the cable still
+# out) is disconnected too; a shorter cut is ridden out by TCP and nothing is resent.
+HEARTBEAT_IVL_MS = 2_000
+HEARTBEAT_TIMEOUT_MS = 60_000
+
+
+def keep_alive(sock: zmq.Socket) -> None:
+    """ZeroMQ heartbeats on ``sock`` (before it binds or connects); see HEARTBEAT_IVL_MS."""
+    sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_IVL_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS)
 
 
 def now_us() -> int:
@@ -40,6 +55,7 @@ def lossless_socket(
         sock.setsockopt(zmq.SNDHWM, HWM)
         sock.setsockopt(zmq.RCVHWM, HWM)
         sock.setsockopt(zmq.LINGER, -1)
+        keep_alive(sock)
         for name, value in (curve or {}).items():
             setattr(sock, name, value)
         if bind:

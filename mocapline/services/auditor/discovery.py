@@ -19,14 +19,16 @@ PATH = "/targets"
 
 def targets(services: dict[str, dict[str, Any]], host: str) -> list[dict[str, Any]]:
     """One target group per service whose heartbeat tells a ``metrics_port``, labelled with the
-    stage and, for a worker (``retarget.w1``), the worker's name."""
+    stage and, for a worker (``retarget.w1``), the worker's name. The target's host is the one the
+    heartbeat tells (``metrics_host``: a worker's ``--advertise-host``, on another box), else ``host``."""
     groups = []
     for name, hb in sorted(services.items()):
         port = (hb or {}).get("metrics_port")
         if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
             stage, _, worker = name.partition(".")
             labels = {"service": stage, **({"worker": worker} if worker else {})}
-            groups.append({"targets": [f"{host}:{port}"], "labels": labels})
+            where = hb.get("metrics_host") if isinstance(hb.get("metrics_host"), str) and hb["metrics_host"] else host
+            groups.append({"targets": [f"{where}:{port}"], "labels": labels})
     return groups
 
 

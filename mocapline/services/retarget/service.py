@@ -97,8 +97,10 @@ def build_parser() -> EnvArgumentParser:
                         "sharing the performers (assignment and positions in NATS JetStream; capture needs "
                         "--output-fanout, the streamer --fan-in, and this --state-dir, kept per worker name); "
                         "--output may use port * (any free port: it is announced in NATS)")
-    p.add_argument("--advertise-host", default="127.0.0.1",
-                   help="--worker: the host name the streamer reaches this worker's --output at")
+    p.add_argument("--advertise-host", default="",
+                   help="--worker: the host name the streamer reaches this worker's --output at; default: the "
+                        "address --output binds, if a specific one, else this host's address on the route to "
+                        "the NATS server (loopback when NATS is on this host)")
     add_stage_arguments(p, "retarget", nats_help="NATS server for heartbeats and control ('' = none)")
     return p
 
@@ -369,7 +371,7 @@ class RetargetSettings:
     shutdown_wait: float
     stage: StageSettings
     worker: str = ""
-    advertise_host: str = "127.0.0.1"
+    advertise_host: str = ""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RetargetSettings:

@@ -36,12 +36,14 @@ Ownership and positions live in the NATS key-value buckets of ``mocapline.core.a
 from __future__ import annotations
 
 import logging
+import socket
 import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import zmq
@@ -403,12 +405,32 @@ class WorkerLoop:
         self.registry.withdraw(self.name)
 
 
+def advertised_host(flag: str, output: str, nats_url: str) -> str:
+    """Where the streamer reaches this worker: ``--advertise-host`` when given; else the address
+    ``--output`` binds when it is a specific one; else this host's address on the route to the
+    NATS server, which the streamer reaches too (a UDP socket's connect sends nothing)."""
+    if flag:
+        return flag
+    bound = output.removeprefix("tcp://").rpartition(":")[0]
+    if bound not in ("", "*", "0.0.0.0", "::", "[::]"):
+        return bound
+    parts = urlsplit(nats_url)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((parts.hostname or "127.0.0.1", parts.port or 4222))
+            return str(probe.getsockname()[0])
+    except (OSError, ValueError):
+        return "127.0.0.1"
+
+
 def run_worker(settings: RetargetSettings, retargeter: G1Retargeter) -> int:
     """`mocapline retarget --worker NAME`: the stage with capture's fan-out as input, its own
     fan-out as output, and the WorkerLoop as handler."""
     name = f"retarget.{settings.worker}"
+    advertise = advertised_host(settings.advertise_host, settings.output, settings.stage.nats)
     with Stage("retarget", settings.stage, reasons=(*LINK_REJECT_REASONS, "decode"), bus_name=name,
-               status_interval=settings.status_interval, status_line=status_line) as stage:
+               status_interval=settings.status_interval, status_line=status_line,
+               advertise_host=advertise) as stage:
         try:
             links = stage.open_links(
                 input=durable.LinkSpec(settings.input, MessageType.HUMAN_FRAME, len(GMR_BODIES), kind="fanout",
@@ -419,7 +441,7 @@ def run_worker(settings: RetargetSettings, retargeter: G1Retargeter) -> int:
             return stage.fail(str(exc))
         assert links.durable is not None and isinstance(links.durable.sender, FanoutSender)
         bound = links.durable.sender.sock.getsockopt_string(zmq.LAST_ENDPOINT)  # port * -> the real one
-        endpoint = f"tcp://{settings.advertise_host}:{bound.rpartition(':')[2]}"
+        endpoint = f"tcp://{advertise}:{bound.rpartition(':')[2]}"
         registry = Registry(settings.stage.nats)
         stage.exits.callback(registry.close)
         service = RetargetService(retargeter, links.tx, metrics=stage.metrics, tracer=stage.tracer,
