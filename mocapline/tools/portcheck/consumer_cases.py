@@ -110,11 +110,11 @@ class LateJoin(Case):
         self.consumer.start()
         if not self.hello():
             return CaseResult(self.name, False, "no HELLO within 10 s")
+        self.port.publish(0, posture(0, 0))
+        self.port.send(0)  # before any WELCOME (a frame_id a new consumer would take): must be dropped
+        del self.port.postures[0]
         self.publish(range(100, 120))
         self.end(120, 119, 20)
-        self.port.publish(98, posture(0, 98))
-        self.port.send(98)  # before any WELCOME: must be dropped
-        del self.port.postures[98]
         self.port.answer(self.port.hellos[-1]._replace(flags=1), first=100)
         self.until_applied(21, first=100)
         return self.verdict([*expected(range(100, 120)), (120, None)])
@@ -238,12 +238,22 @@ class ConsumerRestart(Case):
 
     def run(self) -> CaseResult:
         self.consumer.start()
-        self.publish(range(200))
-        self.end(200, 199, 200)
-        self.until_applied(60)
+        self.publish(range(1))
+        self.until_applied(1)
+        deadline = time.monotonic() + WAIT_S
+        for f in range(1, 200):  # a take at 100 Hz: killed while it runs
+            if len(self.consumer.snapshot()) >= 60 or time.monotonic() > deadline:
+                break
+            self.publish(range(f, f + 1))
+            self.port.send(f)
+            hello = self.port.next_hello(0.01)
+            if hello is not None:
+                self.port.answer(hello, first=0)
         acked_before = max(self.port.acks, default=-1)
         self.consumer.kill()
         run1 = list(self.consumer.runs[-1])
+        self.publish(range(200))
+        self.end(200, 199, 200)
         self.consumer.start()
         hello = self.port.next_hello(WAIT_S)
         if hello is None:
