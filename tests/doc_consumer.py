@@ -75,110 +75,116 @@ def valid(parts):
     return frame_id, mtype, body[44:]
 
 
-def main(endpoint: str, name: str, state: str) -> None:
-    path = os.path.join(state, "position")
-    try:
-        with open(path) as fh:
-            d = json.load(fh)
-        epoch, last = bytes.fromhex(d["epoch"]), d["last"]
-    except FileNotFoundError:
-        epoch, last = ZERO, -1
-    stored = (epoch, last)
+class Consumer:
+    """The minimal consumer loop of docs/protocol.md."""
 
-    def store() -> None:
-        nonlocal stored
-        if (epoch, last) != stored:
-            with open(path + ".tmp", "w") as fh:
-                json.dump({"epoch": epoch.hex(), "last": last}, fh)
-            os.replace(path + ".tmp", path)
-            stored = (epoch, last)
+    def __init__(self, endpoint: str, name: str, state: str) -> None:
+        self.name = name
+        self.path = os.path.join(state, "position")
+        try:
+            with open(self.path) as fh:
+                d = json.load(fh)
+            self.epoch, self.last = bytes.fromhex(d["epoch"]), d["last"]
+        except FileNotFoundError:
+            self.epoch, self.last = ZERO, -1
+        self.stored = (self.epoch, self.last)
+        self.acked = self.hello_seq = self.last
+        self.welcomed = False
+        self.gap_hello_at = self.acked_at = self.stored_at = 0.0
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTING_ID, name.encode())  # optional: to be told RESTARTED
+        self.sock.connect(endpoint)
 
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.ROUTING_ID, name.encode())  # optional: to be told RESTARTED
-    sock.connect(endpoint)
-    hello_seq = last
-    welcomed = False
-    backoff, quiet_timeouts = 0.25, 0
-    gap_hello_at = acked_at = stored_at = 0.0
-    acked = last
+    def store(self) -> None:
+        if (self.epoch, self.last) != self.stored:
+            with open(self.path + ".tmp", "w") as fh:
+                json.dump({"epoch": self.epoch.hex(), "last": self.last}, fh)
+            os.replace(self.path + ".tmp", self.path)
+            self.stored = (self.epoch, self.last)
 
-    def hello(flags: int) -> None:
-        nonlocal hello_seq
+    def hello(self, flags: int) -> None:
         if BREAK != "ack_before_store":
-            store()  # a HELLO acknowledges through last: stored first
-        sock.send(V2.pack(b"MLA2", HELLO, flags, epoch, last, 0) + name.encode())
-        hello_seq = last
+            self.store()  # a HELLO acknowledges through last: stored first
+        self.sock.send(V2.pack(b"MLA2", HELLO, flags, self.epoch, self.last, 0) + self.name.encode())
+        self.hello_seq = self.last
 
-    hello(RESEND)
-    while True:
+    def maybe_ack(self) -> None:
         now = time.monotonic()
-        if welcomed and last > acked and now - acked_at >= 0.05:
-            if BREAK == "ack_before_store":
-                if now - stored_at >= 2.0:
-                    store()
-                    stored_at = now
-            else:
-                store()
-            sock.send(V2.pack(b"MLA2", ACK, 0, epoch, last, 0))
-            acked, acked_at = last, now
-        if not sock.poll(int(backoff * 1000)):
-            if BREAK != "no_hello_again":
-                hello(RESEND if quiet_timeouts else 0)
-            quiet_timeouts += 1
-            backoff = min(backoff * 2, 2.0)
-            continue
-        backoff, quiet_timeouts = 0.25, 0
-        parts = sock.recv_multipart()
-        if len(parts) == 1:
-            body = parts[0]
-            if len(body) < V2.size or body[:4] != b"MLA2":
-                continue
-            _, kind, _flags, their_epoch, seq, ref = V2.unpack_from(body)
-            if kind == RESTARTED and BREAK != "no_hello_again":
-                hello(RESEND)
-            elif kind == WELCOME and (ref == hello_seq or BREAK == "any_welcome"):
-                if their_epoch != epoch and BREAK != "ignore_epoch":
-                    epoch, last = their_epoch, seq - 1
-                    store()
-                elif their_epoch != epoch:
-                    epoch = their_epoch
-                elif seq > last + 1:
-                    last = seq - 1
-                    store()
-                welcomed = True
-            continue
-        if len(parts) != 2:
-            continue
-        if not welcomed and BREAK != "before_welcome":
-            continue
+        if not self.welcomed or self.last <= self.acked or now - self.acked_at < 0.05:
+            return
+        if BREAK != "ack_before_store" or now - self.stored_at >= 2.0:
+            self.store()
+            self.stored_at = now
+        self.sock.send(V2.pack(b"MLA2", ACK, 0, self.epoch, self.last, 0))
+        self.acked, self.acked_at = self.last, now
+
+    def on_control(self, body: bytes) -> None:
+        if len(body) < V2.size or body[:4] != b"MLA2":
+            return
+        _, kind, _flags, their_epoch, seq, ref = V2.unpack_from(body)
+        if kind == RESTARTED and BREAK != "no_hello_again":
+            self.hello(RESEND)
+        if kind != WELCOME or (ref != self.hello_seq and BREAK != "any_welcome"):
+            return
+        if their_epoch != self.epoch and BREAK != "ignore_epoch":
+            self.epoch, self.last = their_epoch, seq - 1
+            self.store()
+        elif their_epoch != self.epoch:
+            self.epoch = their_epoch
+        elif seq > self.last + 1:
+            self.last = seq - 1
+            self.store()
+        self.welcomed = True
+
+    def on_data(self, parts: list[bytes]) -> bool:
+        """False at the end (``stop_at_end``)."""
+        if not self.welcomed and BREAK != "before_welcome":
+            return True
         got = valid(parts)
         if got is None:
-            continue
+            return True
         frame_id, mtype, payload = got
-        if frame_id <= last and BREAK != "no_duplicate_check":
-            continue
-        if frame_id > last + 1 and BREAK != "apply_gaps":
-            if time.monotonic() - gap_hello_at >= 0.1:
-                hello(RESEND)
-                gap_hello_at = time.monotonic()
-            continue
+        if frame_id <= self.last and BREAK != "no_duplicate_check":
+            return True
+        if frame_id > self.last + 1 and BREAK != "apply_gaps":
+            if time.monotonic() - self.gap_hello_at >= 0.1:
+                self.hello(RESEND)
+                self.gap_hello_at = time.monotonic()
+            return True
         if mtype == 5:
             print(json.dumps({"frame_id": frame_id, "end": True}), flush=True)
         else:
             frame = MocapFrame.FromString(payload)
             if any(len(getattr(frame, k)) != n for k, n in LENGTHS.items()):
-                continue
+                return True
             print(json.dumps({"frame_id": frame_id, "posture_index": frame.posture_index}), flush=True)
-        last = frame_id
+        self.last = frame_id
         if BREAK != "ack_before_store":
-            store()  # the result (here: the printed line) and the position, before the ACK
-        if mtype == 5 and BREAK == "stop_at_end":
-            return
+            self.store()  # the result (here: the printed line) and the position, before the ACK
+        return not (mtype == 5 and BREAK == "stop_at_end")
+
+    def run(self) -> None:
+        backoff, quiet = 0.25, 0
+        self.hello(RESEND)
+        while True:
+            self.maybe_ack()
+            if not self.sock.poll(int(backoff * 1000)):
+                if BREAK != "no_hello_again":
+                    self.hello(RESEND if quiet else 0)  # the first after anything arrived: a keep-alive
+                quiet += 1
+                backoff = min(backoff * 2, 2.0)
+                continue
+            backoff, quiet = 0.25, 0
+            parts = self.sock.recv_multipart()
+            if len(parts) == 1:
+                self.on_control(parts[0])
+            elif len(parts) == 2 and not self.on_data(parts):
+                return
 
 
 BREAK = sys.argv[4] if len(sys.argv) > 4 else ""
 if __name__ == "__main__":
     assert BREAK in ("", *BREAKS), BREAK
-    main(*sys.argv[1:4])
+    Consumer(*sys.argv[1:4]).run()

@@ -53,12 +53,12 @@ class Peer:
     def control(self, kind: int, seq: int, name: str = "") -> None:
         self.sock.send(encode_control(kind, self.epoch, seq, name))
 
-    def read(self, frames: int, timeout_s: float = WAIT_S, need_welcome: bool = True) -> Seen:
-        """Until a WELCOME (when needed) and ``frames`` frames arrived, or the time is up."""
+    def read(self, frames: int, timeout_s: float = WAIT_S, in_flight: bool = False) -> Seen:
+        """Until a WELCOME and ``frames`` frames arrived, or the time is up; the frames before the
+        WELCOME count only with ``in_flight`` (they were on their way before the HELLO)."""
         seen = Seen(None, [], Counter())
         deadline = time.monotonic() + timeout_s
-        while (len(seen.frame_ids) < frames or (need_welcome and seen.welcome is None)) \
-                and time.monotonic() < deadline:
+        while (len(seen.frame_ids) < frames or seen.welcome is None) and time.monotonic() < deadline:
             if not self.sock.poll(50):
                 continue
             parts = self.sock.recv_multipart()
@@ -68,7 +68,7 @@ class Peer:
                     seen.welcome = msg
                 continue
             got = validate_message(parts, MessageType.MOTION_FRAME, G1_JOINT_COUNT, seen.rejects)
-            if got is not None and (seen.welcome is not None or not need_welcome):
+            if got is not None and (seen.welcome is not None or in_flight):
                 if got.header.epoch != int.from_bytes(self.epoch[:2], "little") and self.epoch != NO_EPOCH:
                     seen.rejects["header_epoch"] += 1
                 seen.frame_ids.append(got.header.frame_id)
@@ -123,7 +123,7 @@ def check_port(endpoint: str, name: str = "port-check",
         peer.control(ACK, last)
         time.sleep(0.2)
         peer.hello(last, flags=0)  # a keep-alive while frames are on their way
-        seen = peer.read(30, timeout_s=3)
+        seen = peer.read(30, timeout_s=3, in_flight=True)
         ok = seen.welcome is not None and seen.welcome.ref == last and consecutive(seen.frame_ids, last + 1)
         result("keep_alive", ok, f"HELLO({last}) without RESEND: WELCOME {seen.welcome}; frames "
                                  f"{seen.frame_ids[:3]}..., {len(seen.frame_ids) - len(set(seen.frame_ids))} twice")
