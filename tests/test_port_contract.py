@@ -185,3 +185,27 @@ def test_a_consumer_killed_mid_take_and_restarted_stores_each_frame_once(tmp_pat
         assert results == [str(1000 + i).encode() for i in range(1500)] + [b"end"]  # each once, in order
     finally:
         port.close()
+
+
+def test_hellos_queued_while_the_port_was_down_get_identical_welcomes(tmp_path, endpoint) -> None:
+    """docs/protocol.md: HELLOs ZeroMQ queued during an outage are all answered, alike (acting on
+    each is harmless); frames follow once, after them."""
+    raw = RawConsumer(endpoint)  # connects before anything is bound: its HELLOs wait in its queue
+    try:
+        for _ in range(3):
+            raw.hello(-1, RESEND)
+        port = Port(tmp_path / "port", endpoint)
+        try:
+            welcomes = []
+            deadline = time.monotonic() + 10
+            while len(welcomes) < 3 and time.monotonic() < deadline:
+                msg = decode_control(raw.sock.recv_multipart()[0]) if raw.sock.poll(100) else None
+                if msg is not None:
+                    welcomes.append((msg.kind, msg.seq, msg.ref))
+            assert welcomes == [(WELCOME, 0, -1)] * 3
+            port.produce(range(5))
+            assert raw.frame_ids(6, timeout_s=1.0) == [0, 1, 2, 3, 4]  # once
+        finally:
+            port.close()
+    finally:
+        raw.close()
