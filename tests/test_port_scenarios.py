@@ -146,7 +146,7 @@ def test_merge_with_main_150ms_late_and_skips_per_path(started) -> None:
     assert v["source_missing_indices"] == 0 and v["bridged_frames"] == 0
 
 
-@pytest.mark.parametrize("victim", ["streamer", "retarget"])
+@pytest.mark.parametrize("victim", ["capture", "retarget", "streamer"])
 def test_a_stage_killed_mid_take(started, victim) -> None:
     """kill -9 of a stage mid-take: the consumer gets each frame once; the per-consumer counts
     stay right across a streamer restart (sent was 2284-2306 of 2401 before issue 26)."""
