@@ -37,6 +37,8 @@ def build_parser() -> EnvArgumentParser:
 
 def print_result(result: CaseResult) -> None:
     print(f"{'PASS' if result.passed else 'FAIL'}  {result.name:<16} {result.detail}", flush=True)
+    if not result.passed and result.what:
+        print(f"      {'':<16} (the case: {result.what})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

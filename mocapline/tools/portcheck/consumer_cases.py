@@ -11,7 +11,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import zmq
@@ -27,7 +27,8 @@ WAIT_S = 10.0  # for a HELLO, or for the frames of a step to be applied
 class CaseResult:
     name: str
     passed: bool
-    detail: str
+    detail: str  # what the consumer did
+    what: str = ""  # what the case plays
 
 
 def free_endpoint() -> str:
@@ -326,7 +327,7 @@ def run_cases(template: str, only: list[str] | None = None,
                 continue
             case = cls(template, Path(tmp))
             try:
-                result = case.run()
+                result = replace(case.run(), what=cls.what)
             finally:
                 case.close()
             results.append(result)
