@@ -219,3 +219,19 @@ def test_a_consumer_killed_twice_beside_another(started) -> None:
     ledger_true(v, "doc-b")
 
 
+
+
+def test_port_check_passes_the_streamers_port(started) -> None:
+    """`port-check --port` against the real streamer while a take runs; it leaves no consumer
+    holding the log (the take drains with nobody else connected)."""
+    from mocapline.tools.portcheck.port_checks import check_port
+
+    stack = started.stack(viewer=False)
+    emitter = emit_in_background(stack, TakePlan(frames=FRAMES * 2, first_index=FIRST))
+    wait_until(lambda: frames_sent_to_someone(stack) > 100, 20, what="the take under way")
+    results = check_port(endpoint(stack))
+    assert [(r.name, r.passed) for r in results] == [(n, True) for n in ("handshake", "frames", "resume",
+                                                                        "keep_alive", "rewind", "v1_peer")], \
+        [r.detail for r in results]
+    emitter.join(timeout=60)
+    wait_until(lambda: not stack.ask("streamer", "status").get("consumers"), 10, what="the checker's names forgotten")
