@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "viewer": ("mocapline.services.viewer.service", "validate and apply MocapFrames to the G1 in MuJoCo"),
     "auditor": ("mocapline.services.auditor.service", "side-path audit and the conservation verdict"),
     "tap": ("mocapline.tools.tap", "a consumer of the robot port: print or record every frame once (resumes)"),
+    "port-check": ("mocapline.tools.portcheck.cli",
+                   "the robot port's conformance kit: check a consumer (--consumer CMD) or a port (--port)"),
     "supervise-capture": ("mocapline.tools.pipeline.supervise",
                           "capture under a supervisor that holds its UDP sockets and restarts it (compose)"),
     "emit": ("mocapline.tools.emitter.emitter", "synthetic Axis Studio binary BVH emitter / recording replayer"),

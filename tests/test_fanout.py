@@ -341,25 +341,27 @@ def test_a_repeated_first_hello_gets_the_same_welcome_and_each_welcome_echoes_it
         time.sleep(0.3)  # its ACK is in
         sock.connect(endpoint)
 
-        def welcome() -> tuple[int, str]:
+        def welcome() -> tuple[int, int | None, int]:
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 msg = decode_control(sock.recv_multipart()[-1]) if sock.poll(100) else None
                 if msg is not None and msg.kind == WELCOME:
-                    return msg.seq, msg.name
+                    return msg.seq, msg.ref, msg.version
             pytest.fail("no WELCOME")
 
         hello = encode_control(HELLO, NO_EPOCH, -1, "new")
         sock.send(hello)
-        assert welcome() == (100, "-1")  # joins where "ahead" is
+        assert welcome() == (100, -1, 2)  # joins where "ahead" is
         port.produce(range(100, 200))  # "ahead" moves on meanwhile
         assert collect(ahead, 100)[-1] == 1199
         ahead.commit()
         time.sleep(0.3)
         sock.send(hello)  # its first HELLO again (as if the WELCOME had not arrived)
-        assert welcome() == (100, "-1")  # the same start, not where "ahead" is now
+        assert welcome() == (100, -1, 2)  # the same start, not where "ahead" is now
         sock.send(encode_control(HELLO, port.sender.epoch, 49, "new"))  # a rewind: from 50 again
-        assert welcome() == (50, "49")
+        assert welcome() == (50, 49, 2)
+        sock.send(encode_control(HELLO, port.sender.epoch, 48, "new", version=1))  # an older peer: v1 answer
+        assert welcome() == (49, 48, 1)
     finally:
         sock.close(linger=0)
         ahead.close()

@@ -9,11 +9,15 @@ import zmq
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mocapline.core.control import KINDS, welcome
 from mocapline.core.header import MessageType
 from mocapline.core.reliable import (
     ACK,
     HELLO,
     NO_EPOCH,
+    RESEND,
+    RESTARTED,
+    WELCOME,
     ReliableReceiver,
     ReliableSender,
     ack_endpoint,
@@ -90,13 +94,13 @@ def test_a_killed_receiver_gets_what_its_dead_queue_held(tmp_path):
     for _ in range(20):  # frames in flight into the receiver's queues, never taken
         tx.pump()
         time.sleep(0.005)
-    assert tx.cursor > 100
+    assert tx.receiver.cursor > 100
     b.kill()  # the receiver dies with a backlog; its durable state says it holds 0..99
     c = End()
     rx2 = make_receiver(c.ctx, ep, epoch=tx.epoch, last=got[-1])
     pump_until(tx, rx2, 300, got)
     assert got == list(range(300))
-    assert tx.counters.resent > 0
+    assert tx.receiver.resent > 0
     a.kill()
     c.kill()
 
@@ -152,8 +156,8 @@ def test_a_hung_receiver_bounds_what_is_in_flight_and_gets_no_resend_storm(tmp_p
     while time.monotonic() < deadline:
         tx.pump()
         time.sleep(0.01)
-    assert tx.cursor - tx.counters.acked - 1 <= 64  # the window
-    assert tx.counters.resent == 0
+    assert tx.receiver.cursor - tx.receiver.acked - 1 <= 64  # the window
+    assert tx.receiver.resent == 0
     assert tx.stage_log.log.disk_bytes() > 1000 * 4  # the rest waits on disk
     end.kill()
 
@@ -173,7 +177,7 @@ def test_acknowledged_segments_are_dropped(tmp_path):
         rx.recv(20)
         tx.pump()
     assert len(tx.stage_log.log.segments()) < before
-    assert tx.counters.acked == 399
+    assert tx.receiver.acked == 399
     end.kill()
 
 
@@ -182,16 +186,36 @@ def test_ack_endpoint_is_the_port_plus_1000():
     assert ack_endpoint("tcp://*:5555") == "tcp://*:6555"
 
 
-def test_control_messages_round_trip():
-    for kind in (HELLO, ACK):
-        assert decode_control(encode_control(kind, b"e" * 16, 41)) == (kind, b"e" * 16, 41, "")
-    assert decode_control(encode_control(HELLO, b"e" * 16, -1, "robot-1")).name == "robot-1"
+def test_control_messages_round_trip_in_both_layouts():
+    for version in (1, 2):
+        for kind in (HELLO, ACK):
+            msg = decode_control(encode_control(kind, b"e" * 16, 41, version=version))
+            assert (msg.kind, msg.epoch, msg.seq, msg.name, msg.version) == (kind, b"e" * 16, 41, "", version)
+        assert decode_control(encode_control(HELLO, b"e" * 16, -1, "robot-1", version=version)).name == "robot-1"
+    assert decode_control(encode_control(HELLO, b"e" * 16, 3, "r", flags=RESEND)).flags == RESEND
 
 
-@given(st.binary(max_size=64))
+def test_welcome_carries_the_answered_seq_as_a_field_and_as_text_for_an_old_peer():
+    new = decode_control(welcome(b"e" * 16, 50, 49, version=2))
+    assert (new.kind, new.seq, new.ref, new.name) == (WELCOME, 50, 49, "")
+    assert len(welcome(b"e" * 16, 50, 49, version=2)) == 38
+    old = welcome(b"e" * 16, 50, 49, version=1)
+    assert old[:4] == b"MLAK" and old[29:] == b"49" and decode_control(old).ref == 49
+    assert decode_control(encode_control(RESTARTED, b"e" * 16, 0, version=1)) is None  # v2 only
+
+
+@given(st.binary(max_size=100))
 def test_control_decoder_never_raises_on_arbitrary_bytes(blob):
     msg = decode_control(blob)
-    assert msg is None or msg[0] in (1, 2, 3)
+    assert msg is None or msg.kind in KINDS
+
+
+@given(st.sampled_from(KINDS), st.integers(0, 255), st.binary(min_size=16, max_size=16), st.integers(-1, 2**62),
+       st.integers(-(2**63), 2**63 - 1), st.text(max_size=16))
+def test_v2_control_round_trips(kind, flags, epoch, seq, ref, name):
+    msg = decode_control(encode_control(kind, epoch, seq, name, flags=flags, ref=ref))
+    assert msg is not None and (msg.kind, msg.flags, msg.epoch, msg.seq, msg.name) == (kind, flags, epoch, seq, name)
+    assert msg.ref == (ref if kind == WELCOME else None)
 
 
 @given(st.lists(st.binary(max_size=40), max_size=5), st.integers(-1, 2**62), st.binary(max_size=30))
@@ -220,6 +244,6 @@ def test_a_backlog_older_than_the_cache_is_resent_from_disk_across_segments(tmp_
     rx2 = make_receiver(c.ctx, ep, epoch=tx.epoch, last=got[-1])
     pump_until(tx, rx2, 1000, got)
     assert got == list(range(1000))
-    assert tx.counters.resent >= 900
+    assert tx.receiver.resent >= 900
     a.kill()
     c.kill()

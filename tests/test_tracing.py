@@ -31,6 +31,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from mocapline.core import tracing
 from mocapline.core.tracing import (
+    ATTR_BRIDGED,
+    ATTR_BRIDGED_FROM,
     ATTR_POSTURE_INDEX,
     SPAN_NAMES,
     for_provider,
@@ -125,6 +127,26 @@ def test_a_stage_without_tracing_passes_the_trace_on(take) -> None:
         named = {s.name: s for s in spans}
         assert set(named) == {SPAN_NAMES["capture"], SPAN_NAMES["streamer"], SPAN_NAMES["viewer"]}
         assert named[SPAN_NAMES["streamer"]].parent.span_id == named[SPAN_NAMES["capture"]].context.span_id
+
+
+def test_bridged_frames_say_so_and_which_real_frame_they_were_made_from(take) -> None:
+    """Main path missing 520..523: the viewer's spans of the bridged 520..523 sit in the trace of
+    524 (the real frame they were interpolated towards) and carry mocapline.bridged and
+    mocapline.bridged_from = 524; a real frame's span carries neither."""
+    missing = range(520, 524)
+    exporter = InMemorySpanExporter()
+    pipe = run([d for k, d in enumerate(take) if 500 + k not in missing], stage_tracers(exporter))
+    assert pipe.applied == list(range(500, 540))
+    viewer = {s.attributes[ATTR_POSTURE_INDEX]: s for s in exporter.get_finished_spans()
+              if s.name == SPAN_NAMES["viewer"]}
+    real = by_index(s for s in exporter.get_finished_spans() if s.name != SPAN_NAMES["viewer"])
+    for index in missing:
+        span = viewer[index]
+        assert span.attributes[ATTR_BRIDGED] is True and span.attributes[ATTR_BRIDGED_FROM] == 524
+        assert span.context.trace_id == real[524][0].context.trace_id
+        assert index not in real  # no capture span: it never arrived
+    for index in (519, 524):
+        assert ATTR_BRIDGED not in viewer[index].attributes and ATTR_BRIDGED_FROM not in viewer[index].attributes
 
 
 def test_traceparent_is_w3c() -> None:

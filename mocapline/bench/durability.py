@@ -66,7 +66,7 @@ def _send_reliable(ep: str, n: int, fsync: Fsync, state: str) -> None:
         tx.commit(StageRecord(NO_EPOCH, -1, b"{}", [Output(MT, payload, 1)]))
         tx.pump()
     deadline = time.monotonic() + 60
-    while tx.counters.acked < n - 1 and time.monotonic() < deadline:
+    while tx.receiver.acked < n - 1 and time.monotonic() < deadline:
         tx.pump(5)
     tx.stage_log.close()
     ctx.destroy(linger=0)

@@ -33,7 +33,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -128,6 +128,14 @@ class Frame:
         return self.payload
 
 
+def routing_id(name: str) -> bytes:
+    """The DEALER's ZeroMQ identity: the consumer's name, so that a restarted port can tell it it is
+    back (RESTARTED, docs/protocol.md); none for a name ZeroMQ would not take (empty, over 255
+    bytes, or starting with a zero byte)."""
+    raw = name.encode()
+    return raw if 0 < len(raw) <= 255 and raw[0] != 0 else b""
+
+
 class MocapClient:
     """A named, acknowledging consumer of the robot port (see the module docstring)."""
 
@@ -140,7 +148,8 @@ class MocapClient:
         self._own_ctx = ctx is None
         self.ctx = ctx or zmq.Context()
         self.sock = client_link(self.ctx, zmq.DEALER, settings.endpoint, curve_client_key=settings.curve_client_key,
-                                curve_server_public=settings.curve_server_public)
+                                curve_server_public=settings.curve_server_public,
+                                routing_id=routing_id(settings.name))
         self.sock.setsockopt(zmq.LINGER, 0)
         position = store.load()
         epoch, last = position if position is not None else (NO_EPOCH, -1)
@@ -188,6 +197,27 @@ class MocapClient:
         """Store the position and acknowledge now (``recv`` does both on its next call)."""
         self._save()
         self.rx.ack()
+
+    def run(self, handler: Callable[[Frame], bytes | None], *, idle_s: float | None = None,
+            until_end: bool = False) -> int:
+        """Exactly once on the consumer's side: ``handler(frame)`` applies a frame and returns what
+        to keep of it; the result and the frame's position are then stored in one step, before
+        the frame is acknowledged, and only then is the next frame asked for. With a ``Journal``
+        as the store (``MocapClient(settings, store=Journal(path))``), one record holds both; with
+        the caller's own store, ``handler`` writes its result and the position
+        (``frame.epoch``, ``frame.frame_id``) in one transaction of its own and ``store.load``
+        reads that position back. A consumer killed anywhere resumes after the last frame whose
+        result is stored: each frame's result is stored once. Returns the frames handled; stops
+        as ``frames`` does."""
+        record = getattr(self.store, "record", None)
+        handled = 0
+        for frame in self.frames(idle_s, until_end=until_end):
+            result = handler(frame)
+            if record is not None:
+                record(frame.epoch, frame.frame_id, result)
+            self._saved = (frame.epoch, frame.frame_id)  # stored: by the record, or in the handler's transaction
+            handled += 1
+        return handled
 
     def frames(self, idle_s: float | None = None, *, until_end: bool = False) -> Iterator[Frame]:
         """Frames as they come; stops after ``idle_s`` without one (None: never) or, with

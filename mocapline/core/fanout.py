@@ -1,14 +1,18 @@
-"""Fan-out with identity: one stage log sent to every consumer that completed the handshake, each
-at its own pace, with its own acknowledgement state and backlog (the robot port, tcp 5555).
+"""The acknowledged sender: one stage log sent to every consumer that completed the handshake, each
+at its own pace, with its own cursor, acknowledgement state and backlog. The robot port (tcp 5555)
+is a fan-out to named consumers; a point-to-point link between two stages
+(``mocapline.core.reliable.ReliableSender``) is the same sender with one consumer, its frames on a
+PUSH and its control on a ROUTER beside it (``control``).
 
 The port is a ZeroMQ ROUTER. A consumer connects a DEALER and speaks the acknowledged link protocol
 of ``mocapline.core.reliable`` on that one connection (one-part messages are control, two-part
 messages are frames; the wire contract is docs/protocol.md):
 
     consumer -> port  HELLO(epoch, seq, name)  "I am <name>; I hold everything through seq"
-    port -> consumer  WELCOME(epoch, seq)      "the next frame I send you is seq"
+    port -> consumer  WELCOME(epoch, seq, ref) "the next frame I send you is seq" (ref: the HELLO's seq)
     port -> consumer  (topic, 44-byte header + payload), frame_id = seq, in order
     consumer -> port  ACK(epoch, seq)          "done through seq (processed and stored)"
+    port -> consumer  RESTARTED(epoch)         "I came back: say HELLO" (to the consumers it remembers)
 
 - **Nothing before the handshake.** Frames are addressed to a consumer's routing id, which the port
   learns from its HELLO; a peer that never says HELLO receives nothing, and a PUSH/PULL peer cannot
@@ -17,6 +21,9 @@ messages are frames; the wire contract is docs/protocol.md):
   restarts). Its position is its own: a resend (a HELLO after a gap, or after its restart) goes to it
   alone, at most ``window`` of its frames are in flight, and a slow or dead consumer holds nobody
   back: the others' frames keep flowing, its own wait in the stage log on disk.
+- **No resend for a keep-alive.** A HELLO on the same connection, at or past the consumer's last ACK
+  and without the ``RESEND`` flag (an idle consumer's timer), moves nothing: the frames in flight
+  on that connection still arrive, in order. Every other HELLO rewinds the consumer's cursor.
 - **Where a consumer starts.** A consumer that knows this port's epoch resumes after the seq it
   sends. Any other (new, or its stored position belongs to another epoch) starts at the oldest
   frame no consumer has taken yet: the first consumer of a fresh take gets every frame, even ones
@@ -42,6 +49,7 @@ consumer), ``unconfirmed`` (handed to the wire, no acknowledgement yet, or never
 produced`` at every moment (``counts``).
 """
 
+
 from __future__ import annotations
 
 import bisect
@@ -55,18 +63,21 @@ from typing import Any
 
 import zmq
 
-from mocapline.core.header import TOPICS, MessageType
-from mocapline.core.reliable import (
+from mocapline.core.control import (
     ACK,
     DEFAULT_WINDOW,
     FORGET,
     HELLO,
     NO_EPOCH,
-    WELCOME,
+    RESEND,
+    RESTARTED,
+    Control,
     decode_control,
     encode_control,
     encode_output,
+    welcome,
 )
+from mocapline.core.header import TOPICS, MessageType
 from mocapline.core.stagelog import DiskStream, Outbox, StageLog, StageRecord
 
 log = logging.getLogger("mocapline.core.fanout")
@@ -76,11 +87,16 @@ PERSIST_INTERVAL_S = 1.0
 # A consumer is live while it is heard from (ACKs while frames flow, HELLOs at most 2 s apart when
 # idle): one silent for longer holds no drain (its frames still wait for it in the log).
 LIVE_S = 5.0
+# After a restart the port tells each consumer it remembers that it is back (RESTARTED, to the
+# consumer's name as its DEALER routing id), every ANNOUNCE_EVERY_S until it answers or ANNOUNCE_S.
+ANNOUNCE_S = 30.0
+ANNOUNCE_EVERY_S = 0.25
+LINK = "link"  # the one consumer of a point-to-point link
 
 
 @dataclass
 class Consumer:
-    """One consumer's position and counters (the persisted part is everything but ``route``)."""
+    """One consumer's cursor and counters (the persisted part is everything but ``route``)."""
 
     name: str
     acknowledges: bool = True
@@ -88,12 +104,12 @@ class Consumer:
     cursor: int = 0  # next seq to send it
     acked: int = -1  # highest seq it acknowledged (for push: unused)
     high_water: int = 0  # every seq below was sent to it at least once
-    sent: int = 0  # messages handed to ZeroMQ for it, resends included
-    resent: int = 0
+    resent: int = 0  # messages sent again (counted up to the last save before a kill -9)
     hellos: int = 0
     evicted: bool = False
     evictions: int = 0
     route: bytes | None = field(default=None, repr=False)
+    version: int = field(default=2, repr=False)  # the control layout of its last HELLO
     stream: DiskStream = field(default_factory=DiskStream, repr=False)
     heard: float = field(default=float("-inf"), repr=False)  # monotonic time of its last HELLO or ACK
 
@@ -106,6 +122,12 @@ class Consumer:
         """The oldest seq this consumer may still ask for."""
         return self.acked + 1 if self.acknowledges else self.cursor
 
+    @property
+    def sent(self) -> int:
+        """Messages handed to it since it joined, each once (END_OF_STREAM included, resends not):
+        derived from positions, so it is exact across a kill -9 of the sender."""
+        return max(0, self.high_water - self.joined)
+
     def persisted(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _TRANSIENT}
 
@@ -114,12 +136,13 @@ class Consumer:
         return cls(**{k: v for k, v in d.items() if k in _PERSISTED})
 
 
-_TRANSIENT = ("route", "stream", "heard")
+_TRANSIENT = ("route", "version", "stream", "heard")
 _PERSISTED = frozenset(f.name for f in fields(Consumer)) - set(_TRANSIENT)
 
 
 class FanoutSender:
-    """A StageLog's outputs to every consumer on a ROUTER (or, ``push``, to a PUSH); see the module."""
+    """A StageLog's outputs to every consumer on a ROUTER (``push``: to a PUSH; ``control``: a
+    point-to-point link, frames on the PUSH ``sock``, control on this ROUTER); see the module."""
 
     def __init__(
         self,
@@ -131,12 +154,15 @@ class FanoutSender:
         max_backlog: int = DEFAULT_MAX_BACKLOG,
         push: bool = False,
         cache: int = 4096,
+        control: zmq.Socket | None = None,
     ) -> None:
         self.sock = sock
         self.push = push
-        if not push:
-            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a peer gone raises, not drops silently
-            sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted consumer's new connection takes over
+        self.link = control is not None
+        self.control = control if control is not None else None if push else sock
+        for router in [self.control] if self.control is not None else []:
+            router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a peer gone raises, not drops silently
+            router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted consumer's new connection takes over
         self.stage_log = stage_log
         self.joint_count = joint_count
         self.window = window
@@ -154,6 +180,10 @@ class FanoutSender:
         if push and "push" not in self.consumers:
             start = self._taken()
             self.consumers["push"] = Consumer("push", acknowledges=False, joined=start, cursor=start, high_water=start)
+        announce = not push and not self.link
+        self._announce = {c.name for c in self.consumers.values() if c.name} if announce else set()
+        self._announce_until = time.monotonic() + ANNOUNCE_S
+        self._announce_at = 0.0
 
     # --- state -----------------------------------------------------------------------------
 
@@ -169,7 +199,7 @@ class FanoutSender:
                 for d in state.get("consumers", []):
                     c = Consumer.restored(d)
                     c.cursor = c.hold  # frames in flight at the crash are sent again
-                    c.high_water = c.hold if c.acknowledges else c.high_water
+                    c.high_water = max(c.high_water, c.hold)
                     self.consumers[c.name] = c
                 self._ends = list(state.get("ends", []))
                 scanned = max(scanned, int(state.get("scanned_to", 0)))
@@ -188,7 +218,8 @@ class FanoutSender:
 
     @property
     def wake_socket(self) -> zmq.Socket | None:
-        return None if self.push else self.sock
+        """The socket ACKs and HELLOs arrive on (None for a push output)."""
+        return self.control
 
     def close(self) -> None:
         self._save()
@@ -204,12 +235,20 @@ class FanoutSender:
                 self._ends.append(first + k)
 
     def pump(self, timeout_ms: int = 0) -> int:
-        """Read HELLOs and ACKs, send each consumer what its window allows; returns messages sent."""
+        """Read HELLOs and ACKs, send each consumer what its window allows; returns messages sent.
+        ``timeout_ms``: a link waits that long for its PUSH to take the first frame."""
         self._read_control()
+        if self.link and timeout_ms and self._sendable() and not self.sock.poll(timeout_ms, zmq.POLLOUT):
+            return 0
         sent = sum(self._send_to(c) for c in list(self.consumers.values())
                    if c.route is not None or not c.acknowledges)
         self._maintain()
         return sent
+
+    def _sendable(self) -> bool:
+        next_seq = self.stage_log.next_seq
+        return any(c.route is not None and c.cursor < next_seq and c.cursor - c.acked - 1 < self.window
+                   for c in self.consumers.values())
 
     def _send_to(self, c: Consumer) -> int:
         sent = 0
@@ -226,7 +265,7 @@ class FanoutSender:
             frame = encode_output(out, seq, self.joint_count, self.epoch)
             parts = [TOPICS[out.message_type], frame]
             try:
-                self.sock.send_multipart(parts if c.route is None else [c.route, *parts], zmq.NOBLOCK)
+                self.sock.send_multipart(parts if c.route is None or self.link else [c.route, *parts], zmq.NOBLOCK)
             except zmq.Again:  # its queue is full (or, push: nobody connected): later
                 break
             except zmq.ZMQError as exc:
@@ -234,7 +273,6 @@ class FanoutSender:
                     raise
                 self._forget_route(c)  # disconnected: it says HELLO when it is back
                 break
-            c.sent += 1
             if seq < c.high_water:
                 c.resent += 1
             c.cursor = seq + 1
@@ -252,16 +290,16 @@ class FanoutSender:
     # --- control -----------------------------------------------------------------------------
 
     def _read_control(self) -> None:
-        if self.push:
+        if self.control is None:
             return
-        while self.sock.poll(0):
-            parts = self.sock.recv_multipart()
+        while self.control.poll(0):
+            parts = self.control.recv_multipart()
             msg = decode_control(parts[1]) if len(parts) == 2 else None
             if msg is None:
                 continue
             if msg.kind == HELLO:
-                self._hello(parts[0], msg.epoch, msg.seq, msg.name or parts[0].hex())
-            elif msg.kind == FORGET:
+                self._hello(parts[0], msg, LINK if self.link else msg.name or parts[0].hex())
+            elif msg.kind == FORGET and not self.link:
                 self._forget(msg.name, asked_by=parts[0])
             elif msg.kind == ACK:
                 c = self._by_route.get(parts[0])
@@ -271,11 +309,13 @@ class FanoutSender:
                     c.acked = min(msg.seq, self.stage_log.next_seq - 1)
                     self._dirty = True
 
-    def _hello(self, route: bytes, epoch: bytes, seq: int, name: str) -> None:
+    def _hello(self, route: bytes, msg: Control, name: str) -> None:
+        epoch, seq = msg.epoch, msg.seq
         c = self.consumers.get(name)
         new = c is None
         if c is None:
             c = self.consumers[name] = Consumer(name)
+        self._announce.discard(name)
         reconnected = c.route != route
         if c.route is not None and reconnected:
             self._forget_route(c)  # the same consumer on a new connection (it restarted)
@@ -283,11 +323,15 @@ class FanoutSender:
         if old is not None and old is not c:
             self._forget_route(old)
         c.route = route
+        c.version = msg.version
         self._by_route[route] = c
         c.hellos += 1
         c.heard = time.monotonic()
         next_seq = self.stage_log.next_seq
         oldest = self.stage_log.first_seq()
+        # a keep-alive: same connection, nothing given back, no RESEND: what is in flight still arrives
+        keep = (msg.version >= 2 and not msg.flags & RESEND and not new and not reconnected and epoch == self.epoch
+                and seq >= c.acked and seq + 1 >= oldest)
         if epoch == self.epoch:
             if seq >= next_seq:
                 log.warning("consumer %s holds up to %d but this log ends at %d: the log lost its tail", name, seq,
@@ -298,29 +342,31 @@ class FanoutSender:
             start = seq + 1
             if new:  # known to the consumer, not to this table (it was lost): count from here
                 c.joined = start
+            c.high_water = max(c.high_water, min(start, next_seq))  # it holds them: they were sent
         elif not new and epoch == NO_EPOCH and c.acked < c.joined:
             start = c.joined  # its first HELLO again (the WELCOME not there yet): the same answer
-        else:  # new, or it knows another sender: the oldest frame nobody has taken
-            start = max(self._taken(exclude=c), oldest)
+        else:  # new, or it knows another sender: the oldest frame nobody (a link: it) has taken
+            start = max(self._taken(exclude=None if self.link else c), oldest)
             if epoch != NO_EPOCH:
                 log.warning("consumer %s knows another epoch (%s): starting it at %d", name, epoch.hex()[:8], start)
             c.acked = max(c.acked, start - 1) if not new else start - 1
-            c.joined = start
+            c.joined = start if new or not self.link else c.joined
         if start < oldest:
             log.error("consumer %s asks from %d, the oldest frame on disk is %d", name, start, oldest)
             self.unrecoverable += oldest - start
             start = oldest
-        c.cursor = min(start, next_seq)
+        answer = min(start, next_seq)
+        c.cursor = max(c.cursor, answer) if keep else answer
         if new:
             c.high_water = c.cursor
         self._dirty = True
         try:
-            # (the HELLO's seq echoed: a consumer that has sent another HELLO since ignores this answer)
-            self.sock.send_multipart([route, encode_control(WELCOME, self.epoch, c.cursor, str(seq))], zmq.NOBLOCK)
+            assert self.control is not None
+            self.control.send_multipart([route, welcome(self.epoch, answer, seq, msg.version)], zmq.NOBLOCK)
         except zmq.ZMQError:  # gone again (or its queue full): its next HELLO is answered
             self._forget_route(c)
             return
-        if reconnected:  # (an idle consumer's periodic HELLO is not news)
+        if reconnected and not self.link:  # (an idle consumer's periodic HELLO is not news)
             log.info("consumer %s %s at %d", name, "joined" if new else "resumed", c.cursor)
 
     def _forget(self, name: str, asked_by: bytes) -> None:
@@ -332,10 +378,32 @@ class FanoutSender:
             return
         self._forget_route(c)
         del self.consumers[name]
+        self._announce.discard(name)
         self._dirty = True
         log.info("consumer %s forgotten (asked by %s): %d frames no longer held for it", name,
                  self._by_route[asked_by].name if asked_by in self._by_route else "?",
                  max(0, self.stage_log.next_seq - c.hold))
+
+    def _tell_restarted(self, now: float) -> None:
+        """RESTARTED to each remembered consumer not heard from yet, addressed by its name (a
+        consumer whose DEALER routing id is its name gets it; the others find the port by their
+        own HELLO timer)."""
+        if now > self._announce_until:
+            self._announce.clear()
+        if now - self._announce_at < ANNOUNCE_EVERY_S or self.control is None:
+            return
+        self._announce_at = now
+        for name in list(self._announce):
+            c = self.consumers.get(name)
+            if c is None:
+                self._announce.discard(name)
+                continue
+            try:
+                self.control.send_multipart([name.encode(), encode_control(RESTARTED, self.epoch, c.cursor)],
+                                            zmq.NOBLOCK)
+                self._announce.discard(name)
+            except zmq.ZMQError:  # not connected (yet), or not by its name
+                pass
 
     # --- bookkeeping -------------------------------------------------------------------------
 
@@ -347,6 +415,8 @@ class FanoutSender:
     def _maintain(self) -> None:
         """Evict consumers too far behind, write the table down and trim the log (<= once a second)."""
         now = time.monotonic()
+        if self._announce:
+            self._tell_restarted(now)
         if now - self._persisted_at < PERSIST_INTERVAL_S:
             return
         next_seq = self.stage_log.next_seq
@@ -393,12 +463,21 @@ class FanoutSender:
     def unacked(self) -> int:
         """Messages (END_OF_STREAM included) the furthest-behind connected consumer has not
         acknowledged yet: 0 means every consumer there is has everything (a drain is complete;
-        frames nobody is connected for wait in the log and show as pending)."""
+        frames nobody is connected for wait in the log and show as pending). A link's one
+        receiver counts whether connected or not (and before it ever was: everything)."""
         next_seq = self.stage_log.next_seq
+        if self.link:
+            c = self.consumers.get(LINK)
+            return next_seq - (c.acked + 1 if c is not None else 0)
         live = [c for c in self.consumers.values() if c.acknowledges and c.live and not c.evicted]
         return max([next_seq - c.acked - 1 for c in live], default=0)
 
     def snapshot(self, base: int = 0) -> dict[str, Any]:
+        if self.link:
+            c = self.consumers.get(LINK) or Consumer(LINK)
+            return {"sent": c.sent, "resent": c.resent, "hellos": c.hellos, "acked": c.acked, "unacked": self.unacked,
+                    "in_flight": max(0, c.cursor - c.acked - 1) if c.route is not None else 0,
+                    "unrecoverable": self.unrecoverable}
         next_seq = self.stage_log.next_seq
         return {
             "consumers": {

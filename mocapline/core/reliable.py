@@ -5,17 +5,22 @@ Each link keeps its data path (the 44-byte header on PUSH/PULL, ``frame_id`` = t
 number, +1 per message, END_OF_STREAM included) and adds a control path beside it: the sender binds
 a ROUTER on the *ack endpoint* (by default the data port + 1000), the receiver connects a DEALER.
 
-    receiver -> sender  HELLO(epoch, seq)   "I hold everything through seq: send me seq+1 on"
-    receiver -> sender  ACK(epoch, seq)     "done through seq (processed, passed on, on disk)"
-    sender -> receiver  WELCOME(epoch, seq) "I am link epoch E; the next frame you get is seq"
+    receiver -> sender  HELLO(epoch, seq)        "I hold everything through seq: send me seq+1 on"
+    receiver -> sender  ACK(epoch, seq)          "done through seq (processed, passed on, on disk)"
+    sender -> receiver  WELCOME(epoch, seq, ref) "I am link epoch E; the next frame you get is seq"
+
+(the control messages: ``mocapline.core.control``). The sending end is the fan-out's sender with
+one consumer (``ReliableSender``, ``mocapline.core.fanout``): one cursor implementation for both.
 
 The sender's frames live in its stage log (``StageLog``) before they are sent, so what has not
 been acknowledged is still on disk after any crash; the sender sends only to a receiver that said
 HELLO, keeps at most ``window`` unacknowledged frames in flight (ZeroMQ's queues stay small; a
 consumer that is gone makes frames wait on disk, not in memory) and rewinds to ``seq + 1`` on every
-HELLO. The receiver says HELLO when it starts, when it sees a gap (frames lost in a dead peer's
-queue), and when nothing has arrived for a while, with doubling back-off: a hung peer is not sent
-the window again and again, and a restarted sender is found within a second.
+HELLO but a keep-alive. The receiver says HELLO (flag RESEND) when it starts, when it sees a gap
+(frames lost in a dead peer's queue, or one rejected) and when told RESTARTED; when nothing has
+arrived for a while it says HELLO with doubling back-off, the first one a keep-alive (no RESEND:
+frames in flight are not sent twice), the next ones with RESEND: a hung peer is not sent the
+window again and again, and a restarted sender is found within a second.
 
 The epoch is the sender's log identity (a random id made with its state directory). A receiver
 whose stored epoch differs is talking to a new sender: it takes the sender's numbering from the
@@ -27,215 +32,64 @@ from __future__ import annotations
 
 import logging
 import math
-import struct
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
-from urllib.parse import urlsplit
 
 import zmq
 
-from mocapline.core.header import TOPICS, MessageType, encode_frame
-from mocapline.core.stagelog import DiskStream, Outbox, Output, StageLog, StageRecord
-from mocapline.core.transport import Received, keep_alive, lossless_socket, now_us, validate_message
+from mocapline.core.control import (
+    ACK,
+    ACK_PORT_OFFSET,
+    CONTROL,
+    CONTROL_MAGIC,
+    DEFAULT_WINDOW,
+    FORGET,
+    HELLO,
+    MAX_NAME,
+    NO_EPOCH,
+    RESEND,
+    RESTARTED,
+    WELCOME,
+    Control,
+    ack_endpoint,
+    decode_control,
+    encode_control,
+    encode_output,
+    header_epoch,
+)
+from mocapline.core.fanout import LINK, Consumer, FanoutSender
+from mocapline.core.header import MessageType
+from mocapline.core.stagelog import StageLog
+from mocapline.core.transport import Received, keep_alive, lossless_socket, validate_message
+
+__all__ = ["ACK", "ACK_PORT_OFFSET", "CONTROL", "CONTROL_MAGIC", "DEFAULT_WINDOW", "FORGET", "HELLO", "MAX_NAME",
+           "NO_EPOCH", "RESEND", "RESTARTED", "WELCOME", "Control", "ReliableReceiver", "ReliableSender",
+           "ack_endpoint", "decode_control", "encode_control", "encode_output", "header_epoch",
+           "receiver_sockets", "sender_sockets"]
 
 log = logging.getLogger("mocapline.core.reliable")
 
-CONTROL = struct.Struct("<4sB16sq")
-CONTROL_MAGIC = b"MLAK"
-HELLO, ACK, WELCOME, FORGET = 1, 2, 3, 4  # FORGET: fan-out ports only (docs/protocol.md)
-NO_EPOCH = bytes(16)
-ACK_PORT_OFFSET = 1000
-DEFAULT_WINDOW = 2048
+
+# --- the sending end: the fan-out's sender with one consumer -----------------------------------
 
 
-def ack_endpoint(endpoint: str) -> str:
-    """The control endpoint beside a data endpoint: same host, port + 1000."""
-    parts = urlsplit(endpoint)
-    if parts.scheme != "tcp" or parts.port is None:
-        raise ValueError(f"{endpoint!r}: reliable links need a tcp://host:port endpoint")
-    host = endpoint[len("tcp://"):].rpartition(":")[0]
-    return f"tcp://{host}:{parts.port + ACK_PORT_OFFSET}"
+class ReliableSender(FanoutSender):
+    """Sends a StageLog's outputs in order to the receiver that said HELLO, resending on request:
+    ``FanoutSender`` with one consumer (``LINK``), frames on ``data`` (PUSH), control on
+    ``control`` (ROUTER); no eviction (the log's retention alone bounds it)."""
 
-
-MAX_NAME = 64  # bytes of consumer name a HELLO may carry after the fixed part
-
-
-class Control(NamedTuple):
-    kind: int
-    epoch: bytes
-    seq: int
-    name: str = ""  # HELLO on a fan-out port: the consumer's stable name
-
-
-def encode_control(kind: int, epoch: bytes, seq: int, name: str = "") -> bytes:
-    return CONTROL.pack(CONTROL_MAGIC, kind, epoch, seq) + name.encode()[:MAX_NAME]
-
-
-def decode_control(body: bytes) -> Control | None:
-    """The control message, or None for anything that is not well-formed."""
-    if not CONTROL.size <= len(body) <= CONTROL.size + MAX_NAME:
-        return None
-    magic, kind, epoch, seq = CONTROL.unpack_from(body)
-    if magic != CONTROL_MAGIC or kind not in (HELLO, ACK, WELCOME, FORGET) or seq < -1:
-        return None
-    try:
-        name = body[CONTROL.size:].decode()
-    except UnicodeDecodeError:
-        return None
-    return Control(kind, epoch, seq, name)
-
-
-def header_epoch(epoch: bytes) -> int:
-    """The 16-bit link epoch a frame's header carries: the first two bytes of the sender's epoch
-    (its log identity). A frame_id that goes back under a new header epoch is a new sender, not
-    a replay (docs/protocol.md)."""
-    return int.from_bytes(epoch[:2], "little")
-
-
-def encode_output(out: Output, seq: int, joint_count: int, epoch: bytes) -> bytes:
-    """One logged output as it goes on the wire: the 44-byte header (frame_id = seq) + payload."""
-    is_end = out.message_type is MessageType.END_OF_STREAM
-    return encode_frame(out.message_type, seq, out.payload, capture_timestamp_us=out.capture_timestamp_us,
-                        send_timestamp_us=now_us(), joint_count=0 if is_end else joint_count,
-                        epoch=header_epoch(epoch))
-
-
-# --- the sending end --------------------------------------------------------------------------
-
-
-@dataclass
-class SenderCounters:
-    sent: int = 0  # messages handed to ZeroMQ, resends included
-    resent: int = 0
-    hellos: int = 0
-    acked: int = -1  # the highest sequence number acknowledged
-    unrecoverable: int = 0  # asked-for frames no longer on disk (dropped by retention)
-
-
-class ReliableSender:
-    """Sends a StageLog's outputs in order to the receiver that said HELLO, resending on request."""
-
-    def __init__(
-        self,
-        data: zmq.Socket,
-        control: zmq.Socket,
-        stage_log: StageLog,
-        joint_count: int,
-        *,
-        window: int = DEFAULT_WINDOW,
-        cache: int = 4096,
-    ) -> None:
-        self.data = data
-        self.control = control
-        self.stage_log = stage_log
-        self.joint_count = joint_count
-        self.window = window
-        self.counters = SenderCounters()
-        self.cursor = stage_log.next_seq  # the next sequence number to send
-        self.high_water = stage_log.next_seq  # every seq below was sent at least once
-        self.peer: bytes | None = None
-        self.outbox = Outbox(stage_log, cache)
-        self._disk = DiskStream()  # a resend streaming from the log
-        self._dropped_to = -1
-        self._last_trim = 0.0
+    def __init__(self, data: zmq.Socket, control: zmq.Socket, stage_log: StageLog, joint_count: int, *,
+                 window: int = DEFAULT_WINDOW, cache: int = 4096) -> None:
+        super().__init__(data, stage_log, joint_count, window=window, max_backlog=sys.maxsize, cache=cache,
+                         control=control)
 
     @property
-    def epoch(self) -> bytes:
-        return self.stage_log.epoch
-
-    @property
-    def unacked(self) -> int:
-        return self.stage_log.next_seq - self.counters.acked - 1
-
-    @property
-    def wake_socket(self) -> zmq.Socket:
-        return self.control
-
-    def close(self) -> None:
-        """Nothing to write down: the receiver holds its position."""
-
-    def commit(self, record: StageRecord) -> None:
-        """The durable step: append the record; its outputs are sent by ``pump``."""
-        self.outbox.append(self.stage_log.append(record), record.outputs)
-
-    def pump(self, timeout_ms: int = 0) -> int:
-        """Handle control messages, then send what the window allows; returns frames sent."""
-        self._read_control()
-        self._trim()
-        sent = 0
-        while self.peer is not None and self.cursor < self.stage_log.next_seq:
-            if self.cursor - self.counters.acked - 1 >= self.window:
-                break
-            if timeout_ms and not self.data.poll(timeout_ms, zmq.POLLOUT):
-                break
-            timeout_ms = 0
-            seq, out = self.outbox.fetch(self.cursor, self._disk)
-            if seq != self.cursor:  # no longer on disk: skip ahead, loudly
-                log.error("frames %d..%d are gone (log retention); sending from %d", self.cursor, seq - 1, seq)
-                self.counters.unrecoverable += seq - self.cursor
-                self.cursor = seq
-            frame = encode_output(out, seq, self.joint_count, self.epoch)
-            try:
-                self.data.send_multipart((TOPICS[out.message_type], frame), zmq.NOBLOCK)
-            except zmq.Again:  # no consumer connected, or its queue is full: later
-                break
-            self.counters.sent += 1
-            if seq < self.high_water:
-                self.counters.resent += 1
-            self.cursor = seq + 1
-            self.high_water = max(self.high_water, self.cursor)
-            sent += 1
-        return sent
-
-    def _read_control(self) -> None:
-        while self.control.poll(0):
-            parts = self.control.recv_multipart()
-            msg = decode_control(parts[-1]) if len(parts) == 2 else None
-            if msg is None:
-                continue
-            kind, epoch, seq, _ = msg
-            same = epoch == self.epoch
-            if kind == ACK:
-                if same and seq > self.counters.acked:
-                    self.counters.acked = min(seq, self.stage_log.next_seq - 1)
-                continue
-            if kind != HELLO:
-                continue
-            self.counters.hellos += 1
-            oldest = self.stage_log.first_seq()
-            if same:
-                if seq >= self.stage_log.next_seq:
-                    log.warning("receiver holds up to %d but this log ends at %d: the log lost its tail "
-                                "(power cut with --fsync never?); frames numbered up to %d will be dropped "
-                                "as duplicates", seq, self.stage_log.next_seq - 1, seq)
-                self.counters.acked = max(self.counters.acked, min(seq, self.stage_log.next_seq - 1))
-                start = seq + 1
-            else:  # a receiver that knows another sender (or none): everything we still have
-                start = max(self.counters.acked + 1, oldest)
-            if start < oldest:
-                log.error("receiver asks from %d, oldest on disk is %d", start, oldest)
-                self.counters.unrecoverable += oldest - start
-                start = oldest
-            self.peer = parts[0]
-            self.cursor = min(start, self.stage_log.next_seq)
-            self.control.send_multipart((parts[0], encode_control(WELCOME, self.epoch, self.cursor)))
-
-    def _trim(self) -> None:
-        """Drop acknowledged segments, at most once a second."""
-        now = time.monotonic()
-        if self._dropped_to < self.counters.acked and now - self._last_trim >= 1.0:
-            self._last_trim = now
-            self._dropped_to = self.counters.acked
-            self.stage_log.log.drop_before(self.counters.acked + 1)
-
-    def snapshot(self) -> dict[str, int]:
-        return {"sent": self.counters.sent, "resent": self.counters.resent, "hellos": self.counters.hellos,
-                "acked": self.counters.acked, "unacked": self.unacked,
-                "in_flight": max(0, self.cursor - self.counters.acked - 1) if self.peer is not None else 0,
-                "unrecoverable": self.counters.unrecoverable}
+    def receiver(self) -> Consumer:
+        """The link's consumer (a fresh one before its first HELLO)."""
+        return self.consumers.get(LINK) or Consumer(LINK)
 
 
 # --- the receiving end ------------------------------------------------------------------------
@@ -250,6 +104,7 @@ class ReceiverCounters:
     lost: int = 0  # the sender no longer had them (its log retention): reported, never silent
     hellos: int = 0
     epoch_changes: int = 0
+    restarts_heard: int = 0  # RESTARTED from a port that came back (answered with HELLO)
 
 
 class ReliableReceiver:
@@ -302,25 +157,31 @@ class ReliableReceiver:
         self._hello_seq = last  # the seq of the last HELLO sent (a fan-out's WELCOME echoes the one it answers)
         self._hello()
 
-    def _send_control(self, kind: int, seq: int | None = None, name: str | None = None) -> bool:
+    def _send_control(self, kind: int, seq: int | None = None, name: str | None = None, flags: int = 0) -> bool:
         try:  # IMMEDIATE: with no sender connected this fails and the timer asks again later
             name = name if name is not None else self.name if kind == HELLO else ""
-            self.control.send(encode_control(kind, self.epoch, self.last if seq is None else seq, name), zmq.NOBLOCK)
+            body = encode_control(kind, self.epoch, self.last if seq is None else seq, name, flags=flags)
+            self.control.send(body, zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False
 
-    def _hello(self) -> None:
+    def _hello(self, resend: bool = True) -> None:
+        """HELLO with what is finished; ``resend=False`` (a keep-alive) leaves frames in flight be."""
         # with a cap, HELLO says what is finished, not merely received: the sender resends the rest
         seq = self.last if self.ack_cap is None else min(self.last, self.ack_cap())
-        if self._send_control(HELLO, seq):
+        if self.welcomed and self.before_ack is not None:
+            self.before_ack(self.epoch, seq)  # a HELLO acknowledges through seq: stored first
+        if self._send_control(HELLO, seq, flags=RESEND if resend else 0):
             self._hello_seq = seq
         self.counters.hellos += 1
         self._hello_at = time.monotonic()
 
     def _maybe_hello(self, now: float) -> None:
+        """The idle timer: the first HELLO after progress is a keep-alive (what is in flight still
+        comes); the next ones, with nothing arrived in between, ask for a resend."""
         if now - self._hello_at >= self._backoff:
-            self._hello()
+            self._hello(resend=self._backoff > self.IDLE_HELLO_S or not self.welcomed)
             self._backoff = min(self._backoff * 2, self.MAX_BACKOFF_S)
 
     def ack(self) -> None:
@@ -403,9 +264,13 @@ class ReliableReceiver:
 
     def _on_control(self, body: bytes) -> None:
         msg = decode_control(body)
+        if msg is not None and msg.kind == RESTARTED:
+            self.counters.restarts_heard += 1
+            self._hello()  # the port came back: tell it where we are now
+            return
         if msg is None or msg.kind != WELCOME:
             return
-        if msg.name.lstrip("-").isdigit() and int(msg.name) != self._hello_seq:
+        if msg.ref is not None and msg.ref != self._hello_seq:
             return  # the answer to an older HELLO (one before a rewind): the answer to the last one follows
         self._welcome(msg.epoch, msg.seq)
 
@@ -452,7 +317,8 @@ class ReliableReceiver:
         c = self.counters
         return {"accepted": c.accepted, "duplicates": c.duplicates, "out_of_order": c.out_of_order,
                 "welcomed": self.welcomed, "before_welcome": c.before_welcome, "lost": c.lost,
-                "hellos": c.hellos, "epoch_changes": c.epoch_changes, "last": self.last}
+                "hellos": c.hellos, "epoch_changes": c.epoch_changes, "restarts_heard": c.restarts_heard,
+                "last": self.last}
 
 
 def sender_sockets(ctx: zmq.Context, endpoint: str) -> tuple[zmq.Socket, zmq.Socket]:

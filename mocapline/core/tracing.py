@@ -10,7 +10,10 @@ span has the attribute ``mocapline.posture_index``; a trace is the chain capture
 streamer -> viewer of one posture_index. A stage whose tracing is off passes the traceparent it
 received on unchanged, so the stages that do trace still join one trace. A frame that an
 output-rate downsampling folds into the next sample ends its trace at the streamer; upsampling
-gives a frame several viewer spans.
+gives a frame several viewer spans. A bridged frame (a gap upstream: 100..103 missing, the
+streamer interpolates frames 100..103 from the real 99 and 104) is made from the real frame after
+the gap and sits in its trace: its viewer span has ``mocapline.posture_index`` 100..103 (the index
+it stands in for), ``mocapline.bridged`` true and ``mocapline.bridged_from`` 104.
 
 Configuration: the standard environment variables, read by the SDK itself where it can:
 ``OTEL_SERVICE_NAME`` (default ``mocapline-<stage>``), ``OTEL_RESOURCE_ATTRIBUTES``,
@@ -60,6 +63,10 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceFlags
 log = logging.getLogger(__name__)
 
 ATTR_POSTURE_INDEX = "mocapline.posture_index"
+# A viewer span of a bridged frame (one standing in for a posture_index that never arrived):
+# bridged = true, and the real posture_index it was made from (whose trace it sits in).
+ATTR_BRIDGED = "mocapline.bridged"
+ATTR_BRIDGED_FROM = "mocapline.bridged_from"
 SPAN_NAMES: dict[str, str] = {
     "capture": "capture.parse_fk",
     "retarget": "retarget.ik",

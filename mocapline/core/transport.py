@@ -309,18 +309,21 @@ def server_link(
 
 
 def client_link(
-    ctx: zmq.Context, kind: int, endpoint: str, *, curve_client_key: str = "", curve_server_public: str = ""
+    ctx: zmq.Context, kind: int, endpoint: str, *, curve_client_key: str = "", curve_server_public: str = "",
+    routing_id: bytes = b"",
 ) -> zmq.Socket:
-    """A connected lossless socket, with CURVE when ``curve_client_key`` is set."""
+    """A connected lossless socket, with CURVE when ``curve_client_key`` is set (and ``routing_id``
+    as its ZeroMQ identity when given)."""
+    options: dict[str, Any] = {"routing_id": routing_id} if routing_id else {}
     if not curve_client_key:
         if curve_server_public:
             raise ValueError("--curve-server-public needs --curve-client-key")
-        return lossless_socket(ctx, kind, endpoint, bind=False)
+        return lossless_socket(ctx, kind, endpoint, bind=False, curve=options)
     if not curve_server_public:
         raise ValueError("--curve-client-key needs --curve-server-public (the server's public certificate)")
     public, secret = load_curve_keypair(curve_client_key)
     server = load_curve_public(curve_server_public)
     return lossless_socket(
         ctx, kind, endpoint, bind=False,
-        curve={"curve_publickey": public, "curve_secretkey": secret, "curve_serverkey": server},
+        curve={**options, "curve_publickey": public, "curve_secretkey": secret, "curve_serverkey": server},
     )

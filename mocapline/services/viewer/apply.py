@@ -23,6 +23,7 @@ from mocapline.core.frames import (
 )
 from mocapline.core.header import G1_JOINT_COUNT
 from mocapline.core.ledger import SequenceLedger
+from mocapline.core.tracing import ATTR_BRIDGED, ATTR_BRIDGED_FROM
 from mocapline.core.transport import Received
 
 # Performers drawn at most (each its own MjData, its own pose on the page). Frames of more are still
@@ -231,6 +232,9 @@ class FrameApplier:
         span = None
         if self.tracer is not None:  # a child of the streamer's span, from the frame's arrival
             span = self.tracer.start(msg.posture_index, msg.traceparent, t_in_ns)
+            if msg.bridged:  # it stands in for posture_index, made from (and in the trace of) a real one
+                span.set_attribute(ATTR_BRIDGED, True)
+                span.set_attribute(ATTR_BRIDGED_FROM, msg.posture_index_last)
         avatar = msg.avatar_index
         pose = self.performers.get(avatar) or self._pose(avatar)
         if pose is not None:

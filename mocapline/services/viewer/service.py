@@ -13,6 +13,7 @@ none`` (the end-to-end latency benchmark's viewer) take each frame as it comes.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -76,6 +77,9 @@ def build_parser() -> EnvArgumentParser:
                    help="web display with no page open: take frames in batches this far apart (one wake-up "
                         "per batch, not per frame; each frame's latency grows by up to this); 0 = per frame")
     p.add_argument("--exit-on-end", action="store_true", help="exit when the stream sends END_OF_STREAM")
+    p.add_argument("--report-applied", action="store_true",
+                   help="durable mode: print one JSON line per message applied and remembered (the report "
+                        "`mocapline port-check --consumer` reads)")
     add_curve_client_options(p)
     add_stage_arguments(p, "viewer", nats_help="NATS server for heartbeats and control", retain_mb=256)
     return p
@@ -100,6 +104,7 @@ class ViewerSettings:
     fps: float
     idle_batch_ms: float
     exit_on_end: bool
+    report_applied: bool
     curve_client_key: str
     curve_server_public: str
     stage: StageSettings
@@ -134,6 +139,7 @@ class ViewerLoop:
     window: Window | None = None
     period: float = 0.0
     idle_batch_s: float = 0.0
+    report_applied: bool = False
     ended: bool = False
     _last_frame_at: float = field(default_factory=time.monotonic)
     _next_render: float = 0.0
@@ -153,6 +159,7 @@ class ViewerLoop:
                 self.counters.observe_frame_id(msg.header)
                 self.ended = True
                 links.done(msg.header.frame_id, self.counters.durable_state(None))
+                self._report({"frame_id": msg.header.frame_id, "end": True})
                 go_on = not self.exit_on_end
                 break
             self.ended = False
@@ -161,6 +168,7 @@ class ViewerLoop:
                 self.applier.apply_pending(self.validator)
                 applied = None if frame is None else frame.posture_index
                 links.done(msg.header.frame_id, self.counters.durable_state(applied))
+                self._report({"frame_id": msg.header.frame_id, "posture_index": applied})  # None: not applied
         self.applier.apply_pending(self.validator)
         now = time.monotonic()
         if self.web is not None and self.web.watching and now >= self._next_render:  # nobody watching: nothing
@@ -176,6 +184,10 @@ class ViewerLoop:
                              [self.counters.performer_names.get(k, "") for k in order])
             self._next_render = now + self.period
         return go_on
+
+    def _report(self, line: dict[str, Any]) -> None:
+        if self.report_applied:
+            print(json.dumps(line), flush=True)
 
     def _wait_before_taking(self) -> int:
         """How long the first receive of a step may wait (ms). While a web page could show the
@@ -246,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                                tracer=stage.tracer)
         loop = ViewerLoop(links, data, counters, FrameValidator(counters), applier, settings.exit_on_end,
                           period=1.0 / settings.fps if settings.fps > 0 else 0.0,
-                          idle_batch_s=settings.idle_batch_ms / 1000)
+                          idle_batch_s=settings.idle_batch_ms / 1000, report_applied=settings.report_applied)
         try:
             open_display(stage, settings, model, loop)
         except OSError as exc:

@@ -1,0 +1,1 @@
+"""`mocapline port-check`: the robot port's conformance kit (docs/protocol.md, "Conformance kit")."""

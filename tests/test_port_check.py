@@ -1,0 +1,103 @@
+"""`mocapline port-check` (issue 26): the scripted port passes a consumer written from
+docs/protocol.md alone (tests/doc_consumer.py), `mocapline tap` and the viewer, and fails a
+consumer that breaks each rule, one broken consumer per case; ``--port`` passes our port."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+from test_fanout import mocap
+
+from mocapline.core.fanout import FanoutSender
+from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.reliable import NO_EPOCH
+from mocapline.core.segmentlog import LogConfig
+from mocapline.core.stagelog import Output, StageLog, StageRecord
+from mocapline.core.transport import lossless_socket
+from mocapline.tools.pipeline.procs import free_tcp_port
+from mocapline.tools.portcheck.consumer_cases import CASES, run_cases
+from mocapline.tools.portcheck.port_checks import check_port
+from mocapline.tools.portcheck.scripted import parse_report
+
+pytestmark = pytest.mark.integration
+
+DOC_CONSUMER = f"{sys.executable} {Path(__file__).with_name('doc_consumer.py')} {{endpoint}} {{name}} {{state}}"
+CLI = f"{sys.executable} -m mocapline.cli"
+BROKEN = {  # the rule each broken consumer breaks -> the case that must catch it
+    "before_welcome": "late_join",
+    "ignore_epoch": "new_epoch",
+    "no_duplicate_check": "rewind",
+    "any_welcome": "stale_welcome",
+    "no_crc": "corrupt_crc",
+    "apply_gaps": "frame_id_gap",
+    "stop_at_end": "end_of_stream",
+    "ack_before_store": "consumer_killed",
+    "no_hello_again": "port_restarted",
+}
+
+
+def test_every_case_has_a_broken_consumer() -> None:
+    assert sorted(BROKEN.values()) == sorted(c.name for c in CASES)
+
+
+def test_the_report_lines() -> None:
+    assert parse_report('{"frame_id": 3, "posture_index": 1003, "epoch": 7}') == (3, 1003)
+    assert parse_report('{"frame_id": 4, "end": {"reason": "drain"}}') == (4, None)
+    assert parse_report("mocapline tap: starting") is None
+    assert parse_report('{"frame_id": 5, "posture_index": null}') is None
+
+
+@pytest.mark.parametrize("consumer", [
+    DOC_CONSUMER,
+    f"{CLI} tap --endpoint {{endpoint}} --name {{name}} --state {{state}}/position.json",
+    f"{CLI} viewer --input {{endpoint}} --name {{name}} --state-dir {{state}}/viewer --display none "
+    "--report-applied --fsync never",
+], ids=["doc_consumer", "tap", "viewer"])
+def test_port_check_passes(consumer) -> None:
+    results = run_cases(consumer)
+    assert [(r.name, r.passed) for r in results] == [(c.name, True) for c in CASES], [r.detail for r in results]
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN))
+def test_port_check_fails_a_consumer_that_breaks_a_rule(broken) -> None:
+    [result] = run_cases(f"{DOC_CONSUMER} {broken}", [BROKEN[broken]])
+    assert not result.passed, result.detail
+
+
+def test_port_mode_passes_our_port(tmp_path) -> None:
+    endpoint = f"tcp://127.0.0.1:{free_tcp_port()}"
+    ctx = zmq.Context()
+    sock = lossless_socket(ctx, zmq.ROUTER, endpoint, bind=True)
+    log = StageLog(tmp_path, "stage", LogConfig(fsync="never"))
+    sender = FanoutSender(sock, log, G1_JOINT_COUNT, window=64)
+    halt = threading.Event()
+
+    def take() -> None:  # a take at ~200 Hz, pumped as the streamer does
+        i = 0
+        while not halt.is_set():
+            sender.commit(StageRecord(NO_EPOCH, i, b"", [Output(MessageType.MOTION_FRAME, mocap(i), i)]))
+            i += 1
+            deadline = time.monotonic() + 0.005
+            while time.monotonic() < deadline:
+                sender.pump()
+                sock.poll(1)
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    try:
+        results = check_port(endpoint)
+    finally:
+        halt.set()
+        thread.join(5)
+        sender.close()
+        sock.close(linger=0)
+        log.close()
+        ctx.term()
+    assert [(r.name, r.passed) for r in results] == [(n, True) for n in
+                                                     ("handshake", "frames", "resume", "keep_alive", "rewind",
+                                                      "v1_peer")], [r.detail for r in results]
