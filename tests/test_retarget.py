@@ -19,11 +19,9 @@ from mocapline.services.retarget.config import (
     load_ik_config,
     parse_ik_config,
 )
-from mocapline.services.retarget.retargeter import (
-    G1Retargeter,
-    OneFrameSmoother,
-    RetargetOptions,
-)
+from mocapline.services.retarget.ik.options import RetargetOptions
+from mocapline.services.retarget.ik.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.smoothing import OneFrameSmoother
 
 C = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
 J = {name: i for i, name in enumerate(rm.G1_JOINT_NAMES)}
@@ -342,7 +340,7 @@ def test_nan_input_is_a_counted_failure(model, axis) -> None:
 
 
 def test_nan_or_infeasible_solver_output_is_a_counted_failure(model, axis, monkeypatch) -> None:
-    import mocapline.services.retarget.retargeter as module
+    import mocapline.services.retarget.ik.fast_backend as module
 
     truth = synthetic.g1_motion(4, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
@@ -373,7 +371,7 @@ def test_the_cholesky_step_is_the_qp_solution_when_no_bound_binds(model, monkeyp
     directly after a step whose solution had a bound active): the same trajectory as daqp on every
     step, and as trying Cholesky first on every step, on a take that touches joint and velocity
     limits."""
-    import mocapline.services.retarget.retargeter as module
+    import mocapline.services.retarget.ik.fast_backend as module
 
     raw = raw_axis()
     raw["joint_velocity_limits"] = {"default": 6.0}  # rad/s: the take asks for more, the bound binds

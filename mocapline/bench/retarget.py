@@ -53,8 +53,9 @@ from mocapline.robot import g1 as robot_model
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import IKConfig, detect_bvh_skeleton, load_ik_config
 from mocapline.services.retarget.gmr import GmrBaseline
+from mocapline.services.retarget.ik.options import RetargetOptions
+from mocapline.services.retarget.ik.retargeter import G1Retargeter
 from mocapline.services.retarget.quality import Quality, evaluate
-from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
 
 MOTION_DIR = ASSETS_DIR / "motion"
 KINDS = ("real", "demo", "g1", "human")
