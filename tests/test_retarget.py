@@ -319,6 +319,33 @@ def test_no_solution_found_keeps_the_last_good_pose(model, axis, monkeypatch) ->
     assert body_errors(model, truth[4:5], after.qpos[None]).mean() < 0.002
 
 
+@pytest.mark.parametrize("backend", ["fast", "mink"])
+def test_only_numeric_failures_are_counted_a_bug_raises(model, axis, monkeypatch, backend) -> None:
+    """A singular system or a non-finite value is a counted ik_failed frame; a TypeError or an
+    AttributeError (a coding bug) propagates instead of hiding among the counted failures."""
+    truth = synthetic.g1_motion(4, 60.0, model=model)
+    pos, quat = synthetic.human_from_robot(truth, axis, model=model)
+    rt = G1Retargeter(axis, RetargetOptions(backend=backend), model=model)
+    last = rt.retarget(pos[0], quat[0]).qpos
+
+    def raising(exc: Exception):
+        def step(table: int, final_share: float = 0.0) -> None:
+            raise exc
+        return step
+
+    for exc in (np.linalg.LinAlgError("Singular matrix"), FloatingPointError("overflow")):
+        monkeypatch.setattr(rt.backend, "step", raising(exc))
+        r = rt.retarget(pos[1], quat[1])
+        assert r.ik_failed and type(exc).__name__ in r.error
+        np.testing.assert_array_equal(r.qpos, last)
+    assert rt.stats.failures == 2
+    for bug in (TypeError("unsupported operand"), AttributeError("no attribute 'qpos'")):
+        monkeypatch.setattr(rt.backend, "step", raising(bug))
+        with pytest.raises(type(bug)):
+            rt.retarget(pos[1], quat[1])
+    assert rt.stats.failures == 2
+
+
 def test_nan_input_is_a_counted_failure(model, axis) -> None:
     truth = synthetic.g1_motion(4, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
