@@ -143,57 +143,8 @@ class FastBackend:
         else:  # new targets: the kinematics are at q already (set_qpos and step leave them so)
             self._error(t)
             cost, track = self._evaluate(t)
-        q = self._q
-        mujoco.mj_comPos(m, d)  # cdof and the subtree centres of mass at q
-        # All frames' Jacobians at once (see FastTable), the rotation rows already multiplied by
-        # the error's derivative: d(2 v) = -(w I + [v]x) J_rot dq (sign folded into the residual).
-        np.subtract(t.pos, self._com[table], out=t.offset)
-        np.dot(t.jac_in, JAC_FACTORS, out=t.factors)  # (n, 36) = (6n, 6): 6 rows per frame
-        t.factors6 *= t.w_col  # the row weights, on the small factor matrices
-        A = np.dot(t.factors6, self._cdof_t, out=t.A)  # one (6n, 6) x (6, nv) product, not n small ones
-        A *= t.mask  # zero the dofs not on the frame's path to the root
-        H = np.dot(t.AT, A, out=self._H)
-        H_damping = self.solver_damping + self._lm * track
-        self._H_diag += H_damping
-        g = np.dot(t.b_flat, A, out=self._g)  # = -f, the QP's linear term is f
-        reg = self.regular
-        if reg.active:
-            H[self.vslice, self.vslice].flat[:: q.size + 1] += reg.posture**2
-            g[self.vslice] -= reg.posture * reg.residual(q)
-
-        # Limits as simple bounds on dq: joint range (mink.ConfigurationLimit's rule, gain 0.95:
-        # 0.95 (q_min - q) <= dq <= 0.95 (q_max - q), never pushing into a range) and the per-frame
-        # velocity limit (q_ref - v dt - q <= dq <= q_ref + v dt - q, never pushing either).
-        # Both as one (2, n) array of signed rows [-lower; upper], so that both sides take the same
-        # few numpy calls, not one per bound.
-        room = self._room
-        np.multiply(WINDOW_SIGNS, q, out=self._signed_q)  # [-q; q]
-        np.multiply(self._signed_q, -LIMIT_GAIN, out=room)
-        room += self._signed_range
-        vl = self.velocity_limit
-        if vl is not None and vl.q_ref is not None:
-            np.subtract(vl.signed_window, self._signed_q, out=self._window_room)
-            np.minimum(room, self._window_room, out=room)
-        np.maximum(room, 0.0, out=room)  # lower <= 0 <= upper: never pushing into a limit
-        # Most steps leave every bound inactive (the share: docs/benchmarks.md): the QP's solution
-        # is then the Newton step H x = -f, one Cholesky solve (LAPACK dposv), cheaper than daqp's
-        # set-up, which factors H on every call. daqp only when a bound binds.
-        # A bound that bound on the previous step usually binds again (a joint resting at its
-        # limit): then straight to daqp, without the Cholesky attempt.
-        newton = False
-        if not self._bound_binds:
-            _, x, info = dposv(H, g)
-            outside = np.multiply(WINDOW_SIGNS, x[self.vslice], out=self._window_room)  # [-x; x]
-            outside -= room  # > 0 where x leaves [lower, upper]
-            newton = info == 0 and outside.max() <= 0.0
-        if not newton:
-            np.multiply(room, WINDOW_SIGNS, out=self._joint_bounds)
-            x, _, exitflag, info = daqp.solve(H, -g, self._A, self._upper, self._lower, self._sense)
-            if exitflag < 1:
-                self._cached = None
-                self._bound_binds = False
-                raise mink.NoSolutionFound(f"daqp exitflag {exitflag}")
-            self._bound_binds = bool(np.any(info["lam"]))  # a multiplier != 0: a bound binds
+        H, g, H_damping = self._normal_equations(table, track)
+        x, newton = self._solve(H, g, self._limit_room())
         qpos = self._qpos
         if final_share > 0.0:
             # the model's decrease ||b||^2 - ||b - A x||^2 = 2 g.x - ||A x||^2, where the Newton
@@ -202,7 +153,7 @@ class FastBackend:
             if newton:
                 decrease = gx + (H_damping * float(np.dot(x, x)))
             else:
-                ax = np.dot(A, x, out=t.ax)
+                ax = np.dot(t.A, x, out=t.ax)
                 decrease = 2.0 * gx - float(np.dot(ax, ax))
             if decrease <= final_share * cost or cost - decrease <= COST_FLOOR:
                 mujoco.mj_integratePos(m, qpos, x, 1.0)
@@ -224,6 +175,71 @@ class FastBackend:
             after, after_track = self._evaluate(t)
         self._cached = (table, after, after_track)
         return cost, after
+
+    def _normal_equations(self, table: int, track: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """H, g (= -f) of the step's QP at q and the damping on H's diagonal. Needs ``t.b`` and
+        ``t.w`` of :meth:`_evaluate` at q."""
+        m, d, t, q = self.model, self.data, self._tables[table], self._q
+        mujoco.mj_comPos(m, d)  # cdof and the subtree centres of mass at q
+        # All frames' Jacobians at once (see FastTable), the rotation rows already multiplied by
+        # the error's derivative: d(2 v) = -(w I + [v]x) J_rot dq (sign folded into the residual).
+        np.subtract(t.pos, self._com[table], out=t.offset)
+        np.dot(t.jac_in, JAC_FACTORS, out=t.factors)  # (n, 36) = (6n, 6): 6 rows per frame
+        t.factors6 *= t.w_col  # the row weights, on the small factor matrices
+        A = np.dot(t.factors6, self._cdof_t, out=t.A)  # one (6n, 6) x (6, nv) product, not n small ones
+        A *= t.mask  # zero the dofs not on the frame's path to the root
+        H = np.dot(t.AT, A, out=self._H)
+        H_damping = self.solver_damping + self._lm * track
+        self._H_diag += H_damping
+        g = np.dot(t.b_flat, A, out=self._g)  # = -f, the QP's linear term is f
+        reg = self.regular
+        if reg.active:
+            H[self.vslice, self.vslice].flat[:: q.size + 1] += reg.posture**2
+            g[self.vslice] -= reg.posture * reg.residual(q)
+        return H, g, H_damping
+
+    def _limit_room(self) -> np.ndarray:
+        """The hinge joints' bounds on dq at q as signed rows [-lower; upper] (2, n).
+
+        Joint range (mink.ConfigurationLimit's rule, gain 0.95: 0.95 (q_min - q) <= dq <= 0.95
+        (q_max - q), never pushing into a range) and the per-frame velocity limit (q_ref - v dt - q
+        <= dq <= q_ref + v dt - q, never pushing either). Signed, so that both sides take the same
+        few numpy calls, not one per bound.
+        """
+        q, room = self._q, self._room
+        np.multiply(WINDOW_SIGNS, q, out=self._signed_q)  # [-q; q]
+        np.multiply(self._signed_q, -LIMIT_GAIN, out=room)
+        room += self._signed_range
+        vl = self.velocity_limit
+        if vl is not None and vl.q_ref is not None:
+            np.subtract(vl.signed_window, self._signed_q, out=self._window_room)
+            np.minimum(room, self._window_room, out=room)
+        np.maximum(room, 0.0, out=room)  # lower <= 0 <= upper: never pushing into a limit
+        return room
+
+    def _solve(self, H: np.ndarray, g: np.ndarray, room: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The QP's solution x, and whether it is the unconstrained Newton step.
+
+        Most steps leave every bound inactive (the share: docs/benchmarks.md): the solution is then
+        the Newton step H x = -f, one Cholesky solve (LAPACK dposv), cheaper than daqp's set-up,
+        which factors H on every call. daqp only when a bound binds. A bound that bound on the
+        previous step usually binds again (a joint resting at its limit): then straight to daqp,
+        without the Cholesky attempt.
+        """
+        if not self._bound_binds:
+            _, x, info = dposv(H, g)
+            outside = np.multiply(WINDOW_SIGNS, x[self.vslice], out=self._window_room)  # [-x; x]
+            outside -= room  # > 0 where x leaves [lower, upper]
+            if info == 0 and outside.max() <= 0.0:
+                return x, True
+        np.multiply(room, WINDOW_SIGNS, out=self._joint_bounds)
+        x, _, exitflag, info = daqp.solve(H, -g, self._A, self._upper, self._lower, self._sense)
+        if exitflag < 1:
+            self._cached = None
+            self._bound_binds = False
+            raise mink.NoSolutionFound(f"daqp exitflag {exitflag}")
+        self._bound_binds = bool(np.any(info["lam"]))  # a multiplier != 0: a bound binds
+        return x, False
 
     def _evaluate(self, t: FastTable) -> tuple[float, float]:
         """(cost, tracking cost) at ``t.err``; writes the row weights W of the next step into
