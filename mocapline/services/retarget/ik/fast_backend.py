@@ -220,9 +220,9 @@ class FastBackend:
     def _solve(self, H: np.ndarray, g: np.ndarray, room: np.ndarray) -> tuple[np.ndarray, bool]:
         """The QP's solution x, and whether it is the unconstrained Newton step.
 
-        Most steps leave every bound inactive (the share: docs/benchmarks.md): the solution is then
-        the Newton step H x = -f, one Cholesky solve (LAPACK dposv), cheaper than daqp's set-up,
-        which factors H on every call. daqp only when a bound binds. A bound that bound on the
+        Where every bound is inactive (most steps on most takes; the shares: docs/benchmarks.md)
+        the solution is the Newton step H x = -f, one Cholesky solve (LAPACK dposv), cheaper than
+        daqp's set-up, which factors H on every call. daqp only when a bound binds. A bound that bound on the
         previous step usually binds again (a joint resting at its limit): then straight to daqp,
         without the Cholesky attempt.
         """

@@ -16,7 +16,7 @@ BACKENDS = ("fast", "mink")
 #   floor of 2 keeps the jerk below a fixed count's (frames alternating 1 and 2 steps jitter).
 # - arm rotation Huber 0.01 rad: position and hand errors below GMR's on every take, where quadratic
 #   arm rotations twist the torso for arm orientations the G1 cannot take; a narrower width buys
-#   error with a configuration jump on a real take. A posture pull, more steps, more damping, a
+#   error with a limit-to-limit swing on a real take. A posture pull, more steps, more damping, a
 #   table-1 stage first, a log rotation error and a Cauchy loss changed the demo take's error little.
 DEFAULT_ITERATIONS = 8
 DEFAULT_TOLERANCE = 0.02
