@@ -19,11 +19,9 @@ from mocapline.services.retarget.config import (
     load_ik_config,
     parse_ik_config,
 )
-from mocapline.services.retarget.retargeter import (
-    G1Retargeter,
-    OneFrameSmoother,
-    RetargetOptions,
-)
+from mocapline.services.retarget.ik.options import RetargetOptions
+from mocapline.services.retarget.ik.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.smoothing import OneFrameSmoother
 
 C = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
 J = {name: i for i, name in enumerate(rm.G1_JOINT_NAMES)}
@@ -321,6 +319,33 @@ def test_no_solution_found_keeps_the_last_good_pose(model, axis, monkeypatch) ->
     assert body_errors(model, truth[4:5], after.qpos[None]).mean() < 0.002
 
 
+@pytest.mark.parametrize("backend", ["fast", "mink"])
+def test_only_numeric_failures_are_counted_a_bug_raises(model, axis, monkeypatch, backend) -> None:
+    """A singular system or a non-finite value is a counted ik_failed frame; a TypeError or an
+    AttributeError (a coding bug) propagates instead of hiding among the counted failures."""
+    truth = synthetic.g1_motion(4, 60.0, model=model)
+    pos, quat = synthetic.human_from_robot(truth, axis, model=model)
+    rt = G1Retargeter(axis, RetargetOptions(backend=backend), model=model)
+    last = rt.retarget(pos[0], quat[0]).qpos
+
+    def raising(exc: Exception):
+        def step(table: int, final_share: float = 0.0) -> None:
+            raise exc
+        return step
+
+    for exc in (np.linalg.LinAlgError("Singular matrix"), FloatingPointError("overflow")):
+        monkeypatch.setattr(rt.backend, "step", raising(exc))
+        r = rt.retarget(pos[1], quat[1])
+        assert r.ik_failed and type(exc).__name__ in r.error
+        np.testing.assert_array_equal(r.qpos, last)
+    assert rt.stats.failures == 2
+    for bug in (TypeError("unsupported operand"), AttributeError("no attribute 'qpos'")):
+        monkeypatch.setattr(rt.backend, "step", raising(bug))
+        with pytest.raises(type(bug)):
+            rt.retarget(pos[1], quat[1])
+    assert rt.stats.failures == 2
+
+
 def test_nan_input_is_a_counted_failure(model, axis) -> None:
     truth = synthetic.g1_motion(4, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
@@ -342,7 +367,7 @@ def test_nan_input_is_a_counted_failure(model, axis) -> None:
 
 
 def test_nan_or_infeasible_solver_output_is_a_counted_failure(model, axis, monkeypatch) -> None:
-    import mocapline.services.retarget.retargeter as module
+    import mocapline.services.retarget.ik.fast_backend as module
 
     truth = synthetic.g1_motion(4, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
@@ -373,7 +398,7 @@ def test_the_cholesky_step_is_the_qp_solution_when_no_bound_binds(model, monkeyp
     directly after a step whose solution had a bound active): the same trajectory as daqp on every
     step, and as trying Cholesky first on every step, on a take that touches joint and velocity
     limits."""
-    import mocapline.services.retarget.retargeter as module
+    import mocapline.services.retarget.ik.fast_backend as module
 
     raw = raw_axis()
     raw["joint_velocity_limits"] = {"default": 6.0}  # rad/s: the take asks for more, the bound binds

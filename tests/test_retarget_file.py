@@ -12,7 +12,8 @@ from mocapline.core.paths import ASSETS_DIR
 from mocapline.robot import g1 as robot_model
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import load_ik_config
-from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
+from mocapline.services.retarget.ik.options import RetargetOptions
+from mocapline.services.retarget.ik.retargeter import G1Retargeter
 from mocapline.tools.retarget_file import main
 
 TAKE = ASSETS_DIR / "motion" / "cmu_14_19_arms.bvh"

@@ -16,7 +16,7 @@ from mocapline.core.transport import FrameReceiver, FrameSender, lossless_socket
 from mocapline.robot import g1 as rm
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import load_ik_config
-from mocapline.services.retarget.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import G1Retargeter
 from mocapline.services.retarget.service import RetargetService, status_line
 from mocapline.tools.pipeline.procs import free_tcp_port
 

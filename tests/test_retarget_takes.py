@@ -14,7 +14,8 @@ import pytest
 
 from mocapline.bench.retarget import overhead_takes, run_take, take_set
 from mocapline.robot import g1 as robot_model
-from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
+from mocapline.services.retarget.ik.options import RetargetOptions
+from mocapline.services.retarget.ik.retargeter import G1Retargeter
 
 FRAMES = 240  # per run: 2 s at 120 Hz, 4-8 s at 30-60 Hz; the demo take whole (below)
 SLACK_MM = 0.05  # rounding only

@@ -53,8 +53,9 @@ from mocapline.robot import g1 as robot_model
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import IKConfig, detect_bvh_skeleton, load_ik_config
 from mocapline.services.retarget.gmr import GmrBaseline
+from mocapline.services.retarget.ik.options import RetargetOptions
+from mocapline.services.retarget.ik.retargeter import G1Retargeter
 from mocapline.services.retarget.quality import Quality, evaluate
-from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
 
 MOTION_DIR = ASSETS_DIR / "motion"
 KINDS = ("real", "demo", "g1", "human")
@@ -364,6 +365,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="cut every run to this many frames (default: whole takes)")
     parser.add_argument("--iterations", type=int, default=None, help="mocapline's cap on IK steps per frame")
     parser.add_argument("--lm-damping", type=float, default=None, help="mocapline FrameTask lm_damping")
+    parser.add_argument("--min-iterations", type=int, default=None, help="mocapline's floor on IK steps per frame")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help="mocapline stops a frame once a step lowers the cost by less than this share (0: always "
+                             "--iterations steps)")
+    parser.add_argument("--arm-huber", type=float, default=None,
+                        help="rad: mocapline's arm rotation errors beyond it cost linearly (0: quadratic)")
     parser.add_argument("--backend", choices=("fast", "mink"), default="fast")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the stress sweep of overhead raises past the shoulder's gimbal pole, with and "
@@ -375,11 +382,13 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         parser.error(f"unknown takes {bad}: choose from {', '.join(KINDS)}")
     options = RetargetOptions(backend=args.backend)
-    if args.iterations is not None:
-        options.iterations = args.iterations
-    if args.lm_damping is not None:
-        options.lm_damping = args.lm_damping
-    options.validate()
+    for name in ("iterations", "lm_damping", "min_iterations", "tolerance", "arm_huber"):
+        if getattr(args, name) is not None:
+            setattr(options, name, getattr(args, name))
+    try:
+        options.validate()
+    except ValueError as exc:
+        parser.error(str(exc))
     model = robot_model.load_ik_model()
     if args.overhead:
         _overhead(model, options, args.json)

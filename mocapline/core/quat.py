@@ -26,7 +26,10 @@ def _product_tensor() -> np.ndarray:
 
 
 _T = _product_tensor()
+_T3 = _T.reshape(4, 4, 4)
 _CONJ = np.array([1.0, -1.0, -1.0, -1.0])
+# conjugate_product_matrix as one product: a @ _T_CONJ_LEFT = L(a).reshape(16)
+_T_CONJ_LEFT = (_T3 * _CONJ[None, :, None]).reshape(4, 16)
 
 
 def multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -39,6 +42,22 @@ def multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def conjugate(q: np.ndarray) -> np.ndarray:
     return np.asarray(q, dtype=np.float64) * _CONJ
+
+
+def right_product_matrix(b: np.ndarray) -> np.ndarray:
+    """(..., 4, 4) M with ``multiply(a, b) = a @ M`` for (..., 4) b: b's product as a linear map of a."""
+    return np.einsum("...b,abj->...aj", np.asarray(b, dtype=np.float64), _T3)
+
+
+def conjugate_product_matrix(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """(..., 4, 4) L with ``multiply(a, conjugate(q)) = q @ L`` for (..., 4) a: the error rotation
+    towards ``a`` as a linear map of q. ``out``: a C-contiguous (..., 4, 4) array to write it into
+    (one call a frame, no allocation)."""
+    a = np.asarray(a, dtype=np.float64)
+    if out is not None and not out.flags.c_contiguous:
+        raise ValueError("out must be C-contiguous (a reshaped copy would not receive the result)")
+    flat = None if out is None else out.reshape(a.shape[:-1] + (16,))
+    return np.matmul(a, _T_CONJ_LEFT, out=flat).reshape(a.shape[:-1] + (4, 4))
 
 
 def rotate(q: np.ndarray, v: np.ndarray) -> np.ndarray:

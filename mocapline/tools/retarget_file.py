@@ -31,8 +31,9 @@ from mocapline.formats.bvh import BvhError, estimate_height, gmr_bodies, load_bv
 from mocapline.robot import g1 as robot_model
 from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, detect_bvh_skeleton
 from mocapline.services.retarget.gmr import GmrBaseline
+from mocapline.services.retarget.ik.options import RetargetOptions
+from mocapline.services.retarget.ik.retargeter import G1Retargeter
 from mocapline.services.retarget.quality import evaluate
-from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
 from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
 
 PROG = "mocapline retarget-file"

@@ -15,7 +15,7 @@ from mocapline.core.metrics import LINK_REJECT_REASONS
 from mocapline.core.stage import Stage, StageError
 
 from .config import load_ik_config
-from .retargeter import G1Retargeter
+from .ik.retargeter import G1Retargeter
 from .service import RetargetLoop, RetargetService, RetargetSettings, build_parser, log, status_line
 from .worker import run_worker
 

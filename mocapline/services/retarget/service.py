@@ -1,7 +1,7 @@
 """`mocapline retarget`: HumanFrames in, G1 RobotFrames out, one per frame, same posture_index.
 
 PULL (connect) HumanFrames from capture, GMR-style IK onto the Unitree G1 (mujoco + mink's
-formulation + daqp; see ``mocapline/services/retarget/retargeter.py``), PUSH (bind) RobotFrames to the
+formulation + daqp; see ``mocapline/services/retarget/ik/retargeter.py``), PUSH (bind) RobotFrames to the
 streamer, with the capture timestamp and trace context carried over. A failed solve never stops
 the stream: the frame goes out with the last good pose, flagged ``ik_failed``, and is counted.
 END_OF_STREAM is forwarded in order (after any frame the output filter still holds) and the
@@ -35,16 +35,9 @@ from mocapline.core.tracing import StageTracer
 from mocapline.core.transport import FrameSink
 
 from .config import DEFAULT_CONFIG, SHIPPED_CONFIGS
-from .retargeter import (
-    BACKENDS,
-    DEFAULT_FPS,
-    DEFAULT_ITERATIONS,
-    DEFAULT_LM_DAMPING,
-    G1Retargeter,
-    OneFrameSmoother,
-    RetargetOptions,
-    robot_frame_from,
-)
+from .ik.options import BACKENDS, DEFAULT_FPS, DEFAULT_ITERATIONS, DEFAULT_LM_DAMPING, RetargetOptions
+from .ik.retargeter import G1Retargeter, robot_frame_from
+from .ik.smoothing import OneFrameSmoother
 
 log = logging.getLogger("mocapline.retarget")
 

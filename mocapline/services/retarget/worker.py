@@ -57,7 +57,7 @@ from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.metrics import LINK_REJECT_REASONS
 from mocapline.core.stage import Links, Stage, StageError
 
-from .retargeter import G1Retargeter
+from .ik.retargeter import G1Retargeter
 from .service import RetargetService, RetargetSettings, status_line
 
 log = logging.getLogger("mocapline.retarget.worker")

@@ -29,7 +29,7 @@ from mocapline.robot.g1 import G1_JOINT_NAMES, load_ik_model
 from mocapline.services.capture.core import AxisDecoder, CaptureCore
 from mocapline.services.capture.service import CaptureService
 from mocapline.services.retarget.config import load_ik_config
-from mocapline.services.retarget.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import G1Retargeter
 from mocapline.services.retarget.service import RetargetService
 from mocapline.services.streamer.service import Streamer
 from mocapline.services.viewer.apply import (

@@ -138,7 +138,8 @@ class _Collect:
 def retarget_frames(frames: list[HumanFrame], config: TakeConfig) -> list[RobotFrame]:
     """RobotFrames exactly as the retarget service computes them (one per HumanFrame)."""
     from mocapline.services.retarget.config import load_ik_config
-    from mocapline.services.retarget.retargeter import G1Retargeter, RetargetOptions
+    from mocapline.services.retarget.ik.options import RetargetOptions
+    from mocapline.services.retarget.ik.retargeter import G1Retargeter
     from mocapline.services.retarget.service import RetargetService
 
     opts = RetargetOptions(fps=float(config.input_fps or 60.0), human_height=config.human_height,

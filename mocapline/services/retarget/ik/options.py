@@ -1,0 +1,77 @@
+"""The retargeter's settings and their defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BACKENDS = ("fast", "mink")
+
+# Chosen by measurement (``mocapline bench retarget``; the figures: docs/benchmarks.md "Retarget",
+# and docs/retarget.md "Choices, by measurement"):
+# - lm_damping: lightly damped steps (0.1) converge fastest on reachable targets, but on targets the
+#   G1 cannot reach (arms overhead past the shoulder-roll limit, a gimbal-locked shoulder) they
+#   cycle between two poses, a jerk many times GMR's; 0.7 stays exact on reachable targets at 1x
+#   and 4x motion speed, with jerk below GMR's.
+# - steps until the cost drops < 2 % (2..8): the error of a fixed count at fewer steps a frame; a
+#   floor of 2 keeps the jerk below a fixed count's (frames alternating 1 and 2 steps jitter).
+# - arm rotation Huber 0.01 rad: position and hand errors below GMR's on every take, where quadratic
+#   arm rotations twist the torso for arm orientations the G1 cannot take; a narrower width buys
+#   error with a limit-to-limit swing on a real take. A posture pull, more steps, more damping, a
+#   table-1 stage first, a log rotation error and a Cauchy loss changed the demo take's error little.
+DEFAULT_ITERATIONS = 8
+DEFAULT_TOLERANCE = 0.02
+DEFAULT_MIN_ITERATIONS = 2
+DEFAULT_POSTURE_WEIGHT = 0.0
+DEFAULT_ARM_HUBER = 0.01
+DEFAULT_STAGE1_ITERATIONS = 0
+DEFAULT_LM_DAMPING = 0.7
+DEFAULT_SOLVER_DAMPING = 1e-3
+DEFAULT_SETTLE_ITERATIONS = 10
+DEFAULT_FPS = 60.0
+
+
+@dataclass
+class RetargetOptions:
+    iterations: int = DEFAULT_ITERATIONS  # cap on the steps of a frame
+    tolerance: float = DEFAULT_TOLERANCE  # stop once a step lowers the cost by less than this share
+    min_iterations: int = DEFAULT_MIN_ITERATIONS
+    stage1_iterations: int = DEFAULT_STAGE1_ITERATIONS
+    lm_damping: float = DEFAULT_LM_DAMPING
+    solver_damping: float = DEFAULT_SOLVER_DAMPING
+    posture_weight: float = DEFAULT_POSTURE_WEIGHT  # pull of every joint towards the standing pose
+    arm_huber: float = DEFAULT_ARM_HUBER  # rad: arm rotation errors beyond it cost linearly (0: quadratic)
+    settle_iterations: int = DEFAULT_SETTLE_ITERATIONS
+    fps: float = DEFAULT_FPS
+    velocity_limit: bool = True
+    shoulder_poles: bool = True  # each shoulder keeps its branch at the gimbal pole (``shoulder_pole``)
+    human_height: float | None = None
+    ground_offset: float = 0.0
+    backend: str = "fast"
+
+    def validate(self) -> None:
+        if self.iterations < 1:
+            raise ValueError("iterations must be >= 1")
+        if not 1 <= self.min_iterations <= self.iterations:
+            raise ValueError("min_iterations must be in [1, iterations]")
+        if not 0 <= self.tolerance < 1:
+            raise ValueError("tolerance must be in [0, 1)")
+        if not 0 <= self.stage1_iterations <= self.iterations:
+            raise ValueError("stage1_iterations must be in [0, iterations]")
+        if self.settle_iterations < 0:
+            raise ValueError("settle_iterations must be >= 0")
+        if min(self.lm_damping, self.solver_damping, self.arm_huber, self.posture_weight) < 0:
+            raise ValueError("dampings, the arm Huber width and the posture weight must be >= 0")
+        if not self.fps > 0:
+            raise ValueError("fps must be > 0")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r}: choose from {BACKENDS}")
+        if self.human_height is not None and not self.human_height > 0:
+            raise ValueError(f"human height must be > 0 m, got {self.human_height}")
+
+    def describe(self) -> str:
+        steps = (f"{self.iterations} steps/frame" if self.tolerance == 0 else
+                 f"{self.min_iterations}-{self.iterations} steps/frame until the cost drops < {self.tolerance:g}")
+        extra = (f", arm rotation Huber {self.arm_huber:g} rad" if self.arm_huber else "") + (
+            f", posture {self.posture_weight:g}" if self.posture_weight else "") + (
+            ", shoulders keep their branch at the gimbal pole" if self.shoulder_poles else "")
+        return f"{steps}, lm_damping {self.lm_damping}, solver damping {self.solver_damping}{extra}"
