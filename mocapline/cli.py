@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "streamer": ("mocapline.services.streamer.main", "resample, MocapFrame + header, lossless PUSH on tcp 5555"),
     "viewer": ("mocapline.services.viewer.service", "validate and apply MocapFrames to the G1 in MuJoCo"),
     "auditor": ("mocapline.services.auditor.service", "side-path audit and the conservation verdict"),
+    "robot": ("mocapline.services.robot.service", "drive a Unitree G1 over DDS (LowCmd) from the stream, safely"),
+    "sim": ("mocapline.tools.sim.service", "a G1 in MuJoCo physics behind Unitree's low-level DDS interface"),
     "tap": ("mocapline.tools.tap", "a consumer of the robot port: print or record every frame once (resumes)"),
     "supervise-capture": ("mocapline.tools.pipeline.supervise",
                           "capture under a supervisor that holds its UDP sockets and restarts it (compose)"),
