@@ -44,8 +44,11 @@ def _assert_commands_safe(spy: Spy, rate: float = 500.0) -> None:
     ticks = np.array([c["crc"] for _, c in spy.commands])  # every command distinct (sealed)
     assert len(ticks) == len(spy.commands)
     steps = np.abs(np.diff(q, axis=0))[stiff]
-    # the bridge limits each step to vlim * its own dt (at most 5 periods after a late tick)
-    assert np.all(steps <= VELOCITY_LIMITS * 5.0 / rate + 1e-4)
+    # the bridge limits each step to vlim over at most two periods, however late the tick (the
+    # spy's reliable reader sees every command on loopback, but allow a rare lost sample)
+    assert steps.size
+    over = np.any(steps > VELOCITY_LIMITS * 2.0 / rate + 1e-4, axis=1)
+    assert over.sum() <= max(1, steps.shape[0] // 1000), np.max(steps / VELOCITY_LIMITS) * rate
 
 
 @pytest.fixture

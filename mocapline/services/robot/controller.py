@@ -213,7 +213,8 @@ class Controller:
     def _stiff(self, target: np.ndarray, dq: np.ndarray, dt: float, started: list[StreamFrame],
                reached: list[StreamFrame]) -> Command:
         assert self.q_cmd is not None and self.measured is not None
-        q = self.safety.target(target, self.q_cmd, dt)
+        # each step within the velocity limits over at most two periods, however late this tick is
+        q = self.safety.target(target, self.q_cmd, min(dt, 2.0 / self.settings.rate_hz))
         dq = self.safety.velocity(dq)
         tau = np.zeros_like(q)
         if self.bias is not None:

