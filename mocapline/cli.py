@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "auditor": ("mocapline.services.auditor.service", "side-path audit and the conservation verdict"),
     "robot": ("mocapline.services.robot.service", "drive a Unitree G1 over DDS (LowCmd) from the stream, safely"),
     "sim": ("mocapline.tools.sim.service", "a G1 in MuJoCo physics behind Unitree's low-level DDS interface"),
+    "estop": ("mocapline.tools.estop", "e-stop the robot bridge over NATS (damping, then it exits)"),
     "tap": ("mocapline.tools.tap", "a consumer of the robot port: print or record every frame once (resumes)"),
     "supervise-capture": ("mocapline.tools.pipeline.supervise",
                           "capture under a supervisor that holds its UDP sockets and restarts it (compose)"),
