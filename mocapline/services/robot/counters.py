@@ -33,11 +33,18 @@ class RobotCounters:
     sent_at: deque[float] = field(default_factory=lambda: deque(maxlen=2 * WINDOW_TICKS))
     latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))
     errors: deque[np.ndarray] = field(default_factory=lambda: deque(maxlen=WINDOW_TICKS))
+    first_sent_at: float | None = None  # the achieved rate over the run: commands / (last - first)
+    last_sent_at: float | None = None
     clamps: Counter[str] = field(default_factory=Counter)  # the safety filter's (shared)
 
     def rate_hz(self, now: float) -> float:
         recent = [t for t in self.sent_at if t > now - 1.0]
         return float(len(recent))
+
+    def mean_rate_hz(self) -> float | None:
+        if self.first_sent_at is None or self.last_sent_at is None or self.last_sent_at <= self.first_sent_at:
+            return None
+        return round((self.commands_sent - 1) / (self.last_sent_at - self.first_sent_at), 2)
 
     def tracking(self) -> dict[str, dict[str, float]]:
         if not self.errors:
@@ -70,6 +77,7 @@ class RobotCounters:
             "rejected_by_reason": dict(sorted(self.rejected.items())),
             "commands_sent": self.commands_sent,
             "command_rate_hz": self.rate_hz(now),
+            "command_rate_mean_hz": self.mean_rate_hz(),
             "period_p99_ms": round(float(np.percentile(periods, 99)) * 1000, 3),
             "deadline_misses": self.deadline_misses,
             "clamps_by_reason": dict(sorted(self.clamps.items())),

@@ -233,6 +233,9 @@ class RobotLoop:
         c = self.counters
         c.commands_sent += 1
         c.sent_at.append(now)
+        if c.first_sent_at is None:
+            c.first_sent_at = now
+        c.last_sent_at = now
         now_us = time.time_ns() // 1000
         for frame in command.started:
             if frame.q is not None and frame.capture_us:

@@ -80,6 +80,7 @@ class StackConfig:
     robot: str = ""
     robot_domain: int = 1
     robot_interface: str = "lo"
+    robot_args: list[str] = field(default_factory=list)  # more flags of `mocapline robot` (the benchmark's)
 
 
 def local_config(**settings: Any) -> StackConfig:
@@ -275,7 +276,7 @@ class Stack:
             dds = [f"--domain={c.robot_domain}", f"--interface={c.robot_interface}"]
             if c.robot == "sim":
                 plan.append(("sim", [*dds, "--base=band"]))
-            plan.append(("robot", [f"--input=tcp://127.0.0.1:{c.output_port}", *dds]))
+            plan.append(("robot", [f"--input=tcp://127.0.0.1:{c.output_port}", *dds, *c.robot_args]))
         if c.retarget_workers and c.state_dir is not None:
             plan = self._scale_out(plan)
         return plan
