@@ -1,8 +1,15 @@
-"""The robot bridge's counters: its heartbeat, its /metrics, its durable record."""
+"""The robot bridge's counters: its heartbeat, its /metrics, its durable record.
+
+The per-tick samples (periods, tracking errors, send times, latencies) go into fixed numpy rings:
+appending costs no allocation in the control loop, and the heartbeat (NATS' thread, and the
+metrics sync in the loop itself) reads copies, never a container being changed under it. Their
+percentiles are computed at most once a second.
+"""
 
 from __future__ import annotations
 
-from collections import Counter, deque
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +18,26 @@ import numpy as np
 from mocapline.robot.unitree.g1 import GROUPS
 
 WINDOW_TICKS = 5000  # the percentiles are over the last 10 s at 500 Hz
+
+
+class Ring:
+    """The last ``size`` samples (each a float or a row of ``width`` floats)."""
+
+    def __init__(self, size: int, width: int = 0) -> None:
+        self.data = np.zeros((size, width) if width else size)
+        self.next = 0
+        self.count = 0
+
+    def append(self, value: Any) -> None:
+        self.data[self.next] = value
+        self.next = (self.next + 1) % len(self.data)
+        self.count = min(self.count + 1, len(self.data))
+
+    def values(self) -> np.ndarray:
+        return self.data[: self.count].copy()
+
+    def __len__(self) -> int:
+        return self.count
 
 
 @dataclass
@@ -29,17 +56,18 @@ class RobotCounters:
     lowstate_rejected: Counter[str] = field(default_factory=Counter)
     last_posture_index: int | None = None
     state: str = "waiting"
-    periods_s: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW_TICKS))
-    sent_at: deque[float] = field(default_factory=lambda: deque(maxlen=2 * WINDOW_TICKS))
-    latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))
-    errors: deque[np.ndarray] = field(default_factory=lambda: deque(maxlen=WINDOW_TICKS))
+    periods_s: Ring = field(default_factory=lambda: Ring(WINDOW_TICKS))
+    sent_at: Ring = field(default_factory=lambda: Ring(2 * WINDOW_TICKS))
+    latencies_s: Ring = field(default_factory=lambda: Ring(20_000))
+    errors: Ring = field(default_factory=lambda: Ring(WINDOW_TICKS, 29))
+    _stats: dict[str, Any] | None = field(default=None, repr=False)
+    _stats_at: float = field(default=0.0, repr=False)
     first_sent_at: float | None = None  # the achieved rate over the run: commands / (last - first)
     last_sent_at: float | None = None
     clamps: Counter[str] = field(default_factory=Counter)  # the safety filter's (shared)
 
     def rate_hz(self, now: float) -> float:
-        recent = [t for t in self.sent_at if t > now - 1.0]
-        return float(len(recent))
+        return float(np.count_nonzero(self.sent_at.values() > now - 1.0))
 
     def mean_rate_hz(self) -> float | None:
         if self.first_sent_at is None or self.last_sent_at is None or self.last_sent_at <= self.first_sent_at:
@@ -47,9 +75,9 @@ class RobotCounters:
         return round((self.commands_sent - 1) / (self.last_sent_at - self.first_sent_at), 2)
 
     def tracking(self) -> dict[str, dict[str, float]]:
-        if not self.errors:
+        if not len(self.errors):
             return {}
-        err = np.abs(np.array(self.errors))
+        err = np.abs(self.errors.values())
         out = {}
         for name, group in GROUPS.items():
             values = err[:, group].ravel()
@@ -68,29 +96,43 @@ class RobotCounters:
         self.rejected.update(state.get("rejected", {}))
         self.last_posture_index = state.get("last_posture_index")
 
+    def stats(self) -> dict[str, Any]:
+        """The windowed percentiles, recomputed at most once a second (they cost milliseconds)."""
+        wall = time.monotonic()
+        if self._stats is None or wall - self._stats_at >= 1.0:
+            periods = self.periods_s.values()
+            lat = self.latencies_s.values()
+            self._stats = {
+                "period_p99_ms": round(float(np.percentile(periods, 99)) * 1000, 3) if periods.size else None,
+                "tracking_error_rad": self.tracking(),
+                "latency_p50_ms": round(float(np.percentile(lat, 50)) * 1000, 3) if lat.size else None,
+                "latency_p99_ms": round(float(np.percentile(lat, 99)) * 1000, 3) if lat.size else None,
+            }
+            self._stats_at = wall
+        return self._stats
+
     def as_dict(self, now: float) -> dict[str, Any]:
-        periods = np.array(self.periods_s) if self.periods_s else np.zeros(1)
-        lat = np.array(self.latencies_s) if self.latencies_s else None
+        stats = self.stats()
         return {
             "robot_received": self.robot_received,
             "robot_applied": self.robot_applied,
-            "rejected_by_reason": dict(sorted(self.rejected.items())),
+            "rejected_by_reason": dict(sorted(self.rejected.copy().items())),
             "commands_sent": self.commands_sent,
             "command_rate_hz": self.rate_hz(now),
             "command_rate_mean_hz": self.mean_rate_hz(),
-            "period_p99_ms": round(float(np.percentile(periods, 99)) * 1000, 3),
+            "period_p99_ms": stats["period_p99_ms"],
             "deadline_misses": self.deadline_misses,
-            "clamps_by_reason": dict(sorted(self.clamps.items())),
+            "clamps_by_reason": dict(sorted(self.clamps.copy().items())),
             "stalls": self.stalls,
             "damped_s": round(self.damped_s, 3),
             "catchup_ticks": self.catchup_ticks,
             "estops": self.estops,
-            "transitions": dict(sorted(self.transitions.items())),
+            "transitions": dict(sorted(self.transitions.copy().items())),
             "lowstate_received": self.lowstate_received,
-            "lowstate_rejected_by_reason": dict(sorted(self.lowstate_rejected.items())),
-            "tracking_error_rad": self.tracking(),
-            "latency_p50_ms": None if lat is None else round(float(np.percentile(lat, 50)) * 1000, 3),
-            "latency_p99_ms": None if lat is None else round(float(np.percentile(lat, 99)) * 1000, 3),
+            "lowstate_rejected_by_reason": dict(sorted(self.lowstate_rejected.copy().items())),
+            "tracking_error_rad": stats["tracking_error_rad"],
+            "latency_p50_ms": stats["latency_p50_ms"],
+            "latency_p99_ms": stats["latency_p99_ms"],
             "last_posture_index": self.last_posture_index,
             "robot_state": self.state,
         }

@@ -35,32 +35,32 @@ class SafetyFilter:
     def target(self, q: np.ndarray, previous: np.ndarray, dt: float) -> np.ndarray:
         """``q`` made safe to command after ``previous`` (sent ``dt`` earlier)."""
         lim = self.limits
-        if not np.all(np.isfinite(q)):
+        if not np.isfinite(q).all():
             self.clamps["non_finite"] += 1
             q = np.where(np.isfinite(q), q, previous)
         clipped = np.clip(q, lim.lower, lim.upper)
-        if np.any(clipped != q):
+        if (clipped != q).any():
             self.clamps["range"] += 1
         step = lim.velocity * dt
         stepped = np.clip(clipped, previous - step, previous + step)
-        if np.any(stepped != clipped):
+        if (stepped != clipped).any():
             self.clamps["velocity"] += 1
         return stepped
 
     def velocity(self, dq: np.ndarray) -> np.ndarray:
-        if not np.all(np.isfinite(dq)):
+        if not np.isfinite(dq).all():
             self.clamps["non_finite"] += 1
             dq = np.where(np.isfinite(dq), dq, 0.0)
         out = np.clip(dq, -self.limits.velocity, self.limits.velocity)
-        if np.any(out != dq):
+        if (out != dq).any():
             self.clamps["velocity_ff"] += 1
         return out
 
     def torque(self, tau: np.ndarray) -> np.ndarray:
-        if not np.all(np.isfinite(tau)):
+        if not np.isfinite(tau).all():
             self.clamps["non_finite"] += 1
             tau = np.where(np.isfinite(tau), tau, 0.0)
         out = np.clip(tau, -self.limits.torque, self.limits.torque)
-        if np.any(out != tau):
+        if (out != tau).any():
             self.clamps["torque"] += 1
         return out
