@@ -34,6 +34,7 @@ from mocapline.core.options import (
 )
 from mocapline.core.stage import Links, Stage, StageError, StageSettings, add_stage_arguments
 from mocapline.core.transport import Received, add_curve_client_options, client_link
+from mocapline.core.udp import raise_priority
 from mocapline.services.robot.controller import Command, Controller, ControlSettings, Measured
 from mocapline.services.robot.counters import RobotCounters
 from mocapline.services.robot.timeline import StreamFrame
@@ -68,8 +69,9 @@ def build_parser() -> EnvArgumentParser:
                    help="rad kept from each joint's end stops")
     p.add_argument("--max-speed", type=positive_float, default=1.25,
                    help="fastest playback while catching up with the stream (1 = never faster)")
-    p.add_argument("--lag-target-ms", type=non_negative_float, default=30.0,
-                   help="stream time queued ahead of the playback beyond which it plays faster")
+    p.add_argument("--lag-target-ms", type=non_negative_float, default=5.0,
+                   help="stream time queued ahead of the playback, beyond one frame interval, from which it "
+                        "plays faster (up to --max-speed)")
     p.add_argument("--damping-kd", type=positive_float, default=2.0, help="kd while damping (kp 0)")
     p.add_argument("--rest-after-end", action="store_true",
                    help="END_OF_STREAM: ramp to the rest pose (arms down) instead of holding the last target")
@@ -328,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
         dds = LowLevel(DdsSettings(settings.domain, settings.interface))
         stage.exits.callback(dds.close)
         loop = RobotLoop(settings, links, controller, counters, dds)
+        # a command every 2 ms: the bridge asks to be scheduled before the pipeline's batch work
+        log.info("scheduling priority %s", raise_priority())
         log.info("driving the G1 on DDS domain %d (%s) at %.0f Hz, joints %s", settings.domain,
                  settings.interface or "default interface", settings.control.rate_hz, settings.control.joints)
         return stage.run(loop)

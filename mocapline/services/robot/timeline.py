@@ -41,7 +41,7 @@ class Step:
 @dataclass
 class Timeline:
     max_speed: float = 1.25
-    lag_target_s: float = 0.05  # queued stream time above which playback speeds up
+    lag_target_s: float = 0.005  # queued stream time beyond one frame interval that makes playback speed up
     max_gap_s: float = 0.5  # a jump in stream time beyond this (or backwards) is not waited through
     velocity_limits: np.ndarray | None = None
     queue: deque[StreamFrame] = field(default_factory=deque)
@@ -49,9 +49,15 @@ class Timeline:
     last: StreamFrame | None = None  # the frame the current segment starts from (its target reached)
     catchup_steps: int = 0
     shift_s: float = 0.0  # added to every frame's stream time (gaps and jumps taken out)
+    interval_s: float = 0.0  # the stream's frame interval (the latest spacing of two valid frames)
+    _newest: float | None = None
 
     def push(self, frame: StreamFrame) -> None:
         frame.time_s += self.shift_s
+        if frame.q is not None:
+            if self._newest is not None and 0 < frame.time_s - self._newest < 0.25:
+                self.interval_s = frame.time_s - self._newest
+            self._newest = frame.time_s
         self.queue.append(frame)
 
     @property
@@ -125,7 +131,8 @@ class Timeline:
                 frame.time_s += shift
 
     def _speed(self) -> float:
-        if self.lag_s <= self.lag_target_s or self.max_speed <= 1.0:
+        # right after a frame arrives the newest is one interval ahead: that is on time, not lag
+        if self.lag_s <= self.interval_s + self.lag_target_s or self.max_speed <= 1.0:
             return 1.0
         speed = self.max_speed
         if self.velocity_limits is not None and self.queue and self.last is not None:

@@ -95,7 +95,10 @@ def run(args: Any) -> dict[str, Any]:
         from mocapline.core.bus import Bus
 
         bus = Bus(args.nats, "sim", lambda: {**asdict(counters), "pelvis_height": round(sim.pelvis_height, 4)}).start()
-    log.info("G1 (%s base) on DDS domain %d, %s clock", args.base, args.domain, args.clock)
+    from mocapline.core.udp import raise_priority
+
+    log.info("G1 (%s base) on DDS domain %d, %s clock; scheduling priority %s", args.base, args.domain, args.clock,
+             raise_priority())  # it stands in for the robot's real-time firmware
     started = time.monotonic()
     deadline = started + args.duration if args.duration else float("inf")
     next_tick = started
