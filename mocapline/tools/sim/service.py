@@ -20,6 +20,7 @@ from mocapline.core.lifecycle import add_service_arguments, setup_logging, stop_
 from mocapline.core.options import EnvArgumentParser, non_negative_int, positive_float
 
 log = logging.getLogger("mocapline.sim")
+MAX_CATCHUP_STEPS = 10
 
 
 def build_parser() -> EnvArgumentParser:
@@ -47,84 +48,110 @@ class SimCounters:
     commands_applied: int = 0
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     states_published: int = 0
-    overruns: int = 0  # realtime: steps that started more than a period late
+    overruns: int = 0  # realtime: wake-ups more than a period late (the missed steps then taken at once)
 
     def reject(self, reason: str) -> None:
         self.rejected_by_reason[reason] = self.rejected_by_reason.get(reason, 0) + 1
 
 
-def run(args: Any) -> dict[str, Any]:
-    from mocapline.robot.unitree.dds import DdsSettings, LowLevel
-    from mocapline.robot.unitree.lowlevel import LOW_CMD, LOW_STATE, LayoutError
-    from mocapline.tools.sim.physics import G1Physics
+class SimLoop:
+    """The sim's process loop: commands in, physics, states out (see the module docstring)."""
 
-    stop = stop_on_signals()
-    sim = G1Physics(args.base, mode_machine=args.mode_machine)
-    period = sim.model.opt.timestep
-    lockstep = args.clock == "lockstep"
-    dds = LowLevel(DdsSettings(args.domain, args.interface), depth=1024 if lockstep else 1)
-    commands, states = dds.command_reader(), dds.state_writer()
-    counters = SimCounters()
+    def __init__(self, args: Any) -> None:
+        from mocapline.robot.unitree.dds import DdsSettings, LowLevel
+        from mocapline.tools.sim.physics import G1Physics
 
-    def take_commands(limit: int) -> int:
-        taken = 0
-        for sample in commands.take(limit):
-            taken += 1
-            counters.commands_received += 1
+        self.sim = G1Physics(args.base, mode_machine=args.mode_machine)
+        self.period = self.sim.model.opt.timestep
+        self.lockstep = args.clock == "lockstep"
+        self.dds = LowLevel(DdsSettings(args.domain, args.interface), depth=1024 if self.lockstep else 1)
+        self.commands, self.states = self.dds.command_reader(), self.dds.state_writer()
+        self.counters = SimCounters()
+        self.next_tick = time.monotonic()
+
+    def counts(self) -> dict[str, Any]:
+        return {**asdict(self.counters), "pelvis_height": round(self.sim.pelvis_height, 4)}
+
+    def take_commands(self, limit: int) -> None:
+        from mocapline.robot.unitree.lowlevel import LOW_CMD, LayoutError
+
+        c = self.counters
+        for sample in self.commands.take(limit):
+            c.commands_received += 1
             try:
                 cmd = LOW_CMD.from_sample(sample)
             except LayoutError as exc:
-                counters.reject(exc.reason)
+                c.reject(exc.reason)
                 continue
-            if sim.apply(cmd):
-                counters.commands_applied += 1
+            if self.sim.apply(cmd):
+                c.commands_applied += 1
             else:
-                counters.reject("crc_or_non_finite")
-            if lockstep:
-                step_and_publish()
-        return taken
+                c.reject("crc_or_non_finite")
+            if self.lockstep:
+                self.step_and_publish()
 
-    def step_and_publish() -> None:
-        sim.step()
-        counters.steps += 1
-        states.write(LOW_STATE.sample(sim.state()))
-        counters.states_published += 1
+    def publish(self) -> None:
+        from mocapline.robot.unitree.lowlevel import LOW_STATE
 
+        self.states.write(LOW_STATE.sample(self.sim.state()))
+        self.counters.states_published += 1
+
+    def step_and_publish(self) -> None:
+        self.sim.step()
+        self.counters.steps += 1
+        self.publish()
+
+    def tick_lockstep(self) -> None:
+        if self.counters.commands_received == 0:
+            self.publish()  # the initial pose, until someone commands
+        if self.commands.wait(0.01 if self.counters.commands_received else 0.05):
+            self.take_commands(1024)
+
+    def tick_realtime(self) -> None:
+        """Physics keeps wall time: after a late wake-up the steps missed are taken (up to
+        MAX_CATCHUP_STEPS) with the newest command, as a robot's world does not wait for its
+        firmware; only the last state is published."""
+        self.take_commands(64)
+        due = min(MAX_CATCHUP_STEPS, max(1, int((time.monotonic() - self.next_tick) / self.period) + 1))
+        if due > 1:
+            self.counters.overruns += 1
+        for _ in range(due - 1):
+            self.sim.step()
+            self.counters.steps += 1
+        self.step_and_publish()
+        self.next_tick += due * self.period
+        now = time.monotonic()
+        if now - self.next_tick > MAX_CATCHUP_STEPS * self.period:
+            self.next_tick = now  # further behind than that: the sim's time slips (counted as overruns)
+        else:
+            time.sleep(max(0.0, self.next_tick - now))
+
+
+def run(args: Any) -> dict[str, Any]:
+    from mocapline.core.udp import raise_priority
+
+    stop = stop_on_signals()
+    loop = SimLoop(args)
     bus = None
     if args.nats:
         from mocapline.core.bus import Bus
 
-        bus = Bus(args.nats, "sim", lambda: {**asdict(counters), "pelvis_height": round(sim.pelvis_height, 4)}).start()
-    from mocapline.core.udp import raise_priority
-
+        bus = Bus(args.nats, "sim", loop.counts).start()
     log.info("G1 (%s base) on DDS domain %d, %s clock; scheduling priority %s", args.base, args.domain, args.clock,
              raise_priority())  # it stands in for the robot's real-time firmware
-    started = time.monotonic()
-    deadline = started + args.duration if args.duration else float("inf")
-    next_tick = started
+    deadline = time.monotonic() + args.duration if args.duration else float("inf")
+    loop.next_tick = time.monotonic()
     while not stop.is_set() and time.monotonic() < deadline:
-        if bus is not None and counters.states_published % 25 == 0:
-            answer_requests(bus, counters, stop)
-        if lockstep:
-            if counters.commands_received == 0:
-                states.write(LOW_STATE.sample(sim.state()))  # the initial pose, until someone commands
-                counters.states_published += 1
-            if commands.wait(0.01 if counters.commands_received else 0.05):
-                take_commands(1024)
-            continue
-        take_commands(64)
-        step_and_publish()
-        next_tick += period
-        now = time.monotonic()
-        if now - next_tick > period:
-            counters.overruns += 1
-            next_tick = now  # no burst of steps to catch up: a robot does not replay lost time
+        if bus is not None and loop.counters.states_published % 25 == 0:
+            answer_requests(bus, loop.counters, stop)
+        if loop.lockstep:
+            loop.tick_lockstep()
         else:
-            time.sleep(max(0.0, next_tick - now))
-    dds.close()
+            loop.tick_realtime()
+    loop.dds.close()
     if bus is not None:
         bus.stop()
-    return {**asdict(counters), "pelvis_height": round(sim.pelvis_height, 4)}
+    return loop.counts()
 
 
 def answer_requests(bus: Any, counters: SimCounters, stop: Any) -> None:
