@@ -62,11 +62,12 @@ class Timeline:
 
     @property
     def lag_s(self) -> float:
-        """Stream time queued ahead of the playback clock."""
-        valid = [f for f in self.queue if f.q is not None]
-        if not valid or self.clock is None:
+        """Stream time queued ahead of the playback clock (read by the heartbeat's thread too:
+        from two floats, never by walking the queue)."""
+        newest, clock = self._newest, self.clock
+        if newest is None or clock is None:
             return 0.0
-        return max(0.0, valid[-1].time_s - self.clock)
+        return max(0.0, newest - clock)
 
     def pending(self) -> int:
         return len(self.queue)
@@ -129,6 +130,8 @@ class Timeline:
             self.shift_s += shift
             for frame in self.queue:
                 frame.time_s += shift
+            if self._newest is not None:
+                self._newest += shift
 
     def _speed(self) -> float:
         # right after a frame arrives the newest is one interval ahead: that is on time, not lag
