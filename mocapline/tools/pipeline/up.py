@@ -190,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         print("mocapline up: --demo replays over UDP; with --transport tcp serve a take with "
               "`mocapline emit --tcp-listen PORT` and point --axis at it", file=sys.stderr)
         return 2
+    if args.robot and (args.plain or args.plain_output):
+        print("mocapline up: --robot needs the acknowledged fan-out of durable mode (without it the viewer and "
+              "the robot would share one PUSH's frames): drop --plain / --plain-output", file=sys.stderr)
+        return 2
     try:
         config = stack_config(args, viewer=not args.no_viewer, display=args.display, web_port=args.web_port,
                               plots_dir=args.plots_dir, **robot_options(args))
