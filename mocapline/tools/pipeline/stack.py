@@ -31,7 +31,8 @@ from mocapline.tools.pipeline.procs import (
     stop_all,
 )
 
-STAGES = ("capture", "retarget", "streamer", "viewer", "robot")
+STAGES = ("capture", "retarget", "streamer", "viewer")
+OPTIONAL_STAGES = ("robot",)  # after the viewer, where it runs (`--robot`)
 
 
 @dataclass
@@ -305,7 +306,8 @@ class Stack:
     def stage_names(self) -> list[str]:
         """The running stages in data order (retarget workers where retarget is)."""
         workers = [n for n in self.services if n.startswith("retarget.")]  # added ones too
-        names = [n for s in STAGES for n in ([s] if s != "retarget" or not self.config.retarget_workers else workers)]
+        names = [n for s in (*STAGES, *OPTIONAL_STAGES)
+                 for n in ([s] if s != "retarget" or not self.config.retarget_workers else workers)]
         return [n for n in names if n in self.services]
 
     def _start_nats(self) -> None:
