@@ -211,7 +211,7 @@ _HEARTBEAT_FIELDS: dict[str, dict[str, str]] = {
         "mocapline_link_frame_id_gaps_total": "frame_id_gaps",
     },
     "robot": {
-        "in": "robot_received", "out": "robot_applied", "pending": "robot_pending",
+        "in": "robot_received", "out": "robot_applied", "pending": "bridge_pending",
         "mocapline_robot_commands_total": "commands_sent",
         "mocapline_robot_deadline_misses_total": "deadline_misses",
         "mocapline_robot_stalls_total": "stalls",

@@ -216,7 +216,7 @@ def stage_rows(stages: dict[str, dict[str, Any]]) -> list[tuple[str, Any, Any, A
          sum((view.get("rejected_by_reason") or {}).values()) if view else None),
     ]
     if robot:
-        rows.append(("robot", robot.get("robot_received"), robot.get("robot_applied"), robot.get("robot_pending"),
+        rows.append(("robot", robot.get("robot_received"), robot.get("robot_applied"), robot.get("bridge_pending"),
                      sum((robot.get("rejected_by_reason") or {}).values())))
     return rows
 

@@ -262,7 +262,7 @@ class RobotLoop:
             self.estop_until = now + self.settings.estop_damp_s
 
     def heartbeat(self) -> dict[str, Any]:
-        return {**self.counters.as_dict(time.monotonic()), "robot_pending": self.controller.timeline.pending(),
+        return {**self.counters.as_dict(time.monotonic()), "bridge_pending": self.controller.timeline.pending(),
                 "lag_s": round(self.controller.timeline.lag_s, 4), "ended": self.ended}
 
     def reset(self) -> None:
