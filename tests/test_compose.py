@@ -33,7 +33,7 @@ from mocapline.tools.pipeline.procs import free_tcp_port  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_FILE = ROOT / ".env"
-PIPELINE = ("capture", "retarget", "streamer", "viewer", "auditor")
+PIPELINE = ("capture", "retarget", "streamer", "viewer", "auditor", "robot")
 # flags whose value is a ZeroMQ endpoint the service binds / connects (the retarget workers bind a
 # free port each and announce it in NATS, where the streamer's fan-in finds them)
 BIND_FLAGS = {"capture": "output", "streamer": "output"}
@@ -460,7 +460,7 @@ def test_healthchecks_probe_a_port_the_service_binds(services, parsed) -> None:
         if hc.get("disable"):
             assert name == "emitter", f"{name}: only the emitter (no port of its own) may go unchecked"
             continue
-        if name == "retarget":  # a worker has no port of its own to probe: it is asked over NATS
+        if name in ("retarget", "sim"):  # no port of its own to probe: asked over NATS
             continue
         url = health_url(svc)
         parts = urlsplit(url)

@@ -27,6 +27,7 @@ SERVICE_MODULES = {
     "streamer": "mocapline.services.streamer.service",
     "viewer": "mocapline.services.viewer.service",
     "auditor": "mocapline.services.auditor.service",
+    "robot": "mocapline.services.robot.service",
 }
 
 

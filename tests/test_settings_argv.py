@@ -8,8 +8,10 @@ import pytest
 from mocapline.services.auditor import service as auditor
 from mocapline.services.capture import service as capture
 from mocapline.services.retarget import service as retarget
+from mocapline.services.robot import service as robot
 from mocapline.services.streamer import service as streamer
 from mocapline.services.viewer import service as viewer
+from mocapline.tools.sim import service as sim
 
 STAGE = ["--nats=nats://127.0.0.1:4999", "--log-level=DEBUG", "--metrics-port=0", "--fsync=always",
          "--segment-mb=8.5", "--retain-mb=100", "--window=64"]
@@ -35,6 +37,14 @@ def auditor_settings(args: list[str]) -> auditor.AuditorSettings:
     return auditor.settings_from(auditor.AuditorSettings, auditor.build_parser().parse_args(args))
 
 
+def robot_settings(args: list[str]) -> robot.RobotSettings:
+    return robot.RobotSettings.from_args(robot.build_parser().parse_args(args))
+
+
+def sim_settings(args: list[str]) -> sim.SimSettings:
+    return sim.settings_from(sim.SimSettings, sim.build_parser().parse_args(args))
+
+
 CASES = [
     (capture_settings, []),
     (capture_settings, ["--source=xsens", "--ports", "9000", "9001", "--position-unit=auto", "--merge-window-ms=80",
@@ -54,6 +64,12 @@ CASES = [
                        "--idle-batch-ms=0", *STAGE]),
     (auditor_settings, []),
     (auditor_settings, ["--side-port=0", "--side-fd=7", "--sd-port=0", "--metrics-port=0", "--interval=0.5"]),
+    (robot_settings, []),
+    (robot_settings, ["--no-feed-forward", "--no-bias", "--joints=upper", "--rate=250", "--stall-ms=70",
+                      "--stall-damp-ms=1500", "--lag-target-ms=7", "--rest-after-end", "--domain=0",
+                      "--interface=enp3s0", "--performer=2", "--name=g1", *STAGE]),
+    (sim_settings, []),
+    (sim_settings, ["--base=fixed", "--clock=lockstep", "--duration=2.5", "--domain=7", "--interface=lo"]),
 ]
 
 
@@ -66,7 +82,8 @@ def test_parsing_to_argv_gives_the_same_settings(parse, args) -> None:
 def test_settings_at_their_defaults_render_no_flag(monkeypatch) -> None:
     for name in ("MOCAPLINE_METRICS_PORT", "MOCAPLINE_NATS"):
         monkeypatch.delenv(name, raising=False)
-    for kind in (retarget.RetargetSettings, streamer.StreamerSettings, viewer.ViewerSettings, auditor.AuditorSettings):
+    for kind in (retarget.RetargetSettings, streamer.StreamerSettings, viewer.ViewerSettings, auditor.AuditorSettings,
+                 robot.RobotSettings, sim.SimSettings):
         assert kind.defaults().to_argv() == [], kind
     # capture's ports follow from its source when none is given: they are always written out
     assert capture.CaptureSettings.defaults().to_argv() == ["--ports", "7014"]

@@ -10,10 +10,12 @@ import pytest
 from mocapline.services.auditor import service as auditor
 from mocapline.services.capture import service as capture
 from mocapline.services.retarget import service as retarget
+from mocapline.services.robot import service as robot
 from mocapline.services.streamer import service as streamer
 from mocapline.services.viewer import service as viewer
 from mocapline.tools.pipeline.plan import as_worker, plan
 from mocapline.tools.pipeline.stack import StackConfig
+from mocapline.tools.sim import service as sim
 
 PARSE = {
     "auditor": lambda a: auditor.settings_from(auditor.AuditorSettings, auditor.build_parser().parse_args(a)),
@@ -21,6 +23,8 @@ PARSE = {
     "retarget": lambda a: retarget.RetargetSettings.from_args(retarget.build_parser().parse_args(a)),
     "streamer": lambda a: streamer.StreamerSettings.from_args(streamer.build_parser().parse_args(a)),
     "viewer": lambda a: viewer.ViewerSettings.from_args(viewer.build_parser().parse_args(a)),
+    "robot": lambda a: robot.RobotSettings.from_args(robot.build_parser().parse_args(a)),
+    "sim": lambda a: sim.settings_from(sim.SimSettings, sim.build_parser().parse_args(a)),
 }
 
 
@@ -70,3 +74,15 @@ def test_over_tcp_capture_listens_only_on_the_side_path_when_merging() -> None:
     s = planned(StackConfig(transport="tcp", axis_port=7101, merge=True, side_port=7115, viewer=False))
     assert s["capture"].transport == "tcp" and s["capture"].axis == ("127.0.0.1", 7101)
     assert s["capture"].ports == [7115]
+
+
+def test_the_robot_end_drives_the_sim_on_the_configs_domain(tmp_path: Path) -> None:
+    config = StackConfig(output_port=9555, state_dir=tmp_path, robot="sim", robot_domain=42, robot_interface="lo",
+                         robot_args=["--no-bias", "--rate=250"])
+    s = planned(config)
+    assert list(s)[-2:] == ["sim", "robot"]
+    assert s["sim"].domain == 42 and s["sim"].interface == "lo" and s["sim"].base == "band"
+    r = s["robot"]
+    assert r.input == "tcp://127.0.0.1:9555" and r.domain == 42 and not r.control.bias and r.control.rate_hz == 250
+    assert r.stage.state_dir == tmp_path / "robot"
+    assert "sim" not in planned(StackConfig(robot="g1", robot_domain=0, robot_interface="eth0"))

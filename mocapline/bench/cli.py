@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "durability": ("mocapline.bench.durability", "crash safety's cost: reliable links and logs vs plain"),
     "viewer": ("mocapline.bench.viewer", "the viewer's CPU and RSS at 120 Hz, with no page and with one open"),
     "scale": ("mocapline.bench.scale", "retarget as 1, 2, 3 workers on 6 performers at 120 Hz: frames/s, p99"),
+    "robot": ("mocapline.bench.robot", "the robot bridge driving the sim: rate, latency, tracking"),
     "metrics": ("mocapline.bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
 }
 

@@ -7,7 +7,7 @@ between frames. When NATS is unreachable the client keeps retrying; frames keep 
 
 Subjects (docs/architecture.md): ``mocapline.heartbeat.<service>`` (1 Hz JSON counters),
 ``mocapline.performer.p<k>.<service>`` (performer k's part of them), ``mocapline.control.<service>``
-(request/reply JSON ``{"cmd": "status" | "reset" | "drain" | "shutdown"}``),
+(request/reply JSON ``{"cmd": "status" | "reset" | "drain" | "shutdown" | "estop"}``),
 ``mocapline.gaps.p<k>`` (capture's missing ranges of performer k), ``mocapline.verdict``.
 """
 
@@ -42,7 +42,7 @@ logging.getLogger("nats.aio.client").setLevel(logging.CRITICAL)
 
 PREFIX = "mocapline"
 DEFAULT_URL = "nats://127.0.0.1:4222"
-COMMANDS = ("status", "reset", "drain", "shutdown")
+COMMANDS = ("status", "reset", "drain", "shutdown", "estop")  # estop: the robot bridge only
 _BACKLOG = 1000
 
 

@@ -56,9 +56,10 @@ log = logging.getLogger(__name__)
 disable_created_metrics()
 
 PREFIX = "mocapline_"
-STAGES: tuple[str, ...] = ("capture", "retarget", "streamer", "viewer")
+STAGES: tuple[str, ...] = ("capture", "retarget", "streamer", "viewer", "robot")
 SERVICES: tuple[str, ...] = (*STAGES, "auditor")
-DEFAULT_PORTS: dict[str, int] = {"capture": 9101, "retarget": 9102, "streamer": 9103, "viewer": 9104, "auditor": 9105}
+DEFAULT_PORTS: dict[str, int] = {"capture": 9101, "retarget": 9102, "streamer": 9103, "viewer": 9104, "auditor": 9105,
+                                 "robot": 9107}  # 9106: the auditor's --sd-port
 DEFAULT_HOST = "0.0.0.0"  # scraped from another container / host, as exporters usually are
 DIRECTIONS = ("in", "out")
 SYNC_INTERVAL_S = 0.25
@@ -166,6 +167,16 @@ FAMILIES: tuple[Family, ...] = (
            "(sent; viewer: applied).", ("stage",), STAGES, STAGE_BUCKETS),
     Family("mocapline_end_to_end_seconds", "histogram",
            "Capture receive of the source datagram -> viewer apply (wall clocks).", (), ("viewer",), E2E_BUCKETS),
+    Family("mocapline_robot_commands_total", "counter", "LowCmd messages the robot bridge sent.",
+           services=("robot",)),
+    Family("mocapline_robot_deadline_misses_total", "counter",
+           "Control ticks of the robot bridge that started more than half a period late.", services=("robot",)),
+    Family("mocapline_robot_stalls_total", "counter",
+           "Times the stream ran dry while the robot tracked it (hold, then damping).", services=("robot",)),
+    Family("mocapline_robot_catchup_ticks_total", "counter",
+           "Commands played faster than 1x to make up lag behind the stream.", services=("robot",)),
+    Family("mocapline_robot_estops_total", "counter", "E-stops of the robot bridge (NATS, SIGINT, SIGTERM).",
+           services=("robot",)),
     Family("mocapline_unique_frames_conserved", "gauge",
            "The auditor's conservation verdict for the current take: 1 conserved, 0 not.", services=("auditor",)),
     Family("mocapline_missing_indices", "gauge",
@@ -199,6 +210,14 @@ _HEARTBEAT_FIELDS: dict[str, dict[str, str]] = {
         "in": "viewer_received", "out": "viewer_applied", "pending": "viewer_pending",
         "mocapline_link_frame_id_gaps_total": "frame_id_gaps",
     },
+    "robot": {
+        "in": "robot_received", "out": "robot_applied", "pending": "bridge_pending",
+        "mocapline_robot_commands_total": "commands_sent",
+        "mocapline_robot_deadline_misses_total": "deadline_misses",
+        "mocapline_robot_stalls_total": "stalls",
+        "mocapline_robot_catchup_ticks_total": "catchup_ticks",
+        "mocapline_robot_estops_total": "estops",
+    },
 }
 # Durable mode's counts, in the heartbeat's "durable" part (mocapline/core/durable.py snapshot()).
 _DURABLE_COUNTERS: dict[str, str] = {
@@ -215,7 +234,7 @@ _SOURCE_GAUGES: dict[str, str] = {"mocapline_source_connected": "tcp.connected"}
 # and how many performer label values there are at most (bounded cardinality).
 _PERFORMER_FIELDS: dict[str, str] = {
     "capture": "source_unique_frames", "retarget": "gmr_processed", "streamer": "zmq_sent",
-    "viewer": "viewer_applied",
+    "viewer": "viewer_applied", "robot": "robot_applied",
 }
 MAX_PERFORMER_LABELS = 16
 

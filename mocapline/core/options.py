@@ -42,7 +42,7 @@ class Flag:
 
     option: str
     default: Any  # the declared one, whatever the environment says
-    form: Literal["value", "list", "repeat", "switch"]
+    form: Literal["value", "list", "repeat", "switch", "off_switch"]  # off_switch: store_false
     convert: Callable[[str], Any] | None = None  # the flag's ``type``
 
 
@@ -60,11 +60,11 @@ class EnvArgumentParser(argparse.ArgumentParser):
             return super().add_argument(*names, **kwargs)
         var = env_name(long_flags[0])
         action = kwargs.get("action")
-        form: Literal["value", "list", "repeat", "switch"] = (
-            "switch" if action == "store_true" else "repeat" if action == "append"
-            else "list" if kwargs.get("nargs") in ("*", "+") else "value")
+        form: Literal["value", "list", "repeat", "switch", "off_switch"] = (
+            "switch" if action == "store_true" else "off_switch" if action == "store_false"
+            else "repeat" if action == "append" else "list" if kwargs.get("nargs") in ("*", "+") else "value")
         dest = kwargs.get("dest") or long_flags[0][2:].replace("-", "_")
-        self.flags[dest] = Flag(long_flags[0], kwargs.get("default", False if form == "switch" else None), form,
+        self.flags[dest] = Flag(long_flags[0], kwargs.get("default", _SWITCH_DEFAULTS.get(form)), form,
                                 kwargs.get("type"))
         raw = os.environ.get(var)
         if raw is not None:
@@ -75,6 +75,9 @@ class EnvArgumentParser(argparse.ArgumentParser):
         shown = "" if default in (None, argparse.SUPPRESS) or action == "store_true" else f", default {default}"
         kwargs["help"] = f"{kwargs.get('help', '')} [env {var}{shown}]".strip()
         return super().add_argument(*names, **kwargs)
+
+
+_SWITCH_DEFAULTS: dict[str, bool] = {"switch": False, "off_switch": True}
 
 
 def _from_env(var: str, raw: str, action: str | None, kwargs: dict[str, Any]) -> Any:
@@ -155,6 +158,8 @@ def argv(parser: EnvArgumentParser, values: Mapping[str, Any]) -> list[str]:
             continue
         if flag.form == "switch":
             out += [flag.option] if value else []
+        elif flag.form == "off_switch":
+            out += [] if value else [flag.option]
         elif flag.form == "list":
             out += [flag.option, *map(_text, value)] if value is not None else []
         elif flag.form == "repeat":

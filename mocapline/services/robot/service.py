@@ -1,0 +1,362 @@
+"""`mocapline robot`: a named, acknowledging consumer of the robot port that drives a Unitree G1
+through its low-level DDS interface (LowCmd on rt/lowcmd at ``--rate``, LowState from
+rt/lowstate), safely. The control law and safety states are in ``controller.py``, the playback
+of the stream in ``timeline.py``; docs/robot.md describes both.
+
+In durable mode a frame counts as processed (its position stored, then acknowledged) only once
+its target reached a command (or, rejected, once every frame before it did): a kill -9 loses
+nothing, and the restarted bridge ramps from the measured pose into the frames after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zmq
+
+from mocapline.core import durable
+from mocapline.core.frames import FrameFieldError, ProtobufDecodeError, parse_mocap_frame
+from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS
+from mocapline.core.options import (
+    EnvArgumentParser,
+    argv,
+    declared_defaults,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    settings_from,
+)
+from mocapline.core.stage import Links, Stage, StageError, StageSettings, add_stage_arguments
+from mocapline.core.transport import Received, add_curve_client_options, client_link
+from mocapline.core.udp import raise_priority
+from mocapline.services.robot.controller import Command, Controller, ControlSettings, Measured
+from mocapline.services.robot.counters import RobotCounters
+from mocapline.services.robot.timeline import StreamFrame
+
+log = logging.getLogger("mocapline.robot")
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="mocapline robot", description=__doc__)
+    p.add_argument("--input", default="tcp://127.0.0.1:5555", help="the streamer's robot port")
+    p.add_argument("--name", default="robot", help="durable mode: this consumer's name at the streamer")
+    p.add_argument("--performer", type=non_negative_int, default=None,
+                   help="the performer (avatar_index) this robot follows; default: the first one seen")
+    p.add_argument("--domain", type=non_negative_int, default=1,
+                   help="DDS domain id: 0 a real G1, 1 Unitree's simulator and `mocapline sim`")
+    p.add_argument("--interface", default="",
+                   help="network interface for DDS (the one wired to the G1, e.g. enp3s0); lo = loopback only")
+    p.add_argument("--rate", type=positive_float, default=500.0, help="LowCmd per second")
+    p.add_argument("--joints", choices=("all", "upper"), default="all",
+                   help="upper: waist and arms from the stream, legs held at a stand pose (gantry / locomotion)")
+    p.add_argument("--no-feed-forward", dest="feed_forward", action="store_false",
+                   help="send no joint velocity feed-forward (dq = 0)")
+    p.add_argument("--no-bias", dest="bias", action="store_false",
+                   help="send no gravity/bias torque from the G1 model (tau = 0)")
+    p.add_argument("--stall-ms", type=positive_float, default=100.0,
+                   help="no frame to play for this long while tracking: a stall (hold the last target)")
+    p.add_argument("--stall-damp-ms", type=positive_float, default=1000.0,
+                   help="holding this long: damping (kp 0, kd > 0) until frames resume (then ramp back in)")
+    p.add_argument("--ramp-speed", type=positive_float, default=1.0,
+                   help="rad/s of the largest joint move while ramping in (start, after damping) or to rest")
+    p.add_argument("--range-margin", type=non_negative_float, default=0.05,
+                   help="rad kept from each joint's end stops")
+    p.add_argument("--max-speed", type=positive_float, default=1.25,
+                   help="fastest playback while catching up with the stream (1 = never faster)")
+    p.add_argument("--lag-target-ms", type=non_negative_float, default=5.0,
+                   help="stream time queued ahead of the playback, beyond one frame interval, from which it "
+                        "plays faster (up to --max-speed)")
+    p.add_argument("--damping-kd", type=positive_float, default=2.0, help="kd while damping (kp 0)")
+    p.add_argument("--rest-after-end", action="store_true",
+                   help="END_OF_STREAM: ramp to the rest pose (arms down) instead of holding the last target")
+    p.add_argument("--estop-damp-s", type=non_negative_float, default=0.5,
+                   help="an e-stop (NATS `estop`, SIGINT, SIGTERM) damps this long, then the process exits")
+    add_curve_client_options(p)
+    add_stage_arguments(p, "robot", nats_help="NATS server for heartbeats and control (`estop` stops the robot)")
+    return p
+
+
+@dataclass(frozen=True)
+class RobotSettings:
+    input: str
+    name: str
+    performer: int | None
+    domain: int
+    interface: str
+    range_margin: float
+    estop_damp_s: float
+    curve_client_key: str
+    curve_server_public: str
+    control: ControlSettings
+    stage: StageSettings
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RobotSettings:
+        control = ControlSettings(rate_hz=args.rate, joints=args.joints, feed_forward=args.feed_forward,
+                                  bias=args.bias, stall_s=args.stall_ms / 1000, stall_damp_s=args.stall_damp_ms / 1000,
+                                  ramp_speed=args.ramp_speed, damping_kd=args.damping_kd,
+                                  rest_after_end=args.rest_after_end, max_speed=args.max_speed,
+                                  lag_target_s=args.lag_target_ms / 1000)
+        return settings_from(cls, args, control=control, stage=StageSettings.from_args(args))
+
+    @classmethod
+    def defaults(cls) -> RobotSettings:
+        """The settings of ``mocapline robot`` with no flag (and no ``MOCAPLINE_*`` variable)."""
+        return cls.from_args(declared_defaults(build_parser()))
+
+    def to_argv(self) -> list[str]:
+        """The flags that give these settings (those not at their default)."""
+        parser, c = build_parser(), self.control
+        values = {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("control", "stage")}
+        values |= {"rate": c.rate_hz, "joints": c.joints, "feed_forward": c.feed_forward, "bias": c.bias,
+                   "stall_ms": _ms(c.stall_s), "stall_damp_ms": _ms(c.stall_damp_s), "ramp_speed": c.ramp_speed,
+                   "damping_kd": c.damping_kd, "rest_after_end": c.rest_after_end, "max_speed": c.max_speed,
+                   "lag_target_ms": _ms(c.lag_target_s)}
+        return argv(parser, values) + self.stage.to_argv(parser)
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 6)
+
+
+class RobotLoop:
+    """The stage handler: one control tick per ``step``."""
+
+    def __init__(self, settings: RobotSettings, links: Links, controller: Controller, counters: RobotCounters,
+                 dds: Any) -> None:
+        from mocapline.robot.unitree.lowlevel import LOW_CMD
+
+        self.settings = settings
+        self.links = links
+        self.controller = controller
+        self.counters = counters
+        self.commands = dds.command_writer()
+        self.states = dds.state_reader()
+        self.dds = dds
+        self.period = 1.0 / settings.control.rate_hz
+        self.cmd = LOW_CMD.new()
+        self.cmd["motor_cmd"]["mode"][:G1_JOINT_COUNT] = 1
+        self.mode_machine = 0
+        self.next_tick = time.monotonic()
+        self.last_tick: float | None = None
+        self.performer = settings.performer
+        self.done_upto = -1  # durable: the last input frame_id processed (applied, or passed over)
+        self.estop_until: float | None = None
+        self.ended = False
+        rx = links.durable.rx if links.durable is not None else None
+        if rx is not None:
+            self.done_upto = rx.last
+            rx.ack_cap = lambda: self.done_upto
+
+    # --- inputs ---
+
+    def _read_state(self) -> None:
+        from mocapline.robot.unitree.lowlevel import LOW_STATE, LayoutError
+
+        newest = None
+        for sample in self.states.take(64):
+            try:
+                state = LOW_STATE.from_sample(sample)
+            except LayoutError as exc:
+                self.counters.lowstate_rejected[exc.reason] += 1
+                continue
+            if not LOW_STATE.crc_ok(state):
+                self.counters.lowstate_rejected["crc_mismatch"] += 1
+                continue
+            motors = state["motor_state"][:G1_JOINT_COUNT]
+            q, dq = motors["q"].astype(np.float64), motors["dq"].astype(np.float64)
+            if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq))):
+                self.counters.lowstate_rejected["non_finite"] += 1
+                continue
+            self.counters.lowstate_received += 1
+            newest = (state, q, dq)
+        if newest is not None:
+            state, q, dq = newest
+            self.mode_machine = int(state["mode_machine"])
+            self.controller.on_state(Measured(q, dq, state["imu_state"]["quaternion"].astype(np.float64)))
+
+    def _take_frames(self) -> None:
+        rx = self.links.rx
+        for _ in range(256):  # what is waiting, bounded
+            msg = rx.recv(timeout_ms=0)
+            if msg is None:
+                return
+            self._frame(msg)
+
+    def _frame(self, msg: Received) -> None:
+        frame_id = msg.header.frame_id
+        if msg.header.message_type is MessageType.END_OF_STREAM:
+            self.controller.timeline.push(StreamFrame(frame_id, 0.0, None, None, end=True))
+            return
+        try:
+            m = parse_mocap_frame(msg.payload)
+        except (FrameFieldError, ProtobufDecodeError) as exc:
+            self._reject(frame_id, exc.reason)
+            return
+        if self.performer is None:
+            self.performer = m.avatar_index
+        if m.avatar_index != self.performer:
+            self.controller.timeline.push(StreamFrame(frame_id, 0.0, None, None, other=True))
+            return
+        q = np.array(m.joint_pos, dtype=np.float64)
+        dq = np.array(m.joint_vel, dtype=np.float64)
+        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq)) and math.isfinite(m.source_time_s)):
+            self._reject(frame_id, "non_finite")
+            return
+        self.counters.robot_received += 1
+        self.controller.on_frame(StreamFrame(frame_id, m.source_time_s, q, dq, m.capture_timestamp_us,
+                                             m.posture_index, time.time_ns()))
+
+    def _reject(self, frame_id: int, reason: str) -> None:
+        self.counters.rejected[reason] += 1
+        self.controller.timeline.push(StreamFrame(frame_id, 0.0, None, None))
+
+    # --- the tick ---
+
+    def step(self) -> bool:
+        now = time.monotonic()
+        if now < self.next_tick:
+            time.sleep(self.next_tick - now)
+            now = time.monotonic()
+        late = now - self.next_tick
+        if late > self.period / 2:
+            self.counters.deadline_misses += 1
+        self.next_tick = max(self.next_tick + self.period, now - self.period)  # no burst after a long miss
+        # The stream plays on wall time (a late tick does not slow it down; the lag it would build
+        # is not made up at 1.25x); a frozen process resumes at most 0.1 s further on.
+        dt = self.period if self.last_tick is None else min(now - self.last_tick, 0.1)
+        if self.last_tick is not None:
+            self.counters.periods_s.append(now - self.last_tick)
+        self.last_tick = now
+        self._read_state()
+        if self.controller.state != "estop":
+            self._take_frames()
+        command = self.controller.tick(now, dt)
+        if command is not None:
+            self._send(command, now)
+        return self.estop_until is None or now < self.estop_until
+
+    def _send(self, command: Command, now: float) -> None:
+        from mocapline.robot.unitree.lowlevel import LOW_CMD
+
+        motors = self.cmd["motor_cmd"][:G1_JOINT_COUNT]
+        motors["q"], motors["dq"], motors["tau"] = command.q, command.dq, command.tau
+        motors["kp"], motors["kd"] = command.kp, command.kd
+        self.cmd["mode_machine"] = self.mode_machine
+        LOW_CMD.seal(self.cmd)
+        self.commands.write(LOW_CMD.sample(self.cmd))
+        c = self.counters
+        c.commands_sent += 1
+        c.sent_at.append(now)
+        if c.first_sent_at is None:
+            c.first_sent_at = now
+        c.last_sent_at = now
+        now_us = time.time_ns() // 1000
+        for frame in command.started:
+            if frame.q is not None and frame.capture_us:
+                c.latencies_s.append((now_us - frame.capture_us) / 1e6)
+        for frame in command.reached:
+            if frame.end:
+                self.controller.on_end()
+                self.ended = True
+            elif frame.q is not None:
+                c.robot_applied += 1
+                c.last_posture_index = frame.posture_index
+                self.ended = False
+            self.done_upto = frame.frame_id
+            self.links.done(frame.frame_id, c.durable_state())
+
+    # --- the stage's other duties ---
+
+    def estop(self, reason: str) -> None:
+        now = time.monotonic()
+        self.controller.estop(reason, now)
+        if self.estop_until is None:
+            self.estop_until = now + self.settings.estop_damp_s
+
+    def heartbeat(self) -> dict[str, Any]:
+        return {**self.counters.as_dict(time.monotonic()), "bridge_pending": self.controller.timeline.pending(),
+                "lag_s": round(self.controller.timeline.lag_s, 4), "ended": self.ended}
+
+    def reset(self) -> None:
+        keep = self.counters.clamps
+        keep.clear()
+        fresh = RobotCounters(state=self.counters.state)
+        self.counters.__dict__.update(fresh.__dict__)
+        self.counters.clamps = keep
+        self.links.remember(self.counters.durable_state())
+
+    def begin_drain(self, args: dict[str, Any]) -> None:
+        pass
+
+    def drained(self) -> bool:
+        return self.controller.timeline.pending() == 0
+
+    def finish(self) -> None:
+        """Whatever ends the run, the robot is left damped: ``estop_damp_s`` of damping commands."""
+        self.estop("exit")
+        assert self.estop_until is not None
+        for _ in range(int(self.settings.estop_damp_s * self.settings.control.rate_hz) + 1):
+            if time.monotonic() >= self.estop_until:
+                break
+            self.step()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        settings = RobotSettings.from_args(build_parser().parse_args(argv))
+    except ValueError as exc:
+        print(f"mocapline robot: {exc}", file=sys.stderr)
+        return 2
+    try:
+        from mocapline.robot.unitree.dds import DdsSettings, LowLevel
+    except ImportError:
+        print("mocapline robot: needs Cyclone DDS 0.10 (pip install -e '.[robot]', see README: The robot end)",
+              file=sys.stderr)
+        return 2
+    from mocapline.robot.g1 import G1_JOINT_NAMES, joint_ranges, load_ik_model
+    from mocapline.robot.unitree.g1 import VELOCITY_LIMITS
+    from mocapline.services.robot.bias import BiasTorque
+    from mocapline.services.robot.safety import Limits, SafetyFilter
+
+    model = load_ik_model()
+    torque = np.array([model.jnt_actfrcrange[model.joint(n).id][1] for n in G1_JOINT_NAMES])
+    limits = Limits.with_margin(joint_ranges(model), VELOCITY_LIMITS, torque, settings.range_margin)
+    counters = RobotCounters()
+    reasons = (*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite")
+    with Stage("robot", settings.stage, reasons=reasons) as stage:
+        try:
+            links = stage.open_links(
+                input=durable.LinkSpec(settings.input, MessageType.MOTION_FRAME, G1_JOINT_COUNT, kind="fanout",
+                                       name=settings.name, curve_client_key=settings.curve_client_key,
+                                       curve_server_public=settings.curve_server_public),
+                plain_input=lambda ctx: client_link(ctx, zmq.PULL, settings.input,
+                                                    curve_client_key=settings.curve_client_key,
+                                                    curve_server_public=settings.curve_server_public),
+            )
+        except StageError as exc:
+            return stage.fail(str(exc))
+        links.rx.rejects = counters.rejected
+        if links.durable is not None and links.durable.restored is not None:
+            counters.restore(links.durable.restored)
+        controller = Controller(settings.control, SafetyFilter(limits), counters, BiasTorque())
+        dds = LowLevel(DdsSettings(settings.domain, settings.interface))
+        stage.exits.callback(dds.close)
+        loop = RobotLoop(settings, links, controller, counters, dds)
+        # a command every 2 ms: the bridge asks to be scheduled before the pipeline's batch work
+        log.info("scheduling priority %s", raise_priority())
+        log.info("driving the G1 on DDS domain %d (%s) at %.0f Hz, joints %s", settings.domain,
+                 settings.interface or "default interface", settings.control.rate_hz, settings.control.joints)
+        return stage.run(loop)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""`mocapline sim`: a simulated G1 on Unitree's low-level DDS interface (LowCmd in on rt/lowcmd,
+LowState out on rt/lowstate), the physics of ``physics.py``.
+
+``--clock realtime`` (default) steps the physics every 2 ms of wall time with the newest valid
+LowCmd, as a robot does. ``--clock lockstep`` steps once per LowCmd received (every command,
+none skipped; the initial state is published until the first arrives): the run is then a
+function of the command sequence alone, which the tests use.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mocapline.core.lifecycle import add_service_arguments, setup_logging, stop_on_signals
+from mocapline.core.options import (
+    EnvArgumentParser,
+    argv,
+    declared_defaults,
+    non_negative_int,
+    positive_float,
+    settings_from,
+)
+
+log = logging.getLogger("mocapline.sim")
+MAX_CATCHUP_STEPS = 10
+
+
+def build_parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="mocapline sim", description=__doc__)
+    p.add_argument("--domain", type=non_negative_int, default=1,
+                   help="DDS domain id (Unitree's simulator uses 1, a real G1 0)")
+    p.add_argument("--interface", default="",
+                   help="network interface for DDS: lo = loopback only; empty = Cyclone's choice")
+    p.add_argument("--base", choices=("band", "fixed", "free"), default="band",
+                   help="band: pelvis on a spring 3 m up (k 200, d 100); fixed: pelvis welded 1 m up; "
+                        "free: on the floor")
+    p.add_argument("--clock", choices=("realtime", "lockstep"), default="realtime",
+                   help="realtime: a step every 2 ms with the newest command; lockstep: a step per command")
+    p.add_argument("--mode-machine", type=non_negative_int, default=5,
+                   help="the robot type reported in LowState (the bridge copies it into LowCmd)")
+    p.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
+    add_service_arguments(p, nats_help="NATS server for its heartbeat and status (empty: none)")
+    return p
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """``mocapline sim``'s flags as typed settings (how `up --robot sim` plans the process)."""
+
+    domain: int
+    interface: str
+    base: str
+    clock: str
+    mode_machine: int
+    duration: float | None
+    nats: str
+    log_level: str
+
+    @classmethod
+    def defaults(cls) -> SimSettings:
+        return settings_from(cls, declared_defaults(build_parser()))
+
+    def to_argv(self) -> list[str]:
+        """The flags that give these settings (those not at their default)."""
+        return argv(build_parser(), {f: getattr(self, f) for f in self.__dataclass_fields__})
+
+
+@dataclass
+class SimCounters:
+    steps: int = 0
+    commands_received: int = 0
+    commands_applied: int = 0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    states_published: int = 0
+    overruns: int = 0  # realtime: wake-ups more than a period late (the missed steps then taken at once)
+
+    def reject(self, reason: str) -> None:
+        self.rejected_by_reason[reason] = self.rejected_by_reason.get(reason, 0) + 1
+
+
+class SimLoop:
+    """The sim's process loop: commands in, physics, states out (see the module docstring)."""
+
+    def __init__(self, args: Any) -> None:
+        from mocapline.robot.unitree.dds import DdsSettings, LowLevel
+        from mocapline.tools.sim.physics import G1Physics
+
+        self.sim = G1Physics(args.base, mode_machine=args.mode_machine)
+        self.period = self.sim.model.opt.timestep
+        self.lockstep = args.clock == "lockstep"
+        self.dds = LowLevel(DdsSettings(args.domain, args.interface), depth=1024 if self.lockstep else 1)
+        self.commands, self.states = self.dds.command_reader(), self.dds.state_writer()
+        self.counters = SimCounters()
+        self.next_tick = time.monotonic()
+
+    def counts(self) -> dict[str, Any]:
+        return {**asdict(self.counters), "pelvis_height": round(self.sim.pelvis_height, 4)}
+
+    def take_commands(self, limit: int) -> None:
+        from mocapline.robot.unitree.lowlevel import LOW_CMD, LayoutError
+
+        c = self.counters
+        for sample in self.commands.take(limit):
+            c.commands_received += 1
+            try:
+                cmd = LOW_CMD.from_sample(sample)
+            except LayoutError as exc:
+                c.reject(exc.reason)
+                continue
+            if self.sim.apply(cmd):
+                c.commands_applied += 1
+            else:
+                c.reject("crc_or_non_finite")
+            if self.lockstep:
+                self.step_and_publish()
+
+    def publish(self) -> None:
+        from mocapline.robot.unitree.lowlevel import LOW_STATE
+
+        self.states.write(LOW_STATE.sample(self.sim.state()))
+        self.counters.states_published += 1
+
+    def step_and_publish(self) -> None:
+        self.sim.step()
+        self.counters.steps += 1
+        self.publish()
+
+    def tick_lockstep(self) -> None:
+        if self.counters.commands_received == 0:
+            self.publish()  # the initial pose, until someone commands
+        if self.commands.wait(0.01 if self.counters.commands_received else 0.05):
+            self.take_commands(1024)
+
+    def tick_realtime(self) -> None:
+        """Physics keeps wall time: after a late wake-up the steps missed are taken (up to
+        MAX_CATCHUP_STEPS) with the newest command, as a robot's world does not wait for its
+        firmware; only the last state is published."""
+        self.take_commands(64)
+        due = min(MAX_CATCHUP_STEPS, max(1, int((time.monotonic() - self.next_tick) / self.period) + 1))
+        if due > 1:
+            self.counters.overruns += 1
+        for _ in range(due - 1):
+            self.sim.step()
+            self.counters.steps += 1
+        self.step_and_publish()
+        self.next_tick += due * self.period
+        now = time.monotonic()
+        if now - self.next_tick > MAX_CATCHUP_STEPS * self.period:
+            self.next_tick = now  # further behind than that: the sim's time slips (counted as overruns)
+        else:
+            time.sleep(max(0.0, self.next_tick - now))
+
+
+def run(args: Any) -> dict[str, Any]:
+    from mocapline.core.udp import raise_priority
+
+    stop = stop_on_signals()
+    loop = SimLoop(args)
+    bus = None
+    if args.nats:
+        from mocapline.core.bus import Bus
+
+        bus = Bus(args.nats, "sim", loop.counts).start()
+    log.info("G1 (%s base) on DDS domain %d, %s clock; scheduling priority %s", args.base, args.domain, args.clock,
+             raise_priority())  # it stands in for the robot's real-time firmware
+    deadline = time.monotonic() + args.duration if args.duration else float("inf")
+    loop.next_tick = time.monotonic()
+    while not stop.is_set() and time.monotonic() < deadline:
+        if bus is not None and loop.counters.states_published % 25 == 0:
+            answer_requests(bus, loop.counters, stop)
+        if loop.lockstep:
+            loop.tick_lockstep()
+        else:
+            loop.tick_realtime()
+    loop.dds.close()
+    if bus is not None:
+        bus.stop()
+    return loop.counts()
+
+
+def answer_requests(bus: Any, counters: SimCounters, stop: Any) -> None:
+    """status (and the pipeline's drain and reset) answered with the counts; shutdown stops."""
+    for req in bus.poll_requests():
+        if req.cmd == "shutdown":
+            stop.set()
+        req.answer(asdict(counters))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        import cyclonedds  # noqa: F401
+    except ImportError:
+        print("mocapline sim: needs Cyclone DDS 0.10 (pip install -e '.[robot]', see README: The robot end)",
+              file=sys.stderr)
+        return 2
+    print(json.dumps(run(args)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

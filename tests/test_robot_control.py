@@ -1,0 +1,156 @@
+"""The bridge's parts without I/O: the timeline's playback (every frame, in order, catch-up within
+bounds), the safety filter, the controller's states; and the sim's physics (motor law, torque
+limits, determinism)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mocapline.robot.g1 import joint_ranges, load_ik_model
+from mocapline.robot.unitree.g1 import KD, KP, STAND, VELOCITY_LIMITS
+from mocapline.robot.unitree.lowlevel import LOW_CMD
+from mocapline.services.robot.controller import Controller, ControlSettings, Measured
+from mocapline.services.robot.counters import RobotCounters
+from mocapline.services.robot.safety import Limits, SafetyFilter
+from mocapline.services.robot.timeline import StreamFrame, Timeline
+
+TORQUE = np.full(29, 25.0)
+
+
+def _limits(margin: float = 0.05) -> Limits:
+    return Limits.with_margin(joint_ranges(load_ik_model()), VELOCITY_LIMITS, TORQUE, margin)
+
+
+def _frame(i: int, value: float, rate: float = 50.0) -> StreamFrame:
+    return StreamFrame(i, i / rate, np.full(29, value), np.zeros(29))
+
+
+def test_the_timeline_reaches_every_frame_in_order_and_interpolates_between() -> None:
+    tl = Timeline(max_speed=1.0)
+    for i in range(5):
+        tl.push(_frame(i, 0.1 * i))
+    reached, qs = [], []
+    for _ in range(60):
+        step = tl.step(0.002)
+        assert step is not None
+        reached += [f.frame_id for f in step.reached]
+        qs.append(step.q[0])
+    assert reached == [0, 1, 2, 3, 4]
+    assert np.all(np.diff(qs) >= -1e-12) and qs[-1] == pytest.approx(0.4)
+    assert qs[5] == pytest.approx(0.1 * 6 * 0.002 / 0.02, rel=1e-6)  # linear in time: 12 ms of 20
+
+
+def test_rejected_and_end_frames_pass_in_order_without_a_target() -> None:
+    tl = Timeline()
+    tl.push(_frame(0, 0.0))
+    tl.push(StreamFrame(1, 0.0, None, None))
+    tl.push(_frame(2, 0.2))
+    tl.push(StreamFrame(3, 0.0, None, None, end=True))
+    order = []
+    for _ in range(40):
+        step = tl.step(0.002)
+        assert step is not None and np.all(np.isfinite(step.q))
+        order += [f.frame_id for f in step.reached]
+    assert order == [0, 1, 2, 3]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(10, 200), st.floats(1.0, 2.0))
+def test_catch_up_never_exceeds_its_bound(backlog: int, max_speed: float) -> None:
+    tl = Timeline(max_speed=max_speed, velocity_limits=VELOCITY_LIMITS)
+    for i in range(backlog):
+        tl.push(_frame(i, 0.01 * np.sin(i)))
+    seen = []
+    for _ in range(backlog * 20):
+        step = tl.step(0.002)
+        assert step is not None and 1.0 <= step.speed <= max_speed
+        seen += [f.frame_id for f in step.reached]
+    assert seen == list(range(backlog))
+    if max_speed > 1.0 and backlog * 0.02 > 2 * (0.02 + tl.lag_target_s):
+        assert tl.catchup_steps > 0
+
+
+def test_the_safety_filter_clamps_range_velocity_torque_and_non_finite() -> None:
+    safety = SafetyFilter(_limits())
+    prev = STAND.copy()
+    wild = STAND.copy()
+    wild[15] = 10.0  # far past the shoulder's stop
+    wild[16] = float("nan")
+    q = safety.target(wild, prev, 0.002)
+    assert np.all(np.isfinite(q))
+    assert np.all(np.abs(q - prev) <= VELOCITY_LIMITS * 0.002 + 1e-12)
+    assert safety.clamps["range"] == 1 and safety.clamps["velocity"] == 1 and safety.clamps["non_finite"] == 1
+    assert np.all(np.abs(safety.torque(np.full(29, 100.0))) <= TORQUE) and safety.clamps["torque"] == 1
+
+
+def test_the_controller_waits_damped_ramps_in_from_the_measured_pose_and_holds_on_a_stall() -> None:
+    counters = RobotCounters()
+    ctl = Controller(ControlSettings(bias=False, stall_s=0.05, stall_damp_s=0.1, min_ramp_s=0.1),
+                     SafetyFilter(_limits()), counters)
+    measured = STAND.copy()
+    measured[15] = -0.5
+    ctl.on_state(Measured(measured, np.zeros(29), np.array([1.0, 0, 0, 0])))
+    cmd = ctl.tick(0.0, 0.002)
+    assert cmd is not None and ctl.state == "waiting" and np.all(cmd.kp == 0) and np.all(cmd.kd > 0)
+    target = STAND.copy()
+    for i in range(10):
+        ctl.on_frame(StreamFrame(i, i / 50, target.copy(), np.zeros(29)))
+    cmd = ctl.tick(0.002, 0.002)
+    assert ctl.state == "ramp_in" and cmd is not None
+    assert np.allclose(cmd.q, measured, atol=1e-3)  # the ramp begins where the robot is
+    assert np.array_equal(cmd.kp, KP) and np.array_equal(cmd.kd, KD)
+    now = 0.002
+    states = []
+    for _ in range(400):
+        now += 0.002
+        cmd = ctl.tick(now, 0.002)
+        states.append(ctl.state)
+    assert "tracking" in states and "holding" in states and states[-1] == "damping"
+    assert counters.stalls == 1 and counters.robot_applied == 0  # applied is the service's count
+    assert counters.transitions["holding->damping"] == 1
+
+
+def _command(q: np.ndarray) -> np.ndarray:
+    cmd = LOW_CMD.new()
+    m = cmd["motor_cmd"][:29]
+    m["mode"], m["q"], m["kp"], m["kd"] = 1, q, KP, KD
+    LOW_CMD.seal(cmd)
+    return cmd
+
+
+def test_the_sim_is_deterministic_and_clips_torques_to_the_model_limits() -> None:
+    from mocapline.tools.sim.physics import G1Physics
+
+    runs = []
+    for _ in range(2):
+        sim = G1Physics("band")
+        states = []
+        for k in range(200):
+            q = STAND.copy()
+            q[15] = -0.5 * np.sin(k / 50)
+            assert sim.apply(_command(q))
+            sim.step()
+            states.append(sim.state().tobytes())
+        runs.append(states)
+    assert runs[0] == runs[1]
+    sim = G1Physics("fixed")
+    far = STAND.copy()
+    far[:] = 2.0
+    sim.apply(_command(far))
+    assert np.all(np.abs(sim.torques()) <= sim.torque_limit + 1e-9)
+    bad = _command(STAND)
+    bad["motor_cmd"]["q"][3] += 0.5  # after sealing: the CRC no longer matches
+    assert not sim.apply(bad)
+
+
+def test_the_band_holds_the_g1_up() -> None:
+    from mocapline.tools.sim.physics import G1Physics
+
+    sim = G1Physics("band")
+    sim.apply(_command(STAND))
+    for _ in range(1000):
+        sim.step()
+    assert 1.0 < sim.pelvis_height < 1.6
