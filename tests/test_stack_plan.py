@@ -86,3 +86,9 @@ def test_the_robot_end_drives_the_sim_on_the_configs_domain(tmp_path: Path) -> N
     assert r.input == "tcp://127.0.0.1:9555" and r.domain == 42 and not r.control.bias and r.control.rate_hz == 250
     assert r.stage.state_dir == tmp_path / "robot"
     assert "sim" not in planned(StackConfig(robot="g1", robot_domain=0, robot_interface="eth0"))
+
+
+def test_the_robots_extra_flags_do_not_pick_up_this_processs_environment(monkeypatch) -> None:
+    monkeypatch.setenv("MOCAPLINE_NATS", "")  # as the test suite runs: no NATS in this process
+    robot_argv = [p for p in plan(StackConfig(robot="g1", robot_args=["--no-bias"]), {}, [])][-1].settings.to_argv()
+    assert not any(a.startswith("--nats") for a in robot_argv) and "--no-bias" in robot_argv

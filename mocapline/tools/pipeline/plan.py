@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mocapline.core.modes import Display, Source, Transport
+from mocapline.core.options import declared_defaults
 from mocapline.core.segmentlog import Fsync
 from mocapline.tools.pipeline.procs import free_tcp_port, free_udp_port
 
@@ -156,7 +157,8 @@ def robot_end(c: StackConfig) -> list[Planned]:
     if c.robot == "sim":
         out.append(Planned("sim", replace(SimSettings.defaults(), domain=c.robot_domain, interface=c.robot_interface,
                                           base="band")))
-    robot = RobotSettings.from_args(robot_parser().parse_args(c.robot_args))
+    parser = robot_parser()  # the extra flags over the declared defaults, not this process's MOCAPLINE_* variables
+    robot = RobotSettings.from_args(parser.parse_args(c.robot_args, namespace=declared_defaults(parser)))
     out.append(Planned("robot", replace(
         robot, input=f"tcp://127.0.0.1:{c.output_port}", domain=c.robot_domain, interface=c.robot_interface,
         stage=stage_settings(c, "robot", robot.stage))))
