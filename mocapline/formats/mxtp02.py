@@ -231,6 +231,7 @@ class MxtpAssembler:
     def __init__(self, horizon: int = 8) -> None:
         self.horizon = horizon
         self.dropped = 0
+        self.joined = 0  # samples reassembled from several datagrams
         self._parts: dict[tuple[int, int], dict[int, bytes]] = {}
         self._last: dict[tuple[int, int], int] = {}
 
@@ -239,7 +240,11 @@ class MxtpAssembler:
         """Parts held, waiting for the rest of their sample."""
         return sum(len(p) for p in self._parts.values())
 
-    def push(self, data: bytes) -> bytes | None:
+    @property
+    def rejected(self) -> dict[str, int]:
+        return {FRAGMENT_INCOMPLETE: self.dropped} if self.dropped else {}
+
+    def push(self, data: bytes, recv_ns: int = 0, sender: str = "") -> bytes | None:
         if len(data) < HEADER_SIZE or data[:6] != MESSAGE_ID:
             return data  # not a part: the parser says what it is
         (_, sample, counter, _, _, character, *_rest) = HEADER.unpack_from(data)
@@ -255,6 +260,7 @@ class MxtpAssembler:
         if last is None or len(parts) < last + 1 or any(k not in parts for k in range(last + 1)):
             return None
         del self._parts[key], self._last[key]
+        self.joined += 1
         return _join([parts[k] for k in range(last + 1)])
 
     def flush(self) -> None:

@@ -26,7 +26,7 @@ from mocapline.formats.axis_bvh import DEFAULT_CONFIG, ROTATION_ORDERS, AxisBvhC
 from mocapline.formats.axis_stream import is_stream_dump, stream_datagrams
 from mocapline.formats.mlrec import RecordingError, is_recording, read_recording
 from mocapline.formats.pcap import PcapError, is_pcap, iter_tcp, iter_udp
-from mocapline.formats.skeleton import SkeletonKind
+from mocapline.formats.skeleton import SKELETON_CHOICES, SkeletonKind, skeleton_kind
 from mocapline.services.capture.core import (
     AxisDecoder,
     CaptureCore,
@@ -91,7 +91,8 @@ def build_parser() -> EnvArgumentParser:
                         "with a BVH token)")
     p.add_argument("--source", choices=("axis", "xsens"), default="axis", help="what sent the datagrams")
     p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ", help="Axis BVH rotation order")
-    p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio", help="skeleton")
+    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
+                   help="skeleton (pn: Axis Neuron's Perception Neuron skeleton)")
     p.add_argument("--header-format", choices=("current", "legacy"), default="current", help="Axis header format")
     p.add_argument("--position-unit", choices=("m", "cm", "auto"), default="m",
                    help="Xsens position unit (auto: the first frame's pelvis height decides)")

@@ -24,8 +24,8 @@ from mocapline.core.frames import HumanFrame
 from mocapline.core.ledger import combine, index_ranges
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import AxisBvhConfig, BvhReject, parse_datagram
+from mocapline.formats.axis_split import AxisSplitAssembler
 from mocapline.formats.mxtp02 import (
-    FRAGMENT_INCOMPLETE,
     POSITION_UNITS,
     MxtpAssembler,
     XsensFrame,
@@ -42,6 +42,20 @@ log = logging.getLogger(__name__)
 PELVIS_HEIGHT_M = (0.3, 2.0)  # a standing or crouching person's pelvis
 
 
+class Assembler(Protocol):
+    """Joins a frame sent as several datagrams of one path (Axis split frames, MVN split samples)."""
+
+    joined: int
+    rejected: Counter[str] | dict[str, int]
+
+    @property
+    def pending(self) -> int: ...
+
+    def push(self, data: bytes, recv_ns: int = 0, sender: str = "") -> bytes | None: ...
+
+    def flush(self) -> None: ...
+
+
 class Decoder(Protocol):
     """Turns one datagram into (posture_index, decoded) or raises an exception with ``.reason``."""
 
@@ -51,7 +65,7 @@ class Decoder(Protocol):
 
     def performer(self, decoded: Any) -> tuple[int, str]: ...
 
-    def assembler(self) -> MxtpAssembler | None: ...
+    def assembler(self) -> Assembler: ...
 
     def bodies(self, decoded: Any) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -78,8 +92,8 @@ class AxisDecoder:
     def performer(self, decoded: Any) -> tuple[int, str]:
         return decoded.avatar_index, decoded.avatar_name
 
-    def assembler(self) -> None:
-        return None
+    def assembler(self) -> AxisSplitAssembler:
+        return AxisSplitAssembler(self.config)
 
     def bodies(self, decoded: Any) -> tuple[np.ndarray, np.ndarray]:
         return self.fk.bodies(decoded.channels)
@@ -176,7 +190,7 @@ class CaptureCore:
         self.ports = list(ports)
         self.window_s = merge_window_s
         self.performers: dict[int, Performer] = {}
-        self.assemblers: dict[int, MxtpAssembler] = {}
+        self.assemblers: dict[int, Assembler] = {}
         self.allowed_sources = allowed_sources
         self.session_id = session_id or uuid.uuid4().hex
         self.counters = CaptureCounters()
@@ -223,13 +237,9 @@ class CaptureCore:
         if self.allowed_sources is not None and dgram.source not in self.allowed_sources:
             self.counters.rejected["source_not_allowed"] += 1
             return []
-        data = dgram.data
-        assembler = self._assembler(dgram.port)
-        if assembler is not None:
-            assembled = assembler.push(dgram.data)
-            if assembled is None:
-                return []  # one part of a split sample, held until the rest is in
-            data = assembled
+        data = self._assembler(dgram.port).push(dgram.data, dgram.recv_ns, dgram.source)
+        if data is None:
+            return []  # one part of a split frame: held until the rest is in, or counted as rejected
         try:
             index, decoded = self.decoder.decode(data)
         except (BvhReject, XsensReject) as exc:
@@ -239,10 +249,10 @@ class CaptureCore:
         released = performer.merger.push(dgram.port, index, (dgram, decoded), now)
         return [(performer, i, item) for i, item in released]
 
-    def _assembler(self, port: int) -> MxtpAssembler | None:
+    def _assembler(self, port: int) -> Assembler:
         assembler = self.assemblers.get(port)
-        if assembler is None and port not in self.assemblers:
-            assembler = self.assemblers[port] = self.decoder.assembler()  # type: ignore[assignment]
+        if assembler is None:
+            assembler = self.assemblers[port] = self.decoder.assembler()
         return assembler
 
     def poll(self, now: float) -> list[HumanFrame]:
@@ -250,8 +260,7 @@ class CaptureCore:
 
     def flush(self) -> list[HumanFrame]:
         for assembler in self.assemblers.values():
-            if assembler is not None:
-                assembler.flush()
+            assembler.flush()
         return self._frames([(p, i, item) for p in self.performers.values() for i, item in p.merger.flush()])
 
     def _frames(self, ready: list[tuple[Performer, int, tuple[Datagram, Any]]]) -> list[HumanFrame]:
@@ -312,12 +321,11 @@ class CaptureCore:
         performers = {str(k): self._merger_ledger(p.merger) for k, p in self.performers.items()}
         overall = combine(list(performers.values())) if performers else self._merger_ledger(self.merger)
         rejected = Counter(self.counters.rejected)
-        held = 0
+        held = split_frames = 0
         for assembler in self.assemblers.values():
-            if assembler is not None:
-                held += assembler.pending
-                if assembler.dropped:
-                    rejected[FRAGMENT_INCOMPLETE] += assembler.dropped
+            held += assembler.pending
+            split_frames += assembler.joined
+            rejected.update(assembler.rejected)
         paths = overall.pop("paths")
         led: dict[str, Any] = {
             "source_received": overall["source_received"],
@@ -336,7 +344,9 @@ class CaptureCore:
             "cross_path_copies": overall["cross_path_copies"],
             "late_frames": overall["late_frames"],
             "late_ranges": overall["late_ranges"],
-            "rejected_by_reason": dict(sorted(rejected.items())),
+            "rejected_by_reason": dict(sorted((k, v) for k, v in rejected.items() if v)),
+            # frames (MVN samples) that came as several datagrams and were joined
+            "split_frames": split_frames,
             "input_pending": input_pending + overall["input_pending"] + held,
             "human_frames_out": self.counters.frames_out,
             "paths": paths,
