@@ -1,0 +1,28 @@
+"""Sources as they really arrive, through the whole pipeline (real processes on loopback)."""
+
+import pytest
+
+from mocapline.tools.emitter.emitter import TakePlan, emit_take
+from mocapline.tools.pipeline.stack import Stack, local_config
+
+pytestmark = pytest.mark.integration
+
+
+def test_axis_neuron_split_frames_with_lost_halves_go_through_conserved(tmp_path) -> None:
+    """1480-byte frames sent as 1024 + 456 on the main path (every other frame; the rest whole),
+    some halves lost; the side path sends every frame whole, so the merge recovers them."""
+    stack = Stack(local_config(merge=True, viewer=True, input_fps=120.0, output_fps=120.0, log_dir=tmp_path / "logs"))
+    stack.start()
+    try:
+        stack.wait_ready()
+        c = stack.config
+        plan = TakePlan(frames=300, first_index=500, split_bytes=1024, split_every=2,
+                        lose_head={510, 600}, lose_tail={520, 700, 798}, version=(1, 1, 0, 0))
+        emit_take(plan, [("127.0.0.1", c.main_port), ("127.0.0.1", c.side_port)], rate_hz=600)
+        v = stack.verdict(stack.drain())
+    finally:
+        stack.stop()
+    assert v["rejected_by_reason"] == {"split_incomplete": 3, "split_no_head": 2}
+    assert v["rejected_datagrams"] == 5
+    assert v["source_missing_indices"] == 0 and v["source_unique_frames"] == 300
+    assert v["viewer_applied"] == 300 and v["unique_frames_conserved"] == 1
