@@ -22,9 +22,10 @@ from mocapline.tools.emitter.emitter import TakePlan, parse_version
 from mocapline.tools.emitter.motion import pose_channels
 
 PN = AxisBvhConfig(skeleton=SkeletonKind.PN_PRO)
+AXIS = AxisBvhConfig()
 
 
-def frame(index: int, config: AxisBvhConfig = AxisBvhConfig(), **kw: object) -> bytes:
+def frame(index: int, config: AxisBvhConfig = AXIS, **kw: object) -> bytes:
     skeleton = get_skeleton(config.skeleton)
     return encode_datagram(index, pose_channels(skeleton, config.rotation_order, index / 60), config=config, **kw)
 
@@ -140,7 +141,7 @@ def test_replay_and_a_checkpoint_between_the_halves_give_the_same_ledger() -> No
        st.lists(st.integers(0, 10**9), min_size=12, max_size=12))
 def test_the_assembler_never_raises_and_accounts_for_every_datagram(data: list[bytes], times: list[int]) -> None:
     asm = AxisSplitAssembler()
-    out = [asm.push(d, t, "s") for d, t in zip(data, sorted(times))]
+    out = [asm.push(d, t, "s") for d, t in zip(data, sorted(times), strict=False)]
     asm.flush()
     passed = sum(o is not None for o in out)
     joined_parts = sum(len(o) > 1024 and o not in data for o in out if o is not None)

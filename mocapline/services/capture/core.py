@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -33,6 +34,15 @@ from mocapline.formats.mxtp02 import (
     guess_position_unit,
     parse_mxtp02,
 )
+from mocapline.formats.mxtp_meta import (
+    META_ID,
+    SCALING_ID,
+    XsensMeta,
+    XsensScaling,
+    parse_meta,
+    parse_scaling,
+    scaling_height,
+)
 from mocapline.formats.skeleton import get_skeleton
 from mocapline.services.capture.fk import AxisForwardKinematics
 from mocapline.services.capture.merge import PathMerger
@@ -45,8 +55,11 @@ PELVIS_HEIGHT_M = (0.3, 2.0)  # a standing or crouching person's pelvis
 class Assembler(Protocol):
     """Joins a frame sent as several datagrams of one path (Axis split frames, MVN split samples)."""
 
-    joined: int
-    rejected: Counter[str] | dict[str, int]
+    @property
+    def joined(self) -> int: ...
+
+    @property
+    def rejected(self) -> Mapping[str, int]: ...
 
     @property
     def pending(self) -> int: ...
@@ -54,6 +67,24 @@ class Assembler(Protocol):
     def push(self, data: bytes, recv_ns: int = 0, sender: str = "") -> bytes | None: ...
 
     def flush(self) -> None: ...
+
+
+class WholeDatagrams:
+    """The assembler of a path whose datagrams always come whole (Axis over TCP: the stream
+    splitter already cut them, and rejected what was cut short as ``truncated``)."""
+
+    joined = 0
+    pending = 0
+
+    @property
+    def rejected(self) -> dict[str, int]:
+        return {}
+
+    def push(self, data: bytes, recv_ns: int = 0, sender: str = "") -> bytes | None:
+        return data
+
+    def flush(self) -> None:
+        pass
 
 
 class Decoder(Protocol):
@@ -114,8 +145,17 @@ class XsensDecoder:
         self.unit_check: dict[str, Any] | None = None
 
     def decode(self, data: bytes) -> tuple[int, Any]:
+        """MXTP02 (a props-only character too), or MXTP12 / MXTP13 for the core to keep (index -1)."""
         unit = "m" if self.position_unit == "auto" else self.position_unit
+        message = bytes(data[:6])
+        if message == META_ID:
+            return -1, parse_meta(data)
+        if message == SCALING_ID:
+            scaling = parse_scaling(data, unit)  # type: ignore[arg-type]
+            return -1, scaling
         frame = parse_mxtp02(data, position_unit=unit)  # type: ignore[arg-type]
+        if not frame.has_body:
+            return -1, frame
         if self.unit_check is None:
             self._check_unit(frame)
         if self.position_unit == "auto" and self.unit_check is not None:
@@ -158,6 +198,25 @@ class XsensDecoder:
 class CaptureCounters:
     rejected: Counter[str] = field(default_factory=Counter)
     frames_out: int = 0
+    meta_datagrams: Counter[str] = field(default_factory=Counter)  # MXTP12 / MXTP13 taken in
+
+
+@dataclass
+class PropCharacter:
+    """A character that streams props only (a tracked object): counted, its latest pose carried."""
+
+    samples: int = 0
+    last: XsensFrame | None = None
+
+
+@dataclass
+class CharacterInfo:
+    """What MXTP12 and MXTP13 said about a character."""
+
+    name: str = ""
+    segments: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    points: tuple[Any, ...] = ()
+    height: float | None = None
 
 
 def _role(k: int) -> str:
@@ -185,24 +244,53 @@ class CaptureCore:
         merge_window_s: float = 0.25,
         allowed_sources: frozenset[str] | None = None,
         session_id: str | None = None,
+        stream_ports: frozenset[int] = frozenset(),
     ) -> None:
         self.decoder = decoder
         self.ports = list(ports)
+        self.stream_ports = stream_ports  # Axis TCP paths: datagrams cut from a stream, never split
         self.window_s = merge_window_s
         self.performers: dict[int, Performer] = {}
         self.assemblers: dict[int, Assembler] = {}
         self.allowed_sources = allowed_sources
         self.session_id = session_id or uuid.uuid4().hex
         self.counters = CaptureCounters()
+        self.characters: dict[int, CharacterInfo] = {}  # Xsens MXTP12 / MXTP13, by character ID
+        self.props: dict[int, PropCharacter] = {}  # Xsens characters with props only
 
     def performer(self, index: int, name: str = "") -> Performer:
         state = self.performers.get(index)
+        info = self.characters.get(index)
+        if info is not None and info.name:
+            name = info.name
         if state is None:
             merger: PathMerger[tuple[Datagram, Any]] = PathMerger(self.ports, window_s=self.window_s)
             state = self.performers[index] = Performer(index, name, merger)
         elif name and not state.name:
             state.name = name
         return state
+
+    def _take_in(self, decoded: Any) -> None:
+        """An Xsens message beside the poses: names (MXTP12), scaling (MXTP13), a props-only character."""
+        if isinstance(decoded, XsensFrame):
+            prop = self.props.setdefault(decoded.character_id, PropCharacter())
+            prop.samples += 1
+            prop.last = decoded
+            return
+        info = self.characters.setdefault(decoded.character_id, CharacterInfo())
+        if isinstance(decoded, XsensMeta):
+            self.counters.meta_datagrams["MXTP12"] += 1
+            if decoded.name:
+                info.name = decoded.name
+                if decoded.character_id in self.performers:
+                    self.performers[decoded.character_id].name = decoded.name
+            return
+        assert isinstance(decoded, XsensScaling)
+        self.counters.meta_datagrams["MXTP13"] += 1
+        if decoded.segments:
+            info.segments, info.points = decoded.segments, ()
+        info.points += decoded.points
+        info.height = scaling_height(info.segments, info.points)
 
     @property
     def merger(self) -> PathMerger[tuple[Datagram, Any]]:
@@ -245,6 +333,9 @@ class CaptureCore:
         except (BvhReject, XsensReject) as exc:
             self.counters.rejected[exc.reason] += 1
             return []
+        if index < 0:
+            self._take_in(decoded)
+            return []
         performer = self.performer(*self.decoder.performer(decoded))
         released = performer.merger.push(dgram.port, index, (dgram, decoded), now)
         return [(performer, i, item) for i, item in released]
@@ -252,7 +343,8 @@ class CaptureCore:
     def _assembler(self, port: int) -> Assembler:
         assembler = self.assemblers.get(port)
         if assembler is None:
-            assembler = self.assemblers[port] = self.decoder.assembler()
+            whole = port in getattr(self, "stream_ports", ())  # a checkpoint from before stream_ports
+            assembler = self.assemblers[port] = WholeDatagrams() if whole else self.decoder.assembler()
         return assembler
 
     def poll(self, now: float) -> list[HumanFrame]:
@@ -273,23 +365,39 @@ class CaptureCore:
         else:
             all_pos, all_quat = self.decoder.bodies_batch([decoded for _, _, (_, decoded) in ready])
         out = []
-        for k, (performer, index, (dgram, _)) in enumerate(ready):
-            out.append(
-                HumanFrame(
-                    posture_index=index,
-                    capture_timestamp_us=dgram.recv_ns // 1000,
-                    positions=all_pos[k],
-                    quaternions=all_quat[k],
-                    source=self.decoder.source,
-                    segment=performer.merger.segment,
-                    session_id=self.session_id,
-                    source_port=dgram.port,
-                    avatar_index=performer.index,
-                    avatar_name=performer.name,
-                )
+        for k, (performer, index, (dgram, decoded)) in enumerate(ready):
+            frame = HumanFrame(
+                posture_index=index,
+                capture_timestamp_us=dgram.recv_ns // 1000,
+                positions=all_pos[k],
+                quaternions=all_quat[k],
+                source=self.decoder.source,
+                segment=performer.merger.segment,
+                session_id=self.session_id,
+                source_port=dgram.port,
+                avatar_index=performer.index,
+                avatar_name=performer.name,
             )
+            if isinstance(decoded, XsensFrame):
+                self._xsens_extras(frame, decoded)
+            out.append(frame)
         self.counters.frames_out += len(out)
         return out
+
+    def _xsens_extras(self, frame: HumanFrame, decoded: XsensFrame) -> None:
+        """Fingers, props (the character's own, then every props-only character's latest pose) and
+        the height MXTP13 gave."""
+        frame.finger_positions, frame.finger_quaternions = decoded.finger_positions, decoded.finger_quaternions
+        sources = [decoded] + [p.last for _, p in sorted(self.props.items()) if p.last is not None]
+        sources = [f for f in sources if len(f.prop_ids)]
+        if sources:
+            frame.prop_character = tuple(f.character_id for f in sources for _ in f.prop_ids)
+            frame.prop_segment = tuple(int(i) for f in sources for i in f.prop_ids)
+            frame.prop_positions = np.concatenate([f.prop_positions for f in sources])
+            frame.prop_quaternions = np.concatenate([f.prop_quaternions for f in sources])
+        info = self.characters.get(decoded.character_id)
+        if info is not None and info.height:
+            frame.human_height = info.height
 
     def _merger_ledger(self, merger: PathMerger[tuple[Datagram, Any]]) -> dict[str, Any]:
         """One performer's ledger with the seeds' field names, plus per-path detail."""
@@ -355,6 +463,14 @@ class CaptureCore:
                 for k, p in ((str(i), p) for i, p in self.performers.items())
             },
         }
+        if self.props or self.characters:
+            led["props"] = {str(c): {"samples": p.samples, "segments": len(p.last.prop_ids) if p.last else 0}
+                            for c, p in sorted(self.props.items())}
+            led["meta_datagrams"] = dict(sorted(self.counters.meta_datagrams.items()))
+            for k, performer in led["performers"].items():
+                info = self.characters.get(int(k))
+                if info is not None and info.height:
+                    performer["human_height_m"] = round(info.height, 3)
         if getattr(self.decoder, "unit_check", None) is not None:
             led["unit_check"] = self.decoder.unit_check  # type: ignore[attr-defined]
         return led
