@@ -26,3 +26,34 @@ def test_axis_neuron_split_frames_with_lost_halves_go_through_conserved(tmp_path
     assert v["rejected_datagrams"] == 5
     assert v["source_missing_indices"] == 0 and v["source_unique_frames"] == 300
     assert v["viewer_applied"] == 300 and v["unique_frames_conserved"] == 1
+
+
+def test_mvn_two_suits_gloves_a_prop_names_and_scaling_through_the_pipeline(tmp_path) -> None:
+    """Two suits (one with gloves), a prop on a third character, MXTP12 and MXTP13 beside them:
+    every character accounted for, none of it rejected, the suits retargeted at their scaled height."""
+    import socket
+    import time
+
+    from test_xsens_meta import check_mvn_ledger, mvn_stream  # the same stream inspect reads from a pcap
+
+    stack = Stack(local_config(source="xsens", merge=False, viewer=True, input_fps=120.0, output_fps=120.0,
+                               log_dir=tmp_path / "logs"))
+    stack.start()
+    try:
+        stack.wait_ready()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            for data in mvn_stream(samples=6):
+                sock.sendto(data, ("127.0.0.1", stack.config.main_port))
+                time.sleep(0.002)
+        finals = stack.drain()
+        v = stack.verdict(finals)
+    finally:
+        stack.stop()
+    capture = finals["capture"]
+    check_mvn_ledger(capture)
+    assert v["rejected_datagrams"] == 0 and v["source_unique_frames"] == 12 and v["unique_frames_conserved"] == 1
+    performers = finals["retarget"]["performers"]
+    assert {k: (p["avatar_name"], p["gmr_processed"]) for k, p in performers.items()} == {"0": ("Alice", 6),
+                                                                                           "1": ("Bob", 6)}
+    assert performers["0"]["human_height_m"] == pytest.approx(1.8, abs=1e-3)
+    assert performers["1"]["human_height_m"] == pytest.approx(capture["performers"]["1"]["human_height_m"], abs=1e-3)

@@ -173,6 +173,15 @@ def mvn_stream(samples: int = 6) -> list[bytes]:
 
 
 def check_mvn_take(frames: list[dict], ledger: dict) -> None:
+    check_mvn_ledger(ledger)
+    bob = [f for f in frames if f["avatar_index"] == 1]
+    assert all(len(f["fingers"]["pos"]) == 40 for f in bob) and all(f["avatar_name"] == "Bob" for f in bob)
+    # the prop's pose rides on the suits' frames from the first sample after it came
+    assert [p["character"] for p in frames[-1]["props"]] == [2]
+    assert frames[-1]["human_height"] > 1.5
+
+
+def check_mvn_ledger(ledger: dict) -> None:
     assert ledger["rejected_datagrams"] == 0
     assert {k: (p["avatar_name"], p["source_unique_frames"]) for k, p in ledger["performers"].items()} == {
         "0": ("Alice", 6), "1": ("Bob", 6)}
@@ -180,11 +189,6 @@ def check_mvn_take(frames: list[dict], ledger: dict) -> None:
     assert ledger["meta_datagrams"] == {"MXTP12": 4, "MXTP13": 3}
     assert ledger["performers"]["0"]["human_height_m"] == pytest.approx(1.80)
     assert ledger["performers"]["1"]["human_height_m"] == pytest.approx((1.62 - 0.08) * HEAD_ORIGIN_TO_HEIGHT, abs=1e-3)
-    bob = [f for f in frames if f["avatar_index"] == 1]
-    assert all(len(f["fingers"]["pos"]) == 40 for f in bob) and all(f["avatar_name"] == "Bob" for f in bob)
-    # the prop's pose rides on the suits' frames from the first sample after it came
-    assert [p["character"] for p in frames[-1]["props"]] == [2]
-    assert frames[-1]["human_height"] > 1.5
 
 
 def test_capture_core_accounts_for_every_character() -> None:
