@@ -233,3 +233,19 @@ def test_inspect_shows_the_same_from_a_pcap(tmp_path: Path) -> None:
         assert inspect_main([str(path), "--source", "xsens", "--port", str(PORT)]) == 0
     lines = [json.loads(line) for line in buf.getvalue().splitlines()]
     check_mvn_take(lines[:-1], lines[-1]["ledger"])
+
+
+@pytest.mark.parametrize("field, values", [("finger_positions", [0.0] * 4), ("finger_quaternions", [1.0] * 8),
+                                           ("prop_positions", [0.0] * 6), ("prop_segment", [1, 2])])
+def test_a_human_frame_with_inconsistent_hand_or_prop_fields_is_rejected(field: str, values: list) -> None:
+    from mocapline.core import pb
+    from mocapline.core.frames import FrameFieldError
+
+    positions, quaternions = pose(5)
+    msg = HumanFrame(posture_index=1, capture_timestamp_us=1, positions=positions, quaternions=quaternions,
+                     finger_positions=np.zeros((1, 3)), finger_quaternions=np.zeros((1, 4)), prop_character=(2,),
+                     prop_segment=(24,), prop_positions=np.zeros((1, 3)), prop_quaternions=np.zeros((1, 4))).to_proto()
+    HumanFrame.from_proto(msg)
+    getattr(msg, field)[:] = values
+    with pytest.raises(FrameFieldError):
+        HumanFrame.from_proto(pb.HumanFrame.FromString(msg.SerializeToString()))
