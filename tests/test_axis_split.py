@@ -164,3 +164,18 @@ def test_the_perception_neuron_skeleton_as_axis_neuron_sends_it() -> None:
     core = CaptureCore(AxisDecoder(PN), [7014])
     (out,) = core.feed(Datagram(0, 7014, "", data), 0.0) or core.flush()
     assert out.posture_index == 9 and np.isfinite(out.positions).all()
+
+
+def test_the_auditors_side_path_joins_split_frames_too() -> None:
+    from mocapline.services.auditor.service import SidePath
+
+    side = SidePath("127.0.0.1", 0)
+    try:
+        for k, data in enumerate(parts_stream(list(range(10)), {4}, set(), every=1)):
+            side.fifo.put(Datagram(k, 7015, "127.0.0.1", data))
+        side.drain()
+        led = side.as_dict()
+    finally:
+        side.receiver.sock.close()
+    assert led["source_unique_frames"] == 9 and led["source_missing_indices"] == 1
+    assert led["rejected_datagrams"] == 1  # the tail of 4, its head lost
