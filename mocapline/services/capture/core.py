@@ -7,6 +7,11 @@ Several performers: each Axis avatar_index (Xsens character ID) is a performer w
 merger and ledger (its own posture_index sequence, gaps, duplicates, segments); the top-level
 ledger fields combine them (``mocapline.core.ledger.combine``: equal to the one performer's when
 there is one) and ``performers`` holds each one's. Rejected datagrams belong to no performer.
+
+Before decoding, each path's assembler joins frames sent as several datagrams (Axis Neuron's
+split frames, MVN's split samples; over Axis TCP datagrams come whole). Xsens messages that are
+no performer's frame are kept here, not rejected: MXTP12 names and MXTP13 scaling per character,
+and characters with props only (counted, their latest pose carried on every frame after).
 """
 
 from __future__ import annotations
