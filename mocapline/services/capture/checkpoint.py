@@ -57,8 +57,8 @@ def load(directory: Path, decoder: Any) -> Checkpoint | None:
         checkpoint = pickle.loads(path.read_bytes())
     except Exception:  # noqa: BLE001 - a bad checkpoint only costs a longer replay
         return None
-    if not isinstance(checkpoint, Checkpoint) or not hasattr(checkpoint.core, "performers"):
-        return None  # not ours, or written before capture kept one merger per performer
+    if not isinstance(checkpoint, Checkpoint) or not hasattr(checkpoint.core, "characters"):
+        return None  # not ours, or written before capture kept Xsens characters (or one merger per performer)
     checkpoint.core.decoder = decoder
     if hasattr(decoder, "_arrivals"):
         decoder._arrivals = int(checkpoint.decoder_state.get("arrivals", 0))
