@@ -60,6 +60,7 @@ class AxisSplitAssembler:
         self.window_ns = window_ns
         self.rejected: Counter[str] = Counter()
         self.joined = 0  # frames reassembled from several datagrams
+        self.parts_joined = 0  # the datagrams they were made of
         self._held: dict[str, _Held] = {}
         self._tail_sizes: set[int] = set()
         self._max_len = HEADER_SIZE + 4 * (6 * 59 + REFERENCE_FLOATS)
@@ -72,7 +73,10 @@ class AxisSplitAssembler:
     def push(self, data: bytes, recv_ns: int = 0, sender: str = "") -> bytes | None:
         """The datagram to parse (a whole frame as it came, or a joined one), or None: a part held
         or counted as rejected."""
-        head = bytes(data[:2]) in (_BVH_START, _CALC_START)
+        start = bytes(data[:2])
+        if start == _BVH_START and not self._held and len(data) == self._claimed_length(data):
+            return data  # the usual case: a whole datagram (the parser checks the rest)
+        head = start in (_BVH_START, _CALC_START)
         length = declared_length(data, self.config) if head else None
         held = self._held.get(sender)
         if length is not None and bytes(data[:2]) == _BVH_START:
@@ -82,7 +86,7 @@ class AxisSplitAssembler:
                 return data
             self._held[sender] = _Held(bytes(data), recv_ns, length, 1)
             return None
-        if held is not None and not head:
+        if held is not None and not head and len(data):
             if recv_ns - held.recv_ns > self.window_ns:
                 self._drop(sender)
             else:
@@ -90,6 +94,7 @@ class AxisSplitAssembler:
                 if size == held.length:
                     del self._held[sender]
                     self.joined += 1
+                    self.parts_joined += held.parts + 1
                     self._tail_sizes.add(len(data))
                     return held.data + bytes(data)
                 if size < held.length:
@@ -101,6 +106,13 @@ class AxisSplitAssembler:
             self.rejected[SPLIT_NO_HEAD] += 1
             return None
         return data
+
+    def _claimed_length(self, data: bytes) -> int:
+        """The length the header's ``data_count`` gives (no other check), -1 when there is no header."""
+        if len(data) < HEADER_SIZE:
+            return -1
+        width = 2 if self.config.header_format == "current" else 4
+        return HEADER_SIZE + 4 * int.from_bytes(data[6 : 6 + width], "little")
 
     def flush(self) -> None:
         """End of a take: a frame still incomplete never completes."""
