@@ -249,3 +249,14 @@ def test_a_human_frame_with_inconsistent_hand_or_prop_fields_is_rejected(field: 
     getattr(msg, field)[:] = values
     with pytest.raises(FrameFieldError):
         HumanFrame.from_proto(pb.HumanFrame.FromString(msg.SerializeToString()))
+
+
+def test_position_unit_auto_scales_fingers_and_props_with_the_body() -> None:
+    positions, quaternions = pose(6)
+    fpos, fquat = gloves(6)
+    ids, ppos, pquat = a_prop(6)
+    data = encode_mxtp02(1, positions, quaternions, position_unit="cm", fingers=(fpos, fquat), props=(ids, ppos, pquat))
+    _, frame = XsensDecoder("auto").decode(data)
+    np.testing.assert_allclose(frame.positions, positions, rtol=1e-6)
+    np.testing.assert_allclose(frame.finger_positions, fpos, rtol=1e-6)
+    np.testing.assert_allclose(frame.prop_positions, ppos, rtol=1e-6)

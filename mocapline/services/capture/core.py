@@ -159,13 +159,12 @@ class XsensDecoder:
             scaling = parse_scaling(data, unit)  # type: ignore[arg-type]
             return -1, scaling
         frame = parse_mxtp02(data, position_unit=unit)  # type: ignore[arg-type]
-        if not frame.has_body:
-            return -1, frame
-        if self.unit_check is None:
+        if self.unit_check is None and frame.has_body:
             self._check_unit(frame)
         if self.position_unit == "auto" and self.unit_check is not None:
-            frame.positions *= self.unit_check["scale"]
-        return frame.sample_counter, frame
+            for positions in (frame.positions, frame.prop_positions, frame.finger_positions):
+                positions *= self.unit_check["scale"]
+        return (frame.sample_counter if frame.has_body else -1), frame
 
     def _check_unit(self, frame: XsensFrame) -> None:
         read_as = "m" if self.position_unit == "auto" else self.position_unit

@@ -194,6 +194,10 @@ def status_line(ledger: dict[str, Any]) -> str:
     extra = ""
     if len(ledger.get("performers") or {}) > 1:
         extra += f" performers={len(ledger['performers'])}"
+    if ledger.get("split_frames"):
+        extra += f" split_frames={ledger['split_frames']}"
+    if ledger.get("props"):
+        extra += f" props={sum(p['samples'] for p in ledger['props'].values())}"
     tcp = ledger.get("tcp")
     if tcp is not None:
         extra += f" tcp={'connected' if tcp['connected'] else 'reconnecting'} connects={tcp['connects']}"
