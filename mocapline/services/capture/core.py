@@ -42,6 +42,7 @@ from mocapline.formats.mxtp02 import (
 from mocapline.formats.mxtp_meta import (
     META_ID,
     SCALING_ID,
+    ScalePoint,
     XsensMeta,
     XsensScaling,
     parse_meta,
@@ -219,7 +220,7 @@ class CharacterInfo:
 
     name: str = ""
     segments: dict[str, tuple[float, float, float]] = field(default_factory=dict)
-    points: tuple[Any, ...] = ()
+    points: tuple[ScalePoint, ...] = ()
     height: float | None = None
 
 
@@ -278,7 +279,8 @@ class CaptureCore:
         """An Xsens message beside the poses: names (MXTP12), scaling (MXTP13), a props-only character."""
         if isinstance(decoded, XsensFrame):
             prop = self.props.setdefault(decoded.character_id, PropCharacter())
-            prop.samples += 1
+            if prop.last is None or prop.last.sample_counter != decoded.sample_counter:
+                prop.samples += 1  # a copy of the same sample from another path is not another sample
             prop.last = decoded
             return
         info = self.characters.setdefault(decoded.character_id, CharacterInfo())
