@@ -463,31 +463,19 @@ def untwist_upper_arms(quaternions: np.ndarray) -> None:
             quaternions[:, k] = Q.multiply(quaternions[:, k], turn)
 
 
-# The IK configs' reference human is 1.75 m tall with Axis Studio's default skeleton: legs (hip to
-# ankle) 83.74 cm and torso (hips to the head joint, through the spine and neck) 65.31 cm.
-REFERENCE_HEIGHT_M = 1.75
-REFERENCE_LEG_TORSO_M = 0.8374 + 0.6531
-_LEGS = (("LeftUpLeg", "LeftLeg", "LeftFoot"), ("RightUpLeg", "RightLeg", "RightFoot"))
-_TORSO = ("Hips", "Spine", "Spine1", "Spine2", "Spine3", "Neck", "Head")
-
-
-def _chain_length(positions: np.ndarray, chain: tuple[str, ...]) -> np.ndarray:
-    """(F,) the length of a chain of bodies in each frame (a body standing in for one the skeleton
-    lacks sits on its parent and adds nothing)."""
-    points = positions[:, [GMR_BODY_INDEX[b] for b in chain]]
-    return np.linalg.norm(np.diff(points, axis=1), axis=2).sum(axis=1)
+# Axis Studio's default skeleton (the IK configs' reference human, 1.75 m): hips 83.74 cm above the
+# ankles in the T-pose.
+HIP_ABOVE_ANKLE_PER_HEIGHT = 0.8374 / 1.75
 
 
 def estimate_height(positions: np.ndarray) -> float:
-    """A performer's height (m) from HumanFrame positions (F, 23, 3), measured on the take's own
-    skeleton: its bone lengths (the longer leg, hip to ankle, plus the torso, hips to the head
-    joint; the median over the frames), scaled like the reference human's.
+    """A performer's height (m) from HumanFrame positions (F, 23, 3): the hips' height above the
+    lower ankle while standing (95th percentile over the take), scaled like the reference human.
 
-    Bone lengths do not change with the pose, so a take that never stands straight (a crouch, a
-    jump, two frames of anything) is measured as well as a T-pose, and each skeleton is measured
-    by its own offsets: Axis Studio's (Neck1 between the neck and the head) and Perception
-    Neuron's (Spine3, no Neck1) defaults both give the reference 1.75 m.
-    """
-    legs = np.maximum(*(_chain_length(positions, leg) for leg in _LEGS))
-    torso = _chain_length(positions, _TORSO)
-    return float(np.median(legs + torso)) * REFERENCE_HEIGHT_M / REFERENCE_LEG_TORSO_M
+    Checked against each Axis skeleton's own offsets (tests/test_height_estimate.py): Axis Studio's
+    and Perception Neuron's default skeletons (legs 41.87 + 41.87 cm in both) give 1.75 m, and a
+    take whose offsets are k times larger gives k times that; so an estimate far from a person's
+    height comes from the take's own bone lengths, not from the skeleton it uses."""
+    hips = positions[:, GMR_BODY_INDEX["Hips"], 2]
+    ankles = np.minimum(positions[:, GMR_BODY_INDEX["LeftFoot"], 2], positions[:, GMR_BODY_INDEX["RightFoot"], 2])
+    return float(np.percentile(hips - ankles, 95)) / HIP_ABOVE_ANKLE_PER_HEIGHT
