@@ -179,3 +179,30 @@ def test_the_auditors_side_path_joins_split_frames_too() -> None:
         side.receiver.sock.close()
     assert led["source_unique_frames"] == 9 and led["source_missing_indices"] == 1
     assert led["rejected_datagrams"] == 1  # the tail of 4, its head lost
+
+
+def test_inspect_joins_split_frames_from_a_pcap(tmp_path) -> None:
+    import io
+    import json
+    from contextlib import redirect_stdout
+
+    import dpkt
+
+    from mocapline.tools.inspect import main as inspect_main
+
+    path = tmp_path / "neuron.pcap"
+    with open(path, "wb") as fh:
+        writer = dpkt.pcap.Writer(fh)
+        for k, data in enumerate(parts_stream(list(range(6)), {2}, {4}, every=1)):
+            udp = dpkt.udp.UDP(sport=50000, dport=7014, data=data)
+            udp.ulen = len(udp)
+            ip = dpkt.ip.IP(src=b"\xc0\xa8\x01\x02", dst=b"\xc0\xa8\x01\x03", p=dpkt.ip.IP_PROTO_UDP, data=udp)
+            ip.len = 20 + len(bytes(udp))
+            writer.writepkt(bytes(dpkt.ethernet.Ethernet(type=dpkt.ethernet.ETH_TYPE_IP, data=ip)), 1.0 + k / 1000)
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert inspect_main([str(path), "--port", "7014", "--skeleton", "axis_studio"]) == 0
+    lines = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert [f["posture_index"] for f in lines[:-1]] == [0, 1, 3, 5]
+    ledger = lines[-1]["ledger"]
+    assert ledger["split_frames"] == 4 and ledger["rejected_by_reason"] == {SPLIT_INCOMPLETE: 1, SPLIT_NO_HEAD: 1}
