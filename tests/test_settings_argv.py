@@ -82,4 +82,4 @@ def test_a_changed_mode_is_one_flag() -> None:
 
 def test_a_skeleton_alias_renders_as_the_skeleton_it_names() -> None:
     settings = capture_settings(["--skeleton=pn"])
-    assert settings.skeleton == "pn_pro" and settings.to_argv() == ["--ports", "7014", "--skeleton=pn_pro"]
+    assert settings.skeleton == "pn_pro" and "--skeleton=pn_pro" in settings.to_argv()
