@@ -183,6 +183,21 @@ def test_names_heights_and_props_taken_in_before_a_checkpoint_are_on_the_frames_
     assert led["meta_datagrams"] == {"MXTP12": 1, "MXTP13": 2} and led["props"]["5"]["samples"] == 1
 
 
+def test_a_props_sample_from_before_the_unit_check_stays_unscaled_after_a_restore() -> None:
+    """--position-unit auto with MVN sending cm: the props-only sample before the first body frame
+    was not scaled; decoded again at the restore, it is not scaled either."""
+    positions = np.zeros((23, 3))
+    positions[:, 2] = 0.95
+    body = encode_mxtp02(10, positions, np.tile([1.0, 0.0, 0.0, 0.0], (23, 1)), position_unit="cm")
+    before: list[Event] = [(MAIN, props_only(3)), (MAIN, body)]
+    original = CaptureCore(XsensDecoder("auto"), [MAIN], merge_window_s=0.05)
+    run(original, before)
+    assert original.ledger()["unit_check"]["read_as"] == "cm"
+    after: list[Event] = [(MAIN, encode_mxtp02(11, positions, np.tile([1.0, 0.0, 0.0, 0.0], (23, 1)),
+                                               position_unit="cm"))]
+    goes_on_alike(original, XsensDecoder("auto"), after, len(before))
+
+
 def test_a_version_1_state_is_refused_saying_why() -> None:
     obj = json.loads(capture_state.encode(CaptureCore(AxisDecoder(CONFIG), [MAIN]).state()))
     obj["version"] = 1

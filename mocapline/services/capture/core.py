@@ -203,6 +203,7 @@ class PropCharacter:
     samples: int = 0
     last: XsensFrame | None = None
     last_data: bytes | None = None  # its datagram (what a checkpoint keeps)
+    unit_checked: bool = True  # decoded after the position-unit check (with --position-unit auto: scaled)
 
 
 @dataclass
@@ -266,7 +267,7 @@ class CaptureCore:
             assemblers={port: assembler_record(a) for port, a in self.assemblers.items()},
             stream_ports=sorted(self.stream_ports), meta_datagrams=dict(self.counters.meta_datagrams),
             characters=[CharacterState(c, i.name, dict(i.segments), i.points) for c, i in self.characters.items()],
-            props=[PropState(c, p.samples, p.last_data) for c, p in self.props.items()],
+            props=[PropState(c, p.samples, p.last_data, p.unit_checked) for c, p in self.props.items()],
         )
 
     @classmethod
@@ -284,8 +285,8 @@ class CaptureCore:
                 merger = PathMerger.from_state(saved.merger.map_items(core._decoded))
                 core.performers[saved.index] = Performer(saved.index, saved.name, merger)
             for prop in state.props:
-                last = None if prop.last is None else core._prop_sample(prop.last)
-                core.props[prop.character] = PropCharacter(prop.samples, last, prop.last)
+                last = None if prop.last is None else core._prop_sample(prop.last, prop.unit_checked, state.decoder)
+                core.props[prop.character] = PropCharacter(prop.samples, last, prop.last, prop.unit_checked)
             core.assemblers = {port: restored_assembler(a, decoder.assembler) for port, a in state.assemblers.items()}
         except StateError:
             decoder.restore(before)
@@ -302,8 +303,13 @@ class CaptureCore:
             raise StateError("a frame in the merge window is not a performer's")
         return dgram, decoded
 
-    def _prop_sample(self, data: bytes) -> XsensFrame:
-        index, decoded = self._decode_again(data, "a props-only character's sample")
+    def _prop_sample(self, data: bytes, unit_checked: bool, decoder: DecoderState) -> XsensFrame:
+        if not unit_checked:
+            self.decoder.restore(replace(decoder, unit_check=None))  # as it was decoded: not scaled
+        try:
+            index, decoded = self._decode_again(data, "a props-only character's sample")
+        finally:
+            self.decoder.restore(decoder)
         if index >= 0 or not isinstance(decoded, XsensFrame):
             raise StateError("a props-only character's sample is not one")
         return decoded
@@ -333,6 +339,7 @@ class CaptureCore:
             if prop.last is None or prop.last.sample_counter != decoded.sample_counter:
                 prop.samples += 1  # a copy of the same sample from another path is not another sample
             prop.last, prop.last_data = decoded, bytes(data)
+            prop.unit_checked = self.decoder.state().unit_check is not None
             return
         info = self.characters.setdefault(decoded.character_id, CharacterInfo())
         if isinstance(decoded, XsensMeta):

@@ -25,7 +25,8 @@ from the journal). Version 2:
   (name -> null-pose origin ``[x, y, z]`` in metres, in the order sent) and ``points`` (each
   ``segment_id``, ``point_id``, ``name``, ``flags``, ``position``); the height is computed again;
 - ``props`` (Xsens): per props-only ``character`` its ``samples`` and ``last``: the latest
-  sample's datagram (hex, decoded again), null before one;
+  sample's datagram (hex, decoded again), null before one, with ``unit_checked``: whether it
+  came after the position-unit check (false: decoded again unscaled, as it was);
 - ``assemblers``: per path ``port``, ``kind`` and ``assembler``: ``whole`` (Axis TCP: null),
   ``axis_split`` (``window_ns``, ``joined`` frames and ``parts_joined`` datagrams, ``rejected``
   by reason, ``tail_sizes`` seen, ``held``: per ``sender`` the first parts of a frame as one
@@ -87,6 +88,7 @@ class PropState:
     character: int
     samples: int
     last: bytes | None  # the latest sample's datagram
+    unit_checked: bool = True  # decoded after the Xsens position-unit check
 
 
 @dataclass
@@ -149,8 +151,8 @@ def _capture_json(s: CaptureState) -> dict[str, Any]:
         "decoder": {"arrivals": s.decoder.arrivals, "unit_check": s.decoder.unit_check},
         "performers": [{"index": p.index, "name": p.name, "merger": _merger_json(p.merger)} for p in s.performers],
         "characters": [_character_json(c) for c in s.characters],
-        "props": [{"character": p.character, "samples": p.samples, "last": None if p.last is None else p.last.hex()}
-                  for p in s.props],
+        "props": [{"character": p.character, "samples": p.samples, "last": None if p.last is None else p.last.hex(),
+                   "unit_checked": p.unit_checked} for p in s.props],
         "assemblers": [{"port": port, **_assembler_json(a)} for port, a in s.assemblers.items()],
     }
 
@@ -180,7 +182,8 @@ def _capture(obj: Any) -> CaptureState:
         meta_datagrams=_counts(_get(obj, "meta_datagrams", dict, where), "meta_datagrams"),
         characters=[_character(c) for c in _get(obj, "characters", list, where)],
         props=[PropState(_get(p, "character", int, "props"), _get(p, "samples", int, "props"),
-                         _optional(_get(p, "last", (str, type(None)), "props"), lambda h: _hex(h, "props")))
+                         _optional(_get(p, "last", (str, type(None)), "props"), lambda h: _hex(h, "props")),
+                         _get(p, "unit_checked", bool, "props"))
                for p in _get(obj, "props", list, where)],
     )
 
@@ -327,7 +330,7 @@ def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in obj:
         raise StateError(f"{where}: {key} is missing")
     value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, kind):
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         raise StateError(f"{where}.{key}: {type(value).__name__} where {_kind_name(kind)} belongs")
     return value
 
