@@ -51,6 +51,7 @@ CASES = [
                         "--allow-source", "10.0.0.2", "--udp-fds=5,6", "--status-interval=0", *STAGE]),
     (capture_settings, ["--transport=tcp", "--axis=10.1.2.3:7002", "--ports", "7015", "--header-format=current",
                         "--rotation-order=ZXY", "--state-dir=/tmp/x", "--output-fanout", "--checkpoint-s=0.5"]),
+    (capture_settings, ["--skeleton=pn", "--header-format=legacy"]),
     (retarget_settings, []),
     (retarget_settings, ["--human-height=1.62", "--performer-height=Ann=1.55", "--performer-height=Bo=1.9",
                          "--no-velocity-limit", "--backend=mink", "--filter=smooth3", "--iterations=7",
@@ -94,3 +95,8 @@ def test_a_changed_mode_is_one_flag() -> None:
 
     settings = replace(capture.CaptureSettings.defaults(), transport="tcp", axis=("10.0.0.9", 7001), ports=[])
     assert settings.to_argv() == ["--transport=tcp", "--ports", "--axis=10.0.0.9:7001"]
+
+
+def test_a_skeleton_alias_renders_as_the_skeleton_it_names() -> None:
+    settings = capture_settings(["--skeleton=pn"])
+    assert settings.skeleton == "pn_pro" and "--skeleton=pn_pro" in settings.to_argv()

@@ -136,7 +136,7 @@ def test_reject_reason(reason, data):
 
 
 def test_every_reject_reason_is_exercised():
-    assert {reason for reason, _ in REJECTS} == set(REJECT_REASONS)
+    assert {reason for reason, _ in REJECTS} == set(REJECT_REASONS) - {"bad_meta"}  # MXTP12/13: test_xsens_meta.py
 
 
 def test_position_unit_sanity_check():

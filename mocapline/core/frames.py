@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,19 @@ def _check(name: str, values: object, expected: int) -> None:
         raise FrameFieldError(f"{name} has {n} values, expected {expected}")
 
 
+def _rows(name: str, values: Any, width: int, count: int | None = None) -> np.ndarray:
+    """A repeated field of ``width``-value rows (``count`` of them, when another field says how many)."""
+    n = len(values)
+    if n % width or (count is not None and n != count * width):
+        raise FrameFieldError(f"{name} has {n} values, expected {'a multiple of ' if count is None else ''}"
+                              f"{width if count is None else count * width}")
+    return np.array(values, dtype=np.float64).reshape(-1, width)
+
+
+def _no_rows(width: int) -> Any:
+    return field(default_factory=lambda: np.zeros((0, width)))
+
+
 @dataclass(slots=True)
 class HumanFrame:
     """The 23 GMR bodies of one posture_index: metres, Z-up world, quaternions w x y z."""
@@ -58,6 +71,13 @@ class HumanFrame:
     source_port: int = 0
     avatar_index: int = 0  # the performer (Axis avatar_index, Xsens character ID)
     avatar_name: str = ""
+    finger_positions: np.ndarray = _no_rows(3)  # (F, 3) Xsens finger tracking (formats/mxtp02.py)
+    finger_quaternions: np.ndarray = _no_rows(4)  # (F, 4)
+    prop_character: tuple[int, ...] = ()  # per prop: the character ID it came with
+    prop_segment: tuple[int, ...] = ()  # per prop: its segment id
+    prop_positions: np.ndarray = _no_rows(3)  # (P, 3)
+    prop_quaternions: np.ndarray = _no_rows(4)  # (P, 4)
+    human_height: float = 0.0  # m, from the source (Xsens MXTP13 scaling); 0: not known
 
     def body(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         i = GMR_BODIES.index(name)
@@ -76,6 +96,13 @@ class HumanFrame:
             source_port=self.source_port,
             avatar_index=self.avatar_index,
             avatar_name=self.avatar_name,
+            finger_positions=self.finger_positions.ravel().tolist(),
+            finger_quaternions=self.finger_quaternions.ravel().tolist(),
+            prop_character=list(self.prop_character),
+            prop_segment=list(self.prop_segment),
+            prop_positions=self.prop_positions.ravel().tolist(),
+            prop_quaternions=self.prop_quaternions.ravel().tolist(),
+            human_height=self.human_height,
         )
 
     def to_bytes(self) -> bytes:
@@ -85,6 +112,9 @@ class HumanFrame:
     def from_proto(cls, msg: pb.HumanFrame) -> HumanFrame:
         _check("positions", msg.positions, N_BODIES * 3)
         _check("quaternions", msg.quaternions, N_BODIES * 4)
+        fingers = _rows("finger_positions", msg.finger_positions, 3)
+        props = len(msg.prop_character)
+        _check("prop_segment", msg.prop_segment, props)
         return cls(
             posture_index=msg.posture_index,
             capture_timestamp_us=msg.capture_timestamp_us,
@@ -97,6 +127,13 @@ class HumanFrame:
             source_port=msg.source_port,
             avatar_index=msg.avatar_index,
             avatar_name=msg.avatar_name,
+            finger_positions=fingers,
+            finger_quaternions=_rows("finger_quaternions", msg.finger_quaternions, 4, len(fingers)),
+            prop_character=tuple(msg.prop_character),
+            prop_segment=tuple(msg.prop_segment),
+            prop_positions=_rows("prop_positions", msg.prop_positions, 3, props),
+            prop_quaternions=_rows("prop_quaternions", msg.prop_quaternions, 4, props),
+            human_height=msg.human_height,
         )
 
     @classmethod

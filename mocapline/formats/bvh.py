@@ -470,7 +470,12 @@ HIP_ABOVE_ANKLE_PER_HEIGHT = 0.8374 / 1.75
 
 def estimate_height(positions: np.ndarray) -> float:
     """A performer's height (m) from HumanFrame positions (F, 23, 3): the hips' height above the
-    lower ankle while standing (95th percentile over the take), scaled like the reference human."""
+    lower ankle while standing (95th percentile over the take), scaled like the reference human.
+
+    Checked against each Axis skeleton's own offsets (tests/test_height_estimate.py): Axis Studio's
+    and Perception Neuron's default skeletons (legs 41.87 + 41.87 cm in both) give 1.75 m, and a
+    take whose offsets are k times larger gives k times that; so an estimate far from a person's
+    height comes from the take's own bone lengths, not from the skeleton it uses."""
     hips = positions[:, GMR_BODY_INDEX["Hips"], 2]
     ankles = np.minimum(positions[:, GMR_BODY_INDEX["LeftFoot"], 2], positions[:, GMR_BODY_INDEX["RightFoot"], 2])
     return float(np.percentile(hips - ankles, 95)) / HIP_ABOVE_ANKLE_PER_HEIGHT

@@ -60,3 +60,10 @@ def read_recording(path: Path) -> Recording:
     except RecordFileError as exc:
         raise RecordingError(str(exc)) from None
     return Recording(meta, [Datagram(t, port, "", data) for (t, port), data in records], torn)
+
+
+def tcp_ports(meta: dict[str, Any]) -> frozenset[int]:
+    """The recorded paths that were an Axis TCP stream (capture --record writes its server as "tcp")."""
+    server = meta.get("tcp")
+    port = str(server).rpartition(":")[2] if server else ""
+    return frozenset([int(port)]) if port.isdigit() else frozenset()

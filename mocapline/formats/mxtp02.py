@@ -17,13 +17,18 @@ it is configuration, and ``guess_position_unit`` / ``pelvis_height_plausible`` g
 check on the pelvis height. Orientations are passed through as sent (w >= 0 is enforced); any
 offset between Xsens segment frames and the bodies GMR expects belongs to the retarget config.
 
+Items come body segments first, then props, then finger segments (the header's three counts).
+A character with props carries their poses beside its body; a character with only props (MVN
+streams a tracked object as a character of its own) has no body (``XsensFrame.has_body`` False).
+Finger tracking adds 40 segments (20 per hand, ``FINGER_SEGMENTS``), kept in segment-id order.
+
 ``parse_mxtp02`` raises nothing but ``XsensReject`` on any bytes-like input.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -75,6 +80,10 @@ XSENS_TO_GMR: dict[str, str] = {
     "LeftFoot": "LeftFoot",
     "LeftToe": "LeftToe",
 }
+# MVN's hand model (finger tracking), per hand: carpus, thumb MC/PP/DP, four fingers MC/PP/MP/DP.
+_HAND = ("Carpus", "FirstMC", "FirstPP", "FirstDP",
+         *(f"{finger}{bone}" for finger in ("Second", "Third", "Fourth", "Fifth") for bone in ("MC", "PP", "MP", "DP")))
+FINGER_SEGMENTS: tuple[str, ...] = tuple(f"{side}{bone}" for side in ("Left", "Right") for bone in _HAND)
 # GMR body row -> 0-based Xsens segment index.
 _GMR_TO_XSENS = {body: segment for segment, body in XSENS_TO_GMR.items()}
 _SEGMENT_FOR_BODY = np.array([XSENS_SEGMENTS.index(_GMR_TO_XSENS[body]) for body in GMR_BODIES])
@@ -85,11 +94,12 @@ REJECT_REASONS: tuple[str, ...] = (
     "not_mxtp",  # does not start with "MXTP"
     "unsupported_type",  # another MXTP message type (MXTP01, MXTP13, ...)
     "fragmented",  # datagram counter != 0x80: one part of a split sample, given to the parser alone
-    "bad_count",  # not 23 body segments, or item count != body + props + fingers
+    "bad_count",  # body segments neither 23 nor 0 (props only), or item count != body + props + fingers
     "length_mismatch",  # payload size or datagram length disagrees with the item count
     "bad_segment_id",  # body segment ids are not exactly 1..23
     "non_finite",  # NaN or inf among the values
     "bad_quaternion",  # a quaternion far from unit length
+    "bad_meta",  # MXTP12 / MXTP13 whose counts or strings run past the datagram
 )
 
 
@@ -106,20 +116,30 @@ class XsensReject(ValueError):
         self.reason = reason
 
 
+_EMPTY3 = np.zeros((0, 3))
+_EMPTY4 = np.zeros((0, 4))
+_NO_IDS = np.zeros(0, dtype=np.int64)
+
+
 @dataclass(slots=True)
 class XsensFrame:
     sample_counter: int  # plays the role of posture_index
     time_code_ms: int
     character_id: int
-    positions: np.ndarray  # (23, 3) metres, Z-up, GMR_BODIES order
-    quaternions: np.ndarray  # (23, 4) w x y z, w >= 0, GMR_BODIES order
+    positions: np.ndarray  # (23, 3) metres, Z-up, GMR_BODIES order; (0, 3) for a props-only character
+    quaternions: np.ndarray  # (23, 4) w x y z, w >= 0, GMR_BODIES order; (0, 4) without a body
+    prop_ids: np.ndarray = field(default_factory=lambda: _NO_IDS)  # (P,) segment ids of the props
+    prop_positions: np.ndarray = field(default_factory=lambda: _EMPTY3)  # (P, 3) metres
+    prop_quaternions: np.ndarray = field(default_factory=lambda: _EMPTY4)  # (P, 4) w x y z
+    finger_positions: np.ndarray = field(default_factory=lambda: _EMPTY3)  # (F, 3), segment-id order
+    finger_quaternions: np.ndarray = field(default_factory=lambda: _EMPTY4)  # (F, 4)
+
+    @property
+    def has_body(self) -> bool:
+        return len(self.positions) > 0
 
 
-def parse_mxtp02(
-    data: bytes | bytearray | memoryview, position_unit: PositionUnit = "m"
-) -> XsensFrame:
-    if position_unit not in POSITION_UNITS:
-        raise ValueError(f"position_unit {position_unit!r} is not one of {tuple(POSITION_UNITS)}")
+def _check_message(data: bytes | bytearray | memoryview) -> None:
     n = len(data)
     if data[:4] != MESSAGE_ID[:4]:
         if n < 4 and MESSAGE_ID.startswith(bytes(data)) and n:
@@ -131,6 +151,15 @@ def parse_mxtp02(
         raise XsensReject("unsupported_type", bytes(data[:6]).decode("ascii", "replace"))
     if n < HEADER_SIZE:
         raise XsensReject("truncated", f"{n} bytes, header needs {HEADER_SIZE}")
+
+
+def parse_mxtp02(
+    data: bytes | bytearray | memoryview, position_unit: PositionUnit = "m"
+) -> XsensFrame:
+    if position_unit not in POSITION_UNITS:
+        raise ValueError(f"position_unit {position_unit!r} is not one of {tuple(POSITION_UNITS)}")
+    n = len(data)
+    _check_message(data)
     (_, sample, datagram_counter, items, time_code, character, body, props, fingers, _, payload) = (
         HEADER.unpack_from(data)
     )
@@ -138,7 +167,7 @@ def parse_mxtp02(
         raise XsensReject("fragmented", f"datagram counter {datagram_counter:#04x}")
     if body == props == fingers == 0 and items >= N_SEGMENTS:  # MVN before 2019: reserved, zero
         body, props = N_SEGMENTS, items - N_SEGMENTS
-    if body != N_SEGMENTS or items != body + props + fingers:
+    if body not in (0, N_SEGMENTS) or items != body + props + fingers or not body + props or (fingers and not body):
         raise XsensReject(
             "bad_count", f"items {items}, body {body}, props {props}, fingers {fingers}"
         )
@@ -149,57 +178,93 @@ def parse_mxtp02(
         raise XsensReject(
             "length_mismatch", f"{n} bytes, payload size {payload}, {items} items need {expected}"
         )
-    records = np.frombuffer(data, dtype=_ITEM_DTYPE, count=N_SEGMENTS, offset=HEADER_SIZE)
-    ids = records["id"]
-    if not np.array_equal(np.sort(ids), np.arange(1, N_SEGMENTS + 1)):
-        raise XsensReject("bad_segment_id", f"ids {ids.tolist()}")
-    values = np.empty((N_SEGMENTS, 7))
-    values[ids - 1] = records["values"]
+    records = np.frombuffer(data, dtype=_ITEM_DTYPE, count=items, offset=HEADER_SIZE)
+    ids = records["id"].astype(np.int64)
+    if body and not np.array_equal(np.sort(ids[:body]), np.arange(1, N_SEGMENTS + 1)):
+        raise XsensReject("bad_segment_id", f"ids {ids[:body].tolist()}")
+    with np.errstate(invalid="ignore"):
+        values = records["values"].astype(np.float64)
     if not np.isfinite(values).all():
         raise XsensReject("non_finite", f"sample {sample}")
-    values = values[_SEGMENT_FOR_BODY]
-    quaternions = values[:, 3:]
-    norms = np.linalg.norm(quaternions, axis=1)
+    norms = np.linalg.norm(values[:, 3:], axis=1)
     if np.any(np.abs(norms - 1.0) > 1e-2):
         raise XsensReject("bad_quaternion", f"norms {norms.min():.3f}..{norms.max():.3f}")
-    quaternions = quaternions * np.where(quaternions[:, :1] < 0.0, -1.0, 1.0)
+    values[:, :3] *= POSITION_UNITS[position_unit]
+    values[:, 3:] *= np.where(values[:, 3:4] < 0.0, -1.0, 1.0)
+    body_values = np.empty((body, 7))
+    if body:
+        body_values[ids[:body] - 1] = values[:body]
+        body_values = body_values[_SEGMENT_FOR_BODY]
+    prop_values = values[body : body + props]
+    finger_order = body + props + np.argsort(ids[body + props :], kind="stable")
+    finger_values = values[finger_order]
     return XsensFrame(
         sample_counter=sample,
         time_code_ms=time_code,
         character_id=character,
-        positions=values[:, :3] * POSITION_UNITS[position_unit],
-        quaternions=quaternions,
+        positions=body_values[:, :3],
+        quaternions=body_values[:, 3:],
+        prop_ids=ids[body : body + props],
+        prop_positions=prop_values[:, :3],
+        prop_quaternions=prop_values[:, 3:],
+        finger_positions=finger_values[:, :3],
+        finger_quaternions=finger_values[:, 3:],
     )
 
 
 def encode_mxtp02(
     sample_counter: int,
-    positions: np.ndarray,
-    quaternions: np.ndarray,
+    positions: np.ndarray | None,
+    quaternions: np.ndarray | None,
     *,
     time_code_ms: int = 0,
     character_id: int = 0,
     position_unit: PositionUnit = "m",
+    props: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    fingers: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> bytes:
     """Inverse of ``parse_mxtp02``: positions (23, 3) m and quaternions (23, 4) in GMR_BODIES
-    order, written as segments 1..23 in the given unit."""
-    positions = np.asarray(positions, dtype=np.float64)
-    quaternions = np.asarray(quaternions, dtype=np.float64)
-    if positions.shape != (N_SEGMENTS, 3) or quaternions.shape != (N_SEGMENTS, 4):
-        raise ValueError(
-            f"shapes {positions.shape}, {quaternions.shape}; expected (23, 3), (23, 4)"
-        )
+    order, written as segments 1..23 in the given unit (None: a character with props only), then
+    ``props`` (segment ids, positions, quaternions) and ``fingers`` (positions, quaternions, in
+    FINGER_SEGMENTS order, written as the segment ids after the body's and the props')."""
     if position_unit not in POSITION_UNITS:
         raise ValueError(f"position_unit {position_unit!r} is not one of {tuple(POSITION_UNITS)}")
-    values = np.empty((N_SEGMENTS, 7))
-    values[_SEGMENT_FOR_BODY, :3] = positions / POSITION_UNITS[position_unit]
-    values[_SEGMENT_FOR_BODY, 3:] = quaternions
-    records = np.empty(N_SEGMENTS, dtype=_ITEM_DTYPE)
-    records["id"] = np.arange(1, N_SEGMENTS + 1)
-    records["values"] = values
+    unit = POSITION_UNITS[position_unit]
+    blocks: list[np.ndarray] = []
+    if positions is not None and quaternions is not None:
+        positions = np.asarray(positions, dtype=np.float64)
+        quaternions = np.asarray(quaternions, dtype=np.float64)
+        if positions.shape != (N_SEGMENTS, 3) or quaternions.shape != (N_SEGMENTS, 4):
+            raise ValueError(
+                f"shapes {positions.shape}, {quaternions.shape}; expected (23, 3), (23, 4)"
+            )
+        body = np.empty(N_SEGMENTS, dtype=_ITEM_DTYPE)
+        body["id"] = np.arange(1, N_SEGMENTS + 1)
+        values = np.empty((N_SEGMENTS, 7))
+        values[_SEGMENT_FOR_BODY, :3] = positions / unit
+        values[_SEGMENT_FOR_BODY, 3:] = quaternions
+        body["values"] = values
+        blocks.append(body)
+    n_body = len(blocks[0]) if blocks else 0
+    n_props = n_fingers = 0
+    if props is not None:
+        ids, pos, quat = (np.asarray(a) for a in props)
+        block = np.empty(len(ids), dtype=_ITEM_DTYPE)
+        block["id"] = ids
+        block["values"] = np.hstack([np.reshape(pos, (-1, 3)) / unit, np.reshape(quat, (-1, 4))])
+        blocks.append(block)
+        n_props = len(ids)
+    if fingers is not None:
+        pos, quat = (np.reshape(np.asarray(a, dtype=np.float64), (-1, k)) for a, k in zip(fingers, (3, 4), strict=True))
+        block = np.empty(len(pos), dtype=_ITEM_DTYPE)
+        block["id"] = N_SEGMENTS + n_props + 1 + np.arange(len(pos))
+        block["values"] = np.hstack([pos / unit, quat])
+        blocks.append(block)
+        n_fingers = len(pos)
+    records = np.concatenate(blocks).astype(_ITEM_DTYPE) if blocks else np.empty(0, dtype=_ITEM_DTYPE)
     header = HEADER.pack(
-        MESSAGE_ID, sample_counter, SINGLE_DATAGRAM, N_SEGMENTS, time_code_ms, character_id,
-        N_SEGMENTS, 0, 0, b"\0\0", ITEM_SIZE * N_SEGMENTS,
+        MESSAGE_ID, sample_counter, SINGLE_DATAGRAM, len(records), time_code_ms, character_id,
+        n_body, n_props, n_fingers, b"\0\0", ITEM_SIZE * len(records),
     )  # fmt: skip
     return header + records.tobytes()
 
@@ -226,6 +291,7 @@ class AssemblerState:
     horizon: int
     dropped: int
     held: list[tuple[int, int, dict[int, bytes], int | None]]
+    joined: int = 0
 
 
 class MxtpAssembler:
@@ -242,6 +308,7 @@ class MxtpAssembler:
     def __init__(self, horizon: int = 8) -> None:
         self.horizon = horizon
         self.dropped = 0
+        self.joined = 0  # samples reassembled from several datagrams
         self._parts: dict[tuple[int, int], dict[int, bytes]] = {}
         self._last: dict[tuple[int, int], int] = {}
 
@@ -250,7 +317,11 @@ class MxtpAssembler:
         """Parts held, waiting for the rest of their sample."""
         return sum(len(p) for p in self._parts.values())
 
-    def push(self, data: bytes) -> bytes | None:
+    @property
+    def rejected(self) -> dict[str, int]:
+        return {FRAGMENT_INCOMPLETE: self.dropped} if self.dropped else {}
+
+    def push(self, data: bytes, recv_ns: int = 0, sender: str = "") -> bytes | None:
         if len(data) < HEADER_SIZE or data[:6] != MESSAGE_ID:
             return data  # not a part: the parser says what it is
         (_, sample, counter, _, _, character, *_rest) = HEADER.unpack_from(data)
@@ -266,17 +337,19 @@ class MxtpAssembler:
         if last is None or len(parts) < last + 1 or any(k not in parts for k in range(last + 1)):
             return None
         del self._parts[key], self._last[key]
+        self.joined += 1
         return _join([parts[k] for k in range(last + 1)])
 
     def state(self) -> AssemblerState:
         """The parts held and the count dropped, as plain values (capture's checkpoints)."""
         return AssemblerState(self.horizon, self.dropped,
-                              [(c, s, dict(parts), self._last.get((c, s))) for (c, s), parts in self._parts.items()])
+                              [(c, s, dict(parts), self._last.get((c, s))) for (c, s), parts in self._parts.items()],
+                              self.joined)
 
     @classmethod
     def from_state(cls, state: AssemblerState) -> MxtpAssembler:
         assembler = cls(state.horizon)
-        assembler.dropped = state.dropped
+        assembler.dropped, assembler.joined = state.dropped, state.joined
         for character, sample, parts, last in state.held:
             assembler._parts[(character, sample)] = dict(parts)
             if last is not None:

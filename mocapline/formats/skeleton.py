@@ -197,5 +197,15 @@ SKELETONS: dict[SkeletonKind, Skeleton] = {
 }
 
 
+# Other names a skeleton goes by: Axis Neuron calls its skeleton (Spine3, no Neck1) Perception Neuron.
+SKELETON_ALIASES: dict[str, SkeletonKind] = {"pn": SkeletonKind.PN_PRO, "perception_neuron": SkeletonKind.PN_PRO}
+SKELETON_CHOICES: tuple[SkeletonKind, ...] = tuple(SkeletonKind)
+
+
+def skeleton_kind(text: str) -> SkeletonKind:
+    """A skeleton flag's value (a kind or an alias) as its kind."""
+    return SKELETON_ALIASES.get(text.lower()) or SkeletonKind(text.lower())
+
+
 def get_skeleton(kind: SkeletonKind | str) -> Skeleton:
-    return SKELETONS[SkeletonKind(kind)]
+    return SKELETONS[skeleton_kind(kind)]

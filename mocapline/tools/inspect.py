@@ -7,7 +7,9 @@ line per unique frame, then the ledger:
     ...
     {"ledger": {...}}
 
-Bodies are the 23 GMR bodies in metres, GMR's Z-up frame. Use it to check an Axis set-up.
+Bodies are the 23 GMR bodies in metres, GMR's Z-up frame; each frame also names its performer
+(``avatar_index``, ``avatar_name``) and, from Xsens, carries ``fingers``, ``props`` and
+``human_height`` when the stream has them. Use it to check an Axis or MVN set-up.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from mocapline.core.options import EnvArgumentParser, choices
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import DEFAULT_CONFIG, ROTATION_ORDERS, AxisBvhConfig, HeaderFormat
 from mocapline.formats.axis_stream import is_stream_dump, stream_datagrams
-from mocapline.formats.mlrec import RecordingError, is_recording, read_recording
+from mocapline.formats.mlrec import RecordingError, is_recording, read_recording, tcp_ports
 from mocapline.formats.mxtp02 import PositionUnitSetting
 from mocapline.formats.pcap import PcapError, is_pcap, iter_tcp, iter_udp
-from mocapline.formats.skeleton import SkeletonKind
+from mocapline.formats.skeleton import SKELETON_CHOICES, SkeletonKind, skeleton_kind
 from mocapline.services.capture.core import (
     AxisDecoder,
     CaptureCore,
@@ -39,13 +41,24 @@ from mocapline.services.capture.tcp import DEFAULT_AXIS_TCP_PORT
 
 
 def frame_json(frame: HumanFrame) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "posture_index": frame.posture_index,
+        "avatar_index": frame.avatar_index,
+        "avatar_name": frame.avatar_name,
         "bodies": {
             name: {"pos": frame.positions[i].tolist(), "quat": frame.quaternions[i].tolist()}
             for i, name in enumerate(GMR_BODIES)
         },
     }
+    if len(frame.finger_positions):
+        out["fingers"] = {"pos": frame.finger_positions.tolist(), "quat": frame.finger_quaternions.tolist()}
+    if frame.prop_character:
+        out["props"] = [{"character": c, "segment": s, "pos": p.tolist(), "quat": q.tolist()}
+                        for c, s, p, q in zip(frame.prop_character, frame.prop_segment, frame.prop_positions,
+                                              frame.prop_quaternions, strict=True)]
+    if frame.human_height:
+        out["human_height"] = frame.human_height
+    return out
 
 
 def load_datagrams(
@@ -71,9 +84,21 @@ def load_datagrams(
                      "TCP stream dump")
 
 
-def inspect_datagrams(datagrams: list[Datagram], decoder: Decoder, ports: list[int]) -> Iterator[dict[str, Any]]:
+def stream_ports(path: Path, tcp: int | None) -> frozenset[int]:
+    """The paths of FILE that are an Axis TCP stream (datagrams cut from it come whole)."""
+    if tcp is not None:
+        return frozenset([tcp])
+    if is_recording(path):
+        return tcp_ports(read_recording(path).meta)
+    if is_pcap(path):
+        return frozenset()
+    return frozenset([DEFAULT_AXIS_TCP_PORT])  # a raw dump of the stream
+
+
+def inspect_datagrams(datagrams: list[Datagram], decoder: Decoder, ports: list[int],
+                      streams: frozenset[int] = frozenset()) -> Iterator[dict[str, Any]]:
     """Replays arrival order through the capture core; the merge clock is the capture timestamps."""
-    core = CaptureCore(decoder, ports or sorted({d.port for d in datagrams}) or [0])
+    core = CaptureCore(decoder, ports or sorted({d.port for d in datagrams}) or [0], stream_ports=streams)
     for dgram in datagrams:
         for frame in core.feed(dgram, dgram.recv_ns / 1e9):
             yield frame_json(frame)
@@ -93,7 +118,8 @@ def build_parser() -> EnvArgumentParser:
                         "with a BVH token)")
     p.add_argument("--source", choices=choices(Source), default="axis", help="what sent the datagrams")
     p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ", help="Axis BVH rotation order")
-    p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio", help="skeleton")
+    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
+                   help="skeleton (pn: Axis Neuron's Perception Neuron skeleton)")
     p.add_argument("--header-format", choices=choices(HeaderFormat), default="current", help="Axis header format")
     p.add_argument("--position-unit", choices=choices(PositionUnitSetting), default="m",
                    help="Xsens position unit (auto: the first frame's pelvis height decides)")
@@ -123,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ports = [args.port] if args.port is not None else []
     out = sys.stdout
     try:
-        for obj in inspect_datagrams(datagrams, decoder, ports):
+        for obj in inspect_datagrams(datagrams, decoder, ports, stream_ports(args.file, args.tcp)):
             out.write(json.dumps(obj) + "\n")
     except BrokenPipeError:
         return 0

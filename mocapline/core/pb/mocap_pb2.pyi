@@ -49,7 +49,7 @@ class MocapFrame(_message.Message):
     def __init__(self, index: _Optional[int] = ..., body_pos_w: _Optional[_Iterable[float]] = ..., body_lin_vel_w: _Optional[_Iterable[float]] = ..., body_quat_w: _Optional[_Iterable[float]] = ..., body_ang_vel_w: _Optional[_Iterable[float]] = ..., joint_pos: _Optional[_Iterable[float]] = ..., joint_vel: _Optional[_Iterable[float]] = ..., left_hand: _Optional[_Iterable[float]] = ..., right_hand: _Optional[_Iterable[float]] = ..., posture_index: _Optional[int] = ..., posture_index_first: _Optional[int] = ..., posture_index_last: _Optional[int] = ..., capture_timestamp_us: _Optional[int] = ..., source_time_s: _Optional[float] = ..., traceparent: _Optional[str] = ..., session_id: _Optional[str] = ..., avatar_index: _Optional[int] = ..., avatar_name: _Optional[str] = ..., bridged: _Optional[bool] = ...) -> None: ...
 
 class HumanFrame(_message.Message):
-    __slots__ = ("posture_index", "capture_timestamp_us", "positions", "quaternions", "traceparent", "source", "segment", "session_id", "source_port", "avatar_index", "avatar_name")
+    __slots__ = ("posture_index", "capture_timestamp_us", "positions", "quaternions", "traceparent", "source", "segment", "session_id", "source_port", "avatar_index", "avatar_name", "finger_positions", "finger_quaternions", "prop_character", "prop_segment", "prop_positions", "prop_quaternions", "human_height")
     POSTURE_INDEX_FIELD_NUMBER: _ClassVar[int]
     CAPTURE_TIMESTAMP_US_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -61,6 +61,13 @@ class HumanFrame(_message.Message):
     SOURCE_PORT_FIELD_NUMBER: _ClassVar[int]
     AVATAR_INDEX_FIELD_NUMBER: _ClassVar[int]
     AVATAR_NAME_FIELD_NUMBER: _ClassVar[int]
+    FINGER_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    FINGER_QUATERNIONS_FIELD_NUMBER: _ClassVar[int]
+    PROP_CHARACTER_FIELD_NUMBER: _ClassVar[int]
+    PROP_SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    PROP_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    PROP_QUATERNIONS_FIELD_NUMBER: _ClassVar[int]
+    HUMAN_HEIGHT_FIELD_NUMBER: _ClassVar[int]
     posture_index: int
     capture_timestamp_us: int
     positions: _containers.RepeatedScalarFieldContainer[float]
@@ -72,7 +79,14 @@ class HumanFrame(_message.Message):
     source_port: int
     avatar_index: int
     avatar_name: str
-    def __init__(self, posture_index: _Optional[int] = ..., capture_timestamp_us: _Optional[int] = ..., positions: _Optional[_Iterable[float]] = ..., quaternions: _Optional[_Iterable[float]] = ..., traceparent: _Optional[str] = ..., source: _Optional[str] = ..., segment: _Optional[int] = ..., session_id: _Optional[str] = ..., source_port: _Optional[int] = ..., avatar_index: _Optional[int] = ..., avatar_name: _Optional[str] = ...) -> None: ...
+    finger_positions: _containers.RepeatedScalarFieldContainer[float]
+    finger_quaternions: _containers.RepeatedScalarFieldContainer[float]
+    prop_character: _containers.RepeatedScalarFieldContainer[int]
+    prop_segment: _containers.RepeatedScalarFieldContainer[int]
+    prop_positions: _containers.RepeatedScalarFieldContainer[float]
+    prop_quaternions: _containers.RepeatedScalarFieldContainer[float]
+    human_height: float
+    def __init__(self, posture_index: _Optional[int] = ..., capture_timestamp_us: _Optional[int] = ..., positions: _Optional[_Iterable[float]] = ..., quaternions: _Optional[_Iterable[float]] = ..., traceparent: _Optional[str] = ..., source: _Optional[str] = ..., segment: _Optional[int] = ..., session_id: _Optional[str] = ..., source_port: _Optional[int] = ..., avatar_index: _Optional[int] = ..., avatar_name: _Optional[str] = ..., finger_positions: _Optional[_Iterable[float]] = ..., finger_quaternions: _Optional[_Iterable[float]] = ..., prop_character: _Optional[_Iterable[int]] = ..., prop_segment: _Optional[_Iterable[int]] = ..., prop_positions: _Optional[_Iterable[float]] = ..., prop_quaternions: _Optional[_Iterable[float]] = ..., human_height: _Optional[float] = ...) -> None: ...
 
 class RobotFrame(_message.Message):
     __slots__ = ("posture_index", "capture_timestamp_us", "root_pos", "root_quat", "joint_pos", "ik_failed", "traceparent", "segment", "session_id", "avatar_index", "avatar_name")

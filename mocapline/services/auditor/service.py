@@ -29,6 +29,7 @@ from mocapline.core.metrics import start as start_metrics
 from mocapline.core.options import EnvArgumentParser, argv, declared_defaults, port_number, settings_from
 from mocapline.core.udp import Datagram, UdpReceiver, adopt_udp, open_udp
 from mocapline.formats.axis_bvh import BvhReject, parse_header
+from mocapline.formats.axis_split import AxisSplitAssembler
 from mocapline.services.auditor.audit import audit
 from mocapline.services.auditor.discovery import DiscoveryServer
 
@@ -68,10 +69,12 @@ class SidePath:
         self.receiver = UdpReceiver(sock, self.fifo)
         self.performers: dict[int, SequenceLedger] = {}
         self.rejected = 0
+        self.split = AxisSplitAssembler()  # Axis Neuron's frames split over two datagrams
 
     def reset(self) -> None:
         self.performers.clear()
         self.rejected = 0
+        self.split = AxisSplitAssembler()
 
     def start(self) -> None:
         self.receiver.start()
@@ -82,8 +85,11 @@ class SidePath:
                 dgram = self.fifo.get_nowait()
             except queue.Empty:
                 return
+            data = self.split.push(dgram.data, dgram.recv_ns, dgram.source)
+            if data is None:
+                continue
             try:
-                header = parse_header(dgram.data)
+                header = parse_header(data)
             except BvhReject:
                 self.rejected += 1
                 continue
@@ -97,7 +103,8 @@ class SidePath:
         """The side path's ledger (performers combined) and each performer's."""
         performers = {str(k): led.as_dict("source_") for k, led in self.performers.items()}
         overall = combine(list(performers.values())) if performers else SequenceLedger().as_dict("source_")
-        return {**overall, "rejected_datagrams": self.rejected, "performers": performers}
+        rejected = self.rejected + sum(self.split.rejected.values())
+        return {**overall, "rejected_datagrams": rejected, "performers": performers}
 
 
 class Auditor:

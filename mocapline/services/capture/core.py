@@ -7,6 +7,11 @@ Several performers: each Axis avatar_index (Xsens character ID) is a performer w
 merger and ledger (its own posture_index sequence, gaps, duplicates, segments); the top-level
 ledger fields combine them (``mocapline.core.ledger.combine``: equal to the one performer's when
 there is one) and ``performers`` holds each one's. Rejected datagrams belong to no performer.
+
+Before decoding, each path's assembler joins frames sent as several datagrams (Axis Neuron's
+split frames, MVN's split samples; over Axis TCP datagrams come whole). Xsens messages that are
+no performer's frame are kept here, not rejected: MXTP12 names and MXTP13 scaling per character,
+and characters with props only (counted, their latest pose carried on every frame after).
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from mocapline.core.frames import HumanFrame
 from mocapline.core.ledger import combine, index_ranges
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import AxisBvhConfig, BvhReject, parse_datagram
+from mocapline.formats.axis_split import AxisSplitAssembler
 from mocapline.formats.mxtp02 import (
-    FRAGMENT_INCOMPLETE,
     POSITION_UNITS,
     MxtpAssembler,
     PositionUnit,
@@ -35,10 +40,28 @@ from mocapline.formats.mxtp02 import (
     guess_position_unit,
     parse_mxtp02,
 )
+from mocapline.formats.mxtp_meta import (
+    META_ID,
+    SCALING_ID,
+    ScalePoint,
+    XsensMeta,
+    XsensScaling,
+    parse_meta,
+    parse_scaling,
+    scaling_height,
+)
 from mocapline.formats.skeleton import get_skeleton
+from mocapline.services.capture.assemblers import Assembler, WholeDatagrams, assembler_record, restored_assembler
 from mocapline.services.capture.fk import AxisForwardKinematics
 from mocapline.services.capture.merge import PathMerger
-from mocapline.services.capture.state import CaptureState, DecoderState, PerformerState, StateError
+from mocapline.services.capture.state import (
+    CaptureState,
+    CharacterState,
+    DecoderState,
+    PerformerState,
+    PropState,
+    StateError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +77,7 @@ class Decoder(Protocol):
 
     def performer(self, decoded: Any) -> tuple[int, str]: ...
 
-    def assembler(self) -> MxtpAssembler | None: ...
+    def assembler(self) -> Assembler: ...
 
     def bodies(self, decoded: Any) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -91,8 +114,8 @@ class AxisDecoder:
     def performer(self, decoded: Any) -> tuple[int, str]:
         return decoded.avatar_index, decoded.avatar_name
 
-    def assembler(self) -> None:
-        return None
+    def assembler(self) -> AxisSplitAssembler:
+        return AxisSplitAssembler(self.config)
 
     def bodies(self, decoded: Any) -> tuple[np.ndarray, np.ndarray]:
         return self.fk.bodies(decoded.channels)
@@ -113,13 +136,20 @@ class XsensDecoder:
         self.unit_check: dict[str, Any] | None = None
 
     def decode(self, data: bytes) -> tuple[int, Any]:
+        """MXTP02 (a props-only character too), or MXTP12 / MXTP13 for the core to keep (index -1)."""
         unit: PositionUnit = "m" if self.position_unit == "auto" else self.position_unit
+        message = bytes(data[:6])
+        if message == META_ID:
+            return -1, parse_meta(data)
+        if message == SCALING_ID:
+            return -1, parse_scaling(data, unit)
         frame = parse_mxtp02(data, position_unit=unit)
-        if self.unit_check is None:
+        if self.unit_check is None and frame.has_body:
             self._check_unit(frame)
         if self.position_unit == "auto" and self.unit_check is not None:
-            frame.positions *= self.unit_check["scale"]
-        return frame.sample_counter, frame
+            for positions in (frame.positions, frame.prop_positions, frame.finger_positions):
+                positions *= self.unit_check["scale"]
+        return (frame.sample_counter if frame.has_body else -1), frame
 
     def state(self) -> DecoderState:
         return DecoderState(unit_check=None if self.unit_check is None else dict(self.unit_check))
@@ -163,6 +193,27 @@ class XsensDecoder:
 class CaptureCounters:
     rejected: Counter[str] = field(default_factory=Counter)
     frames_out: int = 0
+    meta_datagrams: Counter[str] = field(default_factory=Counter)  # MXTP12 / MXTP13 taken in
+
+
+@dataclass
+class PropCharacter:
+    """A character that streams props only (a tracked object): counted, its latest pose carried."""
+
+    samples: int = 0
+    last: XsensFrame | None = None
+    last_data: bytes | None = None  # its datagram (what a checkpoint keeps)
+    unit_checked: bool = True  # decoded after the position-unit check (with --position-unit auto: scaled)
+
+
+@dataclass
+class CharacterInfo:
+    """What MXTP12 and MXTP13 said about a character."""
+
+    name: str = ""
+    segments: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    points: tuple[ScalePoint, ...] = ()
+    height: float | None = None
 
 
 def _role(k: int) -> str:
@@ -190,15 +241,19 @@ class CaptureCore:
         merge_window_s: float = 0.25,
         allowed_sources: frozenset[str] | None = None,
         session_id: str | None = None,
+        stream_ports: frozenset[int] = frozenset(),
     ) -> None:
         self.decoder = decoder
         self.ports = list(ports)
+        self.stream_ports = stream_ports  # Axis TCP paths: datagrams cut from a stream, never split
         self.window_s = merge_window_s
         self.performers: dict[int, Performer] = {}
-        self.assemblers: dict[int, MxtpAssembler | None] = {}  # None: the decoder joins no parts
+        self.assemblers: dict[int, Assembler] = {}
         self.allowed_sources = allowed_sources
         self.session_id = session_id or uuid.uuid4().hex
         self.counters = CaptureCounters()
+        self.characters: dict[int, CharacterInfo] = {}  # Xsens MXTP12 / MXTP13, by character ID
+        self.props: dict[int, PropCharacter] = {}  # Xsens characters with props only
 
     def state(self) -> CaptureState:
         """The whole state as a record (``state.py``): with the same decoder flags,
@@ -209,7 +264,10 @@ class CaptureCore:
             frames_out=self.counters.frames_out, decoder=self.decoder.state(),
             performers=[PerformerState(p.index, p.name, p.merger.state().map_items(lambda item: item[0]))
                         for p in self.performers.values()],
-            assemblers={port: None if a is None else a.state() for port, a in self.assemblers.items()},
+            assemblers={port: assembler_record(a) for port, a in self.assemblers.items()},
+            stream_ports=sorted(self.stream_ports), meta_datagrams=dict(self.counters.meta_datagrams),
+            characters=[CharacterState(c, i.name, dict(i.segments), i.points) for c, i in self.characters.items()],
+            props=[PropState(c, p.samples, p.last_data, p.unit_checked) for c, p in self.props.items()],
         )
 
     @classmethod
@@ -217,37 +275,86 @@ class CaptureCore:
         """A core in ``state`` around ``decoder`` (built from the flags, restored here); the frames
         waiting in the merge window are decoded again from their bytes. ``StateError`` if one of
         them no longer decodes (a state written under other flags)."""
-        core = cls(decoder, state.ports, merge_window_s=state.merge_window_s,
-                   allowed_sources=state.allowed_sources, session_id=state.session_id)
-        core.counters = CaptureCounters(Counter(state.rejected), state.frames_out)
+        core = cls(decoder, state.ports, merge_window_s=state.merge_window_s, allowed_sources=state.allowed_sources,
+                   session_id=state.session_id, stream_ports=frozenset(state.stream_ports))
+        core.counters = CaptureCounters(Counter(state.rejected), state.frames_out, Counter(state.meta_datagrams))
         before = decoder.state()
         decoder.restore(state.decoder)  # before decoding again (the Xsens unit scale) and after
         try:
             for saved in state.performers:
                 merger = PathMerger.from_state(saved.merger.map_items(core._decoded))
                 core.performers[saved.index] = Performer(saved.index, saved.name, merger)
+            for prop in state.props:
+                last = None if prop.last is None else core._prop_sample(prop.last, prop.unit_checked, state.decoder)
+                core.props[prop.character] = PropCharacter(prop.samples, last, prop.last, prop.unit_checked)
+            core.assemblers = {port: restored_assembler(a, decoder.assembler) for port, a in state.assemblers.items()}
         except StateError:
             decoder.restore(before)
             raise
-        core.assemblers = {port: None if a is None else MxtpAssembler.from_state(a)
-                           for port, a in state.assemblers.items()}
+        core.characters = {c.character: CharacterInfo(c.name, dict(c.segments), c.points,
+                                                      scaling_height(c.segments, c.points))
+                           for c in state.characters}
         decoder.restore(state.decoder)  # decoding again counted Axis arrivals
         return core
 
     def _decoded(self, dgram: Datagram) -> tuple[Datagram, Any]:
+        index, decoded = self._decode_again(dgram.data, "a frame in the merge window")
+        if index < 0:
+            raise StateError("a frame in the merge window is not a performer's")
+        return dgram, decoded
+
+    def _prop_sample(self, data: bytes, unit_checked: bool, decoder: DecoderState) -> XsensFrame:
+        if not unit_checked:
+            self.decoder.restore(replace(decoder, unit_check=None))  # as it was decoded: not scaled
         try:
-            return dgram, self.decoder.decode(dgram.data)[1]
+            index, decoded = self._decode_again(data, "a props-only character's sample")
+        finally:
+            self.decoder.restore(decoder)
+        if index >= 0 or not isinstance(decoded, XsensFrame):
+            raise StateError("a props-only character's sample is not one")
+        return decoded
+
+    def _decode_again(self, data: bytes, what: str) -> tuple[int, Any]:
+        try:
+            return self.decoder.decode(data)
         except (BvhReject, XsensReject) as exc:
-            raise StateError(f"a frame in the merge window does not decode: {exc.reason}") from None
+            raise StateError(f"{what} does not decode: {exc.reason}") from None
 
     def performer(self, index: int, name: str = "") -> Performer:
         state = self.performers.get(index)
+        info = self.characters.get(index)
+        if info is not None and info.name:
+            name = info.name
         if state is None:
             merger: PathMerger[tuple[Datagram, Any]] = PathMerger(self.ports, window_s=self.window_s)
             state = self.performers[index] = Performer(index, name, merger)
         elif name and not state.name:
             state.name = name
         return state
+
+    def _take_in(self, decoded: Any, data: bytes) -> None:
+        """An Xsens message beside the poses: names (MXTP12), scaling (MXTP13), a props-only character."""
+        if isinstance(decoded, XsensFrame):
+            prop = self.props.setdefault(decoded.character_id, PropCharacter())
+            if prop.last is None or prop.last.sample_counter != decoded.sample_counter:
+                prop.samples += 1  # a copy of the same sample from another path is not another sample
+            prop.last, prop.last_data = decoded, bytes(data)
+            prop.unit_checked = self.decoder.state().unit_check is not None
+            return
+        info = self.characters.setdefault(decoded.character_id, CharacterInfo())
+        if isinstance(decoded, XsensMeta):
+            self.counters.meta_datagrams["MXTP12"] += 1
+            if decoded.name:
+                info.name = decoded.name
+                if decoded.character_id in self.performers:
+                    self.performers[decoded.character_id].name = decoded.name
+            return
+        assert isinstance(decoded, XsensScaling)
+        self.counters.meta_datagrams["MXTP13"] += 1
+        if decoded.segments:
+            info.segments, info.points = decoded.segments, ()
+        info.points += decoded.points
+        info.height = scaling_height(info.segments, info.points)
 
     @property
     def merger(self) -> PathMerger[tuple[Datagram, Any]]:
@@ -282,27 +389,28 @@ class CaptureCore:
         if self.allowed_sources is not None and dgram.source not in self.allowed_sources:
             self.counters.rejected["source_not_allowed"] += 1
             return []
-        data = dgram.data
-        assembler = self._assembler(dgram.port)
-        if assembler is not None:
-            assembled = assembler.push(dgram.data)
-            if assembled is None:
-                return []  # one part of a split sample, held until the rest is in
-            data = assembled
-            dgram = replace(dgram, data=data)  # the joined sample: what a checkpoint keeps of it
+        data = self._assembler(dgram.port).push(dgram.data, dgram.recv_ns, dgram.source)
+        if data is None:
+            return []  # one part of a split frame: held until the rest is in, or counted as rejected
+        if data is not dgram.data:
+            dgram = replace(dgram, data=data)  # the joined frame: what a checkpoint keeps of it
         try:
             index, decoded = self.decoder.decode(data)
         except (BvhReject, XsensReject) as exc:
             self.counters.rejected[exc.reason] += 1
             return []
+        if index < 0:
+            self._take_in(decoded, data)
+            return []
         performer = self.performer(*self.decoder.performer(decoded))
         released = performer.merger.push(dgram.port, index, (dgram, decoded), now)
         return [(performer, i, item) for i, item in released]
 
-    def _assembler(self, port: int) -> MxtpAssembler | None:
+    def _assembler(self, port: int) -> Assembler:
         assembler = self.assemblers.get(port)
-        if assembler is None and port not in self.assemblers:
-            assembler = self.assemblers[port] = self.decoder.assembler()
+        if assembler is None:
+            whole = port in self.stream_ports
+            assembler = self.assemblers[port] = WholeDatagrams() if whole else self.decoder.assembler()
         return assembler
 
     def poll(self, now: float) -> list[HumanFrame]:
@@ -310,8 +418,7 @@ class CaptureCore:
 
     def flush(self) -> list[HumanFrame]:
         for assembler in self.assemblers.values():
-            if assembler is not None:
-                assembler.flush()
+            assembler.flush()
         return self._frames([(p, i, item) for p in self.performers.values() for i, item in p.merger.flush()])
 
     def _frames(self, ready: list[tuple[Performer, int, tuple[Datagram, Any]]]) -> list[HumanFrame]:
@@ -324,23 +431,39 @@ class CaptureCore:
         else:
             all_pos, all_quat = self.decoder.bodies_batch([decoded for _, _, (_, decoded) in ready])
         out = []
-        for k, (performer, index, (dgram, _)) in enumerate(ready):
-            out.append(
-                HumanFrame(
-                    posture_index=index,
-                    capture_timestamp_us=dgram.recv_ns // 1000,
-                    positions=all_pos[k],
-                    quaternions=all_quat[k],
-                    source=self.decoder.source,
-                    segment=performer.merger.segment,
-                    session_id=self.session_id,
-                    source_port=dgram.port,
-                    avatar_index=performer.index,
-                    avatar_name=performer.name,
-                )
+        for k, (performer, index, (dgram, decoded)) in enumerate(ready):
+            frame = HumanFrame(
+                posture_index=index,
+                capture_timestamp_us=dgram.recv_ns // 1000,
+                positions=all_pos[k],
+                quaternions=all_quat[k],
+                source=self.decoder.source,
+                segment=performer.merger.segment,
+                session_id=self.session_id,
+                source_port=dgram.port,
+                avatar_index=performer.index,
+                avatar_name=performer.name,
             )
+            if isinstance(decoded, XsensFrame):
+                self._xsens_extras(frame, decoded)
+            out.append(frame)
         self.counters.frames_out += len(out)
         return out
+
+    def _xsens_extras(self, frame: HumanFrame, decoded: XsensFrame) -> None:
+        """Fingers, props (the character's own, then every props-only character's latest pose) and
+        the height MXTP13 gave."""
+        frame.finger_positions, frame.finger_quaternions = decoded.finger_positions, decoded.finger_quaternions
+        sources = [decoded] + [p.last for _, p in sorted(self.props.items()) if p.last is not None]
+        sources = [f for f in sources if len(f.prop_ids)]
+        if sources:
+            frame.prop_character = tuple(f.character_id for f in sources for _ in f.prop_ids)
+            frame.prop_segment = tuple(int(i) for f in sources for i in f.prop_ids)
+            frame.prop_positions = np.concatenate([f.prop_positions for f in sources])
+            frame.prop_quaternions = np.concatenate([f.prop_quaternions for f in sources])
+        info = self.characters.get(decoded.character_id)
+        if info is not None and info.height:
+            frame.human_height = info.height
 
     def _merger_ledger(self, merger: PathMerger[tuple[Datagram, Any]]) -> dict[str, Any]:
         """One performer's ledger with the seeds' field names, plus per-path detail."""
@@ -372,12 +495,11 @@ class CaptureCore:
         performers = {str(k): self._merger_ledger(p.merger) for k, p in self.performers.items()}
         overall = combine(list(performers.values())) if performers else self._merger_ledger(self.merger)
         rejected = Counter(self.counters.rejected)
-        held = 0
+        held = split_frames = 0
         for assembler in self.assemblers.values():
-            if assembler is not None:
-                held += assembler.pending
-                if assembler.dropped:
-                    rejected[FRAGMENT_INCOMPLETE] += assembler.dropped
+            held += assembler.pending
+            split_frames += assembler.joined
+            rejected.update(assembler.rejected)
         paths = overall.pop("paths")
         led: dict[str, Any] = {
             "source_received": overall["source_received"],
@@ -396,7 +518,9 @@ class CaptureCore:
             "cross_path_copies": overall["cross_path_copies"],
             "late_frames": overall["late_frames"],
             "late_ranges": overall["late_ranges"],
-            "rejected_by_reason": dict(sorted(rejected.items())),
+            "rejected_by_reason": dict(sorted((k, v) for k, v in rejected.items() if v)),
+            # frames (MVN samples) that came as several datagrams and were joined
+            "split_frames": split_frames,
             "input_pending": input_pending + overall["input_pending"] + held,
             "human_frames_out": self.counters.frames_out,
             "paths": paths,
@@ -405,6 +529,14 @@ class CaptureCore:
                 for k, p in ((str(i), p) for i, p in self.performers.items())
             },
         }
+        if self.props or self.characters:
+            led["props"] = {str(c): {"samples": p.samples, "segments": len(p.last.prop_ids) if p.last else 0}
+                            for c, p in sorted(self.props.items())}
+            led["meta_datagrams"] = dict(sorted(self.counters.meta_datagrams.items()))
+            for k, performer in led["performers"].items():
+                info = self.characters.get(int(k))
+                if info is not None and info.height:
+                    performer["human_height_m"] = round(info.height, 3)
         if getattr(self.decoder, "unit_check", None) is not None:
             led["unit_check"] = self.decoder.unit_check  # type: ignore[attr-defined]
         return led

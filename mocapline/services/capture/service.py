@@ -37,7 +37,7 @@ from mocapline.core.tracing import StageTracer
 from mocapline.core.transport import FrameSink
 from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig, HeaderFormat
 from mocapline.formats.mxtp02 import PositionUnitSetting
-from mocapline.formats.skeleton import SkeletonKind
+from mocapline.formats.skeleton import SKELETON_CHOICES, SkeletonKind, skeleton_kind
 from mocapline.services.capture import checkpoint
 from mocapline.services.capture.journal import RawJournal
 from mocapline.services.capture.sources import (
@@ -69,8 +69,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--output", default="tcp://127.0.0.1:5556", help="ZeroMQ endpoint to bind the HumanFrame PUSH on")
     p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ",
                    help="Axis Studio's BVH rotation order setting")
-    p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio",
-                   help="Axis skeleton: axis_studio (59 bones) or the legacy pn_pro")
+    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
+                   help="Axis skeleton: axis_studio (59 bones) or the legacy pn_pro (alias pn: Axis Neuron's "
+                        "Perception Neuron skeleton, Spine3 and no Neck1)")
     p.add_argument("--header-format", choices=choices(HeaderFormat), default="current",
                    help="'legacy' when Axis Studio's 'use old header format' is ticked")
     p.add_argument("--position-unit", choices=choices(PositionUnitSetting), default="m",
@@ -122,7 +123,7 @@ class CaptureSettings:
     host: str
     output: str
     rotation_order: str
-    skeleton: str
+    skeleton: SkeletonKind
     header_format: HeaderFormat
     position_unit: PositionUnitSetting
     merge_window_ms: float
@@ -201,14 +202,19 @@ def source_reject_reasons(source: str) -> tuple[str, ...]:
 
         return (*XSENS_REASONS, FRAGMENT_INCOMPLETE)
     from mocapline.formats.axis_bvh import REJECT_REASONS as AXIS_REASONS
+    from mocapline.formats.axis_split import SPLIT_REASONS
 
-    return AXIS_REASONS
+    return (*AXIS_REASONS, *SPLIT_REASONS)
 
 
 def status_line(ledger: dict[str, Any]) -> str:
     extra = ""
     if len(ledger.get("performers") or {}) > 1:
         extra += f" performers={len(ledger['performers'])}"
+    if ledger.get("split_frames"):
+        extra += f" split_frames={ledger['split_frames']}"
+    if ledger.get("props"):
+        extra += f" props={sum(p['samples'] for p in ledger['props'].values())}"
     tcp = ledger.get("tcp")
     if tcp is not None:
         extra += f" tcp={'connected' if tcp['connected'] else 'reconnecting'} connects={tcp['connects']}"

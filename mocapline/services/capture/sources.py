@@ -92,7 +92,8 @@ class UdpMotionInput:
         self.idle_flush_s = idle_flush_s
         self.record_path = record_path
         self.core = CaptureCore(
-            decoder, self.paths, merge_window_s=merge_window_s, allowed_sources=allowed_sources
+            decoder, self.paths, merge_window_s=merge_window_s, allowed_sources=allowed_sources,
+            stream_ports=frozenset([tcp[1]] if tcp is not None else []),
         )
         self.fifo: queue.SimpleQueue[Datagram] = queue.SimpleQueue()
         self.receivers: list[UdpReceiver | AxisTcpReceiver] = []
@@ -162,6 +163,7 @@ class UdpMotionInput:
             merge_window_s=old.window_s,
             allowed_sources=old.allowed_sources,
             session_id=old.session_id,
+            stream_ports=old.stream_ports,
         )
 
     def restore(self, state: CaptureState) -> None:

@@ -1,26 +1,40 @@
 """Capture's state as a record: what ``CaptureCore.state()`` returns and ``CaptureCore.from_state()``
 reads, and its bytes on disk (capture's checkpoints).
 
-The bytes are UTF-8 JSON, one object, ``"version": 1`` first; nothing in them is executed or looked
+The bytes are UTF-8 JSON, one object, ``"version": 2`` first; nothing in them is executed or looked
 up by name, so a file that was damaged or written by someone else costs at worst a ``StateError``.
-``decode`` checks every field's type and rejects a version it does not know, naming it. Version 1:
+``decode`` checks every field's type and rejects a version it does not know, naming it (version 1,
+from before split Axis frames and the Xsens meta data, is refused: capture then replays the take
+from the journal). Version 2:
 
-- ``session_id``, ``ports`` (in ``--ports`` order, main path first), ``merge_window_s``,
-  ``allowed_sources`` (null: any), ``rejected`` (reason -> datagrams), ``frames_out``;
+- ``session_id``, ``ports`` (in ``--ports`` order, main path first), ``stream_ports`` (the Axis
+  TCP paths, whose datagrams come whole), ``merge_window_s``, ``allowed_sources`` (null: any),
+  ``rejected`` (reason -> datagrams), ``frames_out``, ``meta_datagrams`` (Xsens message type
+  -> datagrams taken in: ``MXTP12``, ``MXTP13``);
 - ``decoder``: ``arrivals`` (datagrams the Axis decoder numbered, for the legacy header) and
   ``unit_check`` (the Xsens position-unit check of the first frame, null before it);
 - ``performers``: per avatar ``index``, ``name`` and its ``merger``: per path (``port``, its
   ``ledger``, ``last_arrival`` on capture's monotonic clock, null if never heard), the ``merged``
   ledger, the merge counters, the remembered ``late_indices`` / ``duplicated`` / ``skipped``
   indices, ``segment``, ``next_index``, ``previous_segment_last``, and ``pending``: the frames
-  waiting on a gap, each the datagram's bytes (hex, as decoded: a split Xsens sample joined) with
+  waiting on a gap, each the datagram's bytes (hex, as decoded: a split frame or sample joined) with
   its ``index``, ``arrival``, ``recv_ns``, ``port``, ``source`` and journal ``seq``;
 - a ``ledger``: the counts of ``SequenceLedger``, ``missing_ranges`` / ``backward_jumps`` as
   ``[a, b]`` pairs and ``segments`` as ``[first, last, unique, missing]``;
-- ``assemblers``: per path ``port`` and, for Xsens, its ``assembler`` (``horizon``, ``dropped``,
-  ``held``: the parts of incomplete samples, hex by datagram counter), null for Axis.
+- ``characters`` (Xsens): per ``character`` ID what MXTP12 and MXTP13 said: ``name``, ``segments``
+  (name -> null-pose origin ``[x, y, z]`` in metres, in the order sent) and ``points`` (each
+  ``segment_id``, ``point_id``, ``name``, ``flags``, ``position``); the height is computed again;
+- ``props`` (Xsens): per props-only ``character`` its ``samples`` and ``last``: the latest
+  sample's datagram (hex, decoded again), null before one, with ``unit_checked``: whether it
+  came after the position-unit check (false: decoded again unscaled, as it was);
+- ``assemblers``: per path ``port``, ``kind`` and ``assembler``: ``whole`` (Axis TCP: null),
+  ``axis_split`` (``window_ns``, ``joined`` frames and ``parts_joined`` datagrams, ``rejected``
+  by reason, ``tail_sizes`` seen, ``held``: per ``sender`` the first parts of a frame as one
+  ``data`` hex with the head's ``recv_ns``, the frame's ``length`` and the ``parts`` held) or
+  ``mxtp`` (``horizon``, ``dropped``, ``joined``, ``held``: the parts of incomplete samples, hex
+  by datagram counter).
 
-A new field or a changed meaning is a new version; a reader keeps reading the versions before it.
+A new field or a changed meaning is a new version.
 """
 
 from __future__ import annotations
@@ -32,10 +46,13 @@ from typing import Any, TypeVar
 
 from mocapline.core.ledger import Segment, SequenceLedger
 from mocapline.core.udp import Datagram
+from mocapline.formats.axis_split import AxisSplitState, HeldFrame
 from mocapline.formats.mxtp02 import AssemblerState
+from mocapline.formats.mxtp_meta import ScalePoint
 from mocapline.services.capture.merge import MergerState, PathState
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+AssemblerRecord = AxisSplitState | AssemblerState | None  # None: the datagrams come whole
 
 T = TypeVar("T")
 JsonScalar = int | float | str | bool | None
@@ -59,6 +76,22 @@ class PerformerState:
 
 
 @dataclass
+class CharacterState:
+    character: int
+    name: str = ""
+    segments: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    points: tuple[ScalePoint, ...] = ()
+
+
+@dataclass
+class PropState:
+    character: int
+    samples: int
+    last: bytes | None  # the latest sample's datagram
+    unit_checked: bool = True  # decoded after the Xsens position-unit check
+
+
+@dataclass
 class CaptureState:
     session_id: str
     ports: list[int]
@@ -68,7 +101,11 @@ class CaptureState:
     frames_out: int
     decoder: DecoderState
     performers: list[PerformerState]
-    assemblers: dict[int, AssemblerState | None] = field(default_factory=dict)
+    assemblers: dict[int, AssemblerRecord] = field(default_factory=dict)
+    stream_ports: list[int] = field(default_factory=list)
+    meta_datagrams: dict[str, int] = field(default_factory=dict)
+    characters: list[CharacterState] = field(default_factory=list)
+    props: list[PropState] = field(default_factory=list)
     version: int = STATE_VERSION
 
 
@@ -95,7 +132,9 @@ def to_json(state: CaptureState) -> dict[str, Any]:
 def from_json(obj: Any) -> CaptureState:
     version = _get(obj, "version", int, "state")
     if version != STATE_VERSION:
-        raise StateError(f"capture state version {version} is not one this capture reads (it reads {STATE_VERSION})")
+        older = " (written before split Axis frames and Xsens meta data were kept)" if version == 1 else ""
+        raise StateError(f"capture state version {version} is not one this capture reads{older} "
+                         f"(it reads {STATE_VERSION})")
     return _capture(obj)
 
 
@@ -107,11 +146,14 @@ def _capture_json(s: CaptureState) -> dict[str, Any]:
     return {
         "version": s.version, "session_id": s.session_id, "ports": s.ports, "merge_window_s": s.merge_window_s,
         "allowed_sources": None if s.allowed_sources is None else sorted(s.allowed_sources),
-        "rejected": dict(s.rejected), "frames_out": s.frames_out,
+        "stream_ports": s.stream_ports, "rejected": dict(s.rejected), "frames_out": s.frames_out,
+        "meta_datagrams": dict(s.meta_datagrams),
         "decoder": {"arrivals": s.decoder.arrivals, "unit_check": s.decoder.unit_check},
         "performers": [{"index": p.index, "name": p.name, "merger": _merger_json(p.merger)} for p in s.performers],
-        "assemblers": [{"port": port, "assembler": None if a is None else _assembler_json(a)}
-                       for port, a in s.assemblers.items()],
+        "characters": [_character_json(c) for c in s.characters],
+        "props": [{"character": p.character, "samples": p.samples, "last": None if p.last is None else p.last.hex(),
+                   "unit_checked": p.unit_checked} for p in s.props],
+        "assemblers": [{"port": port, **_assembler_json(a)} for port, a in s.assemblers.items()],
     }
 
 
@@ -129,17 +171,48 @@ def _capture(obj: Any) -> CaptureState:
         ports=_ints(_get(obj, "ports", list, where), "ports"),
         merge_window_s=_number(obj, "merge_window_s", where),
         allowed_sources=None if allowed is None else frozenset(_items(allowed, str, "allowed_sources")),
-        rejected={_text(k, "rejected"): _int_value(v, "rejected")
-                  for k, v in _get(obj, "rejected", dict, where).items()},
+        rejected=_counts(_get(obj, "rejected", dict, where), "rejected"),
         frames_out=_get(obj, "frames_out", int, where),
         decoder=DecoderState(_get(decoder, "arrivals", int, "decoder"), unit_check),
         performers=[PerformerState(_get(p, "index", int, "performer"), _get(p, "name", str, "performer"),
                                    _merger(_get(p, "merger", dict, "performer")))
                     for p in performers],
-        assemblers={_get(a, "port", int, "assemblers"): _optional(_get(a, "assembler", (dict, type(None)),
-                                                                       "assemblers"), _assembler)
-                    for a in assemblers},
+        assemblers={_get(a, "port", int, "assemblers"): _assembler(a) for a in assemblers},
+        stream_ports=_ints(_get(obj, "stream_ports", list, where), "stream_ports"),
+        meta_datagrams=_counts(_get(obj, "meta_datagrams", dict, where), "meta_datagrams"),
+        characters=[_character(c) for c in _get(obj, "characters", list, where)],
+        props=[PropState(_get(p, "character", int, "props"), _get(p, "samples", int, "props"),
+                         _optional(_get(p, "last", (str, type(None)), "props"), lambda h: _hex(h, "props")),
+                         _get(p, "unit_checked", bool, "props"))
+               for p in _get(obj, "props", list, where)],
     )
+
+
+def _counts(obj: dict[str, Any], where: str) -> dict[str, int]:
+    return {_text(k, where): _int_value(v, where) for k, v in obj.items()}
+
+
+def _character_json(c: CharacterState) -> dict[str, Any]:
+    return {"character": c.character, "name": c.name, "segments": {k: list(v) for k, v in c.segments.items()},
+            "points": [{"segment_id": p.segment_id, "point_id": p.point_id, "name": p.name, "flags": p.flags,
+                        "position": list(p.position)} for p in c.points]}
+
+
+def _character(obj: Any) -> CharacterState:
+    where = "characters"
+    points = tuple(ScalePoint(_get(p, "segment_id", int, "point"), _get(p, "point_id", int, "point"),
+                              _get(p, "name", str, "point"), _get(p, "flags", int, "point"),
+                              _vector(_get(p, "position", list, "point"), "point"))
+                   for p in _get(obj, "points", list, where))
+    segments = {k: _vector(_items([v], list, where)[0], where) for k, v in _get(obj, "segments", dict, where).items()}
+    return CharacterState(_get(obj, "character", int, where), _get(obj, "name", str, where), segments, points)
+
+
+def _vector(values: list[Any], where: str) -> tuple[float, float, float]:
+    if len(values) != 3:
+        raise StateError(f"{where}: {len(values)} numbers where 3 belong")
+    x, y, z = (float(v) for v in _items(values, (int, float), where))
+    return x, y, z
 
 
 def _merger_json(m: MergerState[Datagram]) -> dict[str, Any]:
@@ -211,19 +284,44 @@ def _ledger(obj: dict[str, Any]) -> SequenceLedger:
     return led
 
 
-def _assembler_json(a: AssemblerState) -> dict[str, Any]:
-    return {"horizon": a.horizon, "dropped": a.dropped,
-            "held": [{"character": c, "sample": s, "parts": {str(k): v.hex() for k, v in parts.items()}, "last": last}
-                     for c, s, parts, last in a.held]}
+def _assembler_json(a: AssemblerRecord) -> dict[str, Any]:
+    if a is None:
+        return {"kind": "whole", "assembler": None}
+    if isinstance(a, AxisSplitState):
+        return {"kind": "axis_split", "assembler": {
+            "window_ns": a.window_ns, "joined": a.joined, "parts_joined": a.parts_joined,
+            "rejected": dict(a.rejected), "tail_sizes": a.tail_sizes,
+            "held": [{"sender": s, "data": h.data.hex(), "recv_ns": h.recv_ns, "length": h.length, "parts": h.parts}
+                     for s, h in a.held.items()]}}
+    return {"kind": "mxtp", "assembler": {
+        "horizon": a.horizon, "dropped": a.dropped, "joined": a.joined,
+        "held": [{"character": c, "sample": s, "parts": {str(k): v.hex() for k, v in parts.items()}, "last": last}
+                 for c, s, parts, last in a.held]}}
 
 
-def _assembler(obj: dict[str, Any]) -> AssemblerState:
+def _assembler(record: Any) -> AssemblerRecord:
+    kind = _get(record, "kind", str, "assemblers")
+    if kind == "whole":
+        return None
+    obj = _get(record, "assembler", dict, "assemblers")
+    where = "assembler"
+    if kind == "axis_split":
+        frames = {_get(h, "sender", str, "held"): HeldFrame(_hex(_get(h, "data", str, "held"), "held"),
+                                                          _get(h, "recv_ns", int, "held"),
+                                                          _get(h, "length", int, "held"), _get(h, "parts", int, "held"))
+                for h in _get(obj, "held", list, where)}
+        return AxisSplitState(_get(obj, "window_ns", int, where), _get(obj, "joined", int, where),
+                              _get(obj, "parts_joined", int, where), _counts(_get(obj, "rejected", dict, where), where),
+                              _ints(_get(obj, "tail_sizes", list, where), where), frames)
+    if kind != "mxtp":
+        raise StateError(f"assemblers: no assembler of kind {kind!r}")
     held = []
-    for h in _get(obj, "held", list, "assembler"):
+    for h in _get(obj, "held", list, where):
         parts = {_int_key(k, "held"): _hex(_text(v, "held"), "held") for k, v in _get(h, "parts", dict, "held").items()}
         held.append((_get(h, "character", int, "held"), _get(h, "sample", int, "held"), parts,
                      _get(h, "last", (int, type(None)), "held")))
-    return AssemblerState(_get(obj, "horizon", int, "assembler"), _get(obj, "dropped", int, "assembler"), held)
+    return AssemblerState(_get(obj, "horizon", int, where), _get(obj, "dropped", int, where), held,
+                          _get(obj, "joined", int, where))
 
 
 def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -232,7 +330,7 @@ def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in obj:
         raise StateError(f"{where}: {key} is missing")
     value = obj[key]
-    if isinstance(value, bool) or not isinstance(value, kind):
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         raise StateError(f"{where}.{key}: {type(value).__name__} where {_kind_name(kind)} belongs")
     return value
 
@@ -245,7 +343,7 @@ def _number(obj: Any, key: str, where: str) -> float:
     return float(_get(obj, key, (int, float), where))
 
 
-def _items(values: list[Any], kind: type, where: str) -> list[Any]:
+def _items(values: list[Any], kind: type | tuple[type, ...], where: str) -> list[Any]:
     return [_get({"item": v}, "item", kind, where) for v in values]
 
 

@@ -147,7 +147,8 @@ class PerformerTrack:
     robot_frames_sent: int = 0
 
     def counts(self) -> dict[str, Any]:
-        return {"avatar_name": self.name, "frames_in": self.frames_in, "gmr_processed": self.gmr_processed,
+        return {"avatar_name": self.name, "human_height_m": self.retargeter.human_height,
+                "frames_in": self.frames_in, "gmr_processed": self.gmr_processed,
                 "robot_frames_sent": self.robot_frames_sent, "pending": int(self.smoother is not None
                                                                              and self.smoother.pending)}
 
@@ -192,6 +193,14 @@ class RetargetService:
             track = self.tracks[avatar_index] = PerformerTrack(retargeter, smoother, name)
         return track
 
+    def _scale_from_source(self, track: PerformerTrack, frame: HumanFrame) -> None:
+        """The height the source measured (Xsens MXTP13 scaling) scales the performer, unless
+        --performer-height or --human-height gave one; a changed scaling rescales."""
+        if frame.human_height <= 0 or track.name in self.heights or self.default_height is not None:
+            return
+        if track.retargeter.human_height != frame.human_height:
+            track.retargeter.set_human_height(frame.human_height)
+
     @property
     def pending(self) -> int:
         """Frames taken in but not yet sent (each performer's output filter holds at most one)."""
@@ -220,6 +229,7 @@ class RetargetService:
         span = self.tracer.carry(frame, t_in_ns) if self.tracer is not None else None
         c = self.counters
         track = self.track(frame.avatar_index, frame.avatar_name)
+        self._scale_from_source(track, frame)
         c.frames_in += 1
         track.frames_in += 1
         self.ended = False

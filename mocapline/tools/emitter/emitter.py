@@ -32,8 +32,9 @@ from mocapline.core.options import (
 from mocapline.core.paths import DEMO_TAKE
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig, encode_datagram
+from mocapline.formats.axis_split import split_datagram
 from mocapline.formats.mlrec import RecordingWriter, read_recording
-from mocapline.formats.skeleton import SkeletonKind, get_skeleton
+from mocapline.formats.skeleton import SKELETON_CHOICES, get_skeleton, skeleton_kind
 from mocapline.tools.emitter.motion import pose_channels
 from mocapline.tools.emitter.tcp_server import AxisTcpServer
 
@@ -74,6 +75,13 @@ class TakePlan:
     performers: int = 1  # avatars per frame: avatar_index 0 .. performers - 1
     skip_performer: dict[int, set[int]] = field(default_factory=dict)  # avatar_index -> indices not sent
     tcp_cut: set[int] = field(default_factory=set)  # TCP: drop the connection half-way through these
+    # UDP main path: frames of every ``split_every``-th index sent as parts of at most ``split_bytes``
+    # (as Axis Neuron does), of which those in ``lose_head`` / ``lose_tail`` lose their first / last part
+    split_bytes: int = 0
+    split_every: int = 1
+    lose_head: set[int] = field(default_factory=set)
+    lose_tail: set[int] = field(default_factory=set)
+    version: tuple[int, int, int, int] | None = None  # the header's data version (default 1.1.0.1)
 
     def indices(self) -> Iterator[int]:
         for i in range(self.frames):
@@ -91,6 +99,13 @@ class TakePlan:
 
     def performs(self, avatar: int, index: int) -> bool:
         return index not in self.skip_performer.get(avatar, ())
+
+    def parts(self, index: int, data: bytes) -> list[bytes]:
+        """What the main UDP path sends of a frame's datagram: whole, or split (and maybe a part lost)."""
+        if not self.split_bytes or len(data) <= self.split_bytes or (index - self.first_index) % self.split_every:
+            return [data]
+        parts = split_datagram(data, self.split_bytes)
+        return parts[index in self.lose_head : len(parts) - (index in self.lose_tail)]
 
 
 def performer_name(avatar: int) -> str:
@@ -173,6 +188,7 @@ def emit_take(
                     with_reference=with_reference,
                     avatar_index=avatar,
                     avatar_name=performer_name(avatar),
+                    version=plan.version,
                 )
                 for avatar in range(plan.performers)
             ]
@@ -191,17 +207,23 @@ def emit_take(
             stats.tcp_cuts += 1
             if tcp_hold_s > 0:
                 tcp.wait_for_client(tcp_hold_s)
-        for d, (name, send) in enumerate(paths):
-            if plan.sends_to(d, index):
-                for avatar, data in enumerate(frame):
-                    if plan.performs(avatar, index):
-                        send(data)
-                        stats.datagrams[name] += 1
+        _send_frame(plan, paths, index, frame, split_main=tcp is None, stats=stats)
     for _ in range(gi, len(garbage_at)):
         main_send(garbage_datagram("random", rng, b""))
         stats.garbage += 1
     sock.close()
     return stats
+
+
+def _send_frame(plan: TakePlan, paths: list[tuple[str, Callable[[bytes], object]]], index: int, frame: list[bytes],
+                *, split_main: bool, stats: EmitStats) -> None:
+    for d, (name, send) in enumerate(paths):
+        if plan.sends_to(d, index):
+            for avatar, data in enumerate(frame):
+                if plan.performs(avatar, index):
+                    for part in plan.parts(index, data) if d == 0 and split_main else [data]:
+                        send(part)
+                        stats.datagrams[name] += 1
 
 
 def write_take(
@@ -282,8 +304,16 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--skip-side", type=parse_index_list, default=[], help="indices the second destination misses")
     p.add_argument("--garbage", type=non_negative_int, default=0, help="non-BVH datagrams to mix into the main path")
     p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ", help="BVH rotation order")
-    p.add_argument("--skeleton", choices=[k.value for k in SkeletonKind], default="axis_studio", help="skeleton")
+    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
+                   help="skeleton: axis_studio, or pn (pn_pro: Axis Neuron's Perception Neuron skeleton)")
     p.add_argument("--legacy-header", action="store_true", help="Axis Studio's 'use old header format'")
+    p.add_argument("--version", type=parse_version, default=None, metavar="A.B.C.D",
+                   help="the header's data version (Axis Studio 1.1.0.1, the default; Axis Neuron 1.1.0.0)")
+    p.add_argument("--split", type=split_size, default=0, metavar="BYTES",
+                   help="UDP main path: send each frame as parts of at most BYTES, as Axis Neuron does (1024)")
+    p.add_argument("--split-every", type=positive_int, default=1, help="--split: only every N-th frame")
+    p.add_argument("--lose-head", type=parse_index_list, default=[], help="--split: indices whose first part is lost")
+    p.add_argument("--lose-tail", type=parse_index_list, default=[], help="--split: indices whose last part is lost")
     p.add_argument("--no-displacement", action="store_true", help="send rotations only (no bone translations)")
     p.add_argument("--with-reference", action="store_true", help="prepend the 6-float reference block")
     p.add_argument("--speed", type=non_negative_float, default=1.0,
@@ -295,6 +325,21 @@ def build_parser() -> EnvArgumentParser:
                    help="write the generated take to this .mlrec file, send nothing")
     p.add_argument("--seed", type=int, default=0, help="seed for the garbage generator")
     return p
+
+
+def split_size(text: str) -> int:
+    size = non_negative_int(text)
+    if 0 < size < 64:
+        raise argparse.ArgumentTypeError(f"{size}: the first part must hold the 64-byte header")
+    return size
+
+
+def parse_version(text: str) -> tuple[int, int, int, int]:
+    """``1.1.0.0`` -> (1, 1, 0, 0)."""
+    parts = text.split(".")
+    if len(parts) != 4 or not all(p.isdigit() and int(p) < 256 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected four numbers 0-255, e.g. 1.1.0.0")
+    return int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])
 
 
 def parse_performer_skip(text: str) -> tuple[int, list[int]]:
@@ -350,9 +395,14 @@ def main(argv: list[str] | None = None) -> int:
             performers=args.performers,
             skip_performer={avatar: set(indices) for avatar, indices in args.skip_performer},
             tcp_cut=set(args.tcp_cut),
+            split_bytes=args.split,
+            split_every=args.split_every,
+            lose_head=set(args.lose_head),
+            lose_tail=set(args.lose_tail),
+            version=args.version,
         )
         config = AxisBvhConfig(
-            skeleton=SkeletonKind(args.skeleton),
+            skeleton=args.skeleton,
             rotation_order=args.rotation_order,
             header_format="legacy" if args.legacy_header else "current",
         )

@@ -33,7 +33,7 @@ from mocapline.core.options import (
     positive_int,
 )
 from mocapline.core.verdict import conserved
-from mocapline.tools.emitter.emitter import TakePlan, emit_take, parse_performer_skip
+from mocapline.tools.emitter.emitter import TakePlan, emit_take, parse_performer_skip, split_size
 from mocapline.tools.emitter.tcp_server import AxisTcpServer
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Phase, SignalGuard
 from mocapline.tools.pipeline.stack import Stack, StackConfig, local_config, print_ledger, run_stack
@@ -54,6 +54,10 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--performers", type=positive_int, default=1, help="avatars per frame (avatar_index 0..N-1)")
     p.add_argument("--drop-performer", type=parse_performer_skip, action="append", default=[],
                    metavar="AVATAR:INDICES", help="indices one performer misses on every path, e.g. 1:100-103")
+    p.add_argument("--split", type=split_size, default=0, metavar="BYTES",
+                   help="main UDP path: frames as parts of at most BYTES, as Axis Neuron sends them (1024)")
+    p.add_argument("--lose-head", type=parse_index_list, default=[], help="--split: indices whose first part is lost")
+    p.add_argument("--lose-tail", type=parse_index_list, default=[], help="--split: indices whose last part is lost")
     p.add_argument("--merge", action="store_true", help="capture merges main + side (recovers main-only losses)")
     p.add_argument("--input-fps", type=positive_float, default=None,
                    help="Axis rate for the interpolator (default --rate)")
@@ -92,6 +96,9 @@ def take_plan(args: Any) -> TakePlan:
         garbage=args.garbage,
         performers=args.performers,
         skip_performer={avatar: set(indices) for avatar, indices in args.drop_performer},
+        split_bytes=args.split,
+        lose_head=set(args.lose_head),
+        lose_tail=set(args.lose_tail),
     )
 
 

@@ -32,7 +32,7 @@ from mocapline.core import pb
 from mocapline.core.frames import HumanFrame, RobotFrame
 from mocapline.core.modes import Source
 from mocapline.formats.axis_bvh import AxisBvhConfig, HeaderFormat
-from mocapline.formats.mlrec import Recording, RecordingError, read_recording
+from mocapline.formats.mlrec import Recording, RecordingError, read_recording, tcp_ports
 from mocapline.formats.mxtp02 import PositionUnitSetting
 from mocapline.formats.skeleton import SkeletonKind
 from mocapline.services.capture.core import (
@@ -107,7 +107,7 @@ def human_frames(rec: Recording, config: TakeConfig) -> tuple[list[HumanFrame], 
     """The HumanFrames capture makes of the recording, and capture's ledger."""
     ports = [int(p) for p in rec.meta.get("ports") or []] or sorted({d.port for d in rec.datagrams}) or [0]
     session = str(rec.meta.get("session_id") or "replay")
-    core = CaptureCore(decoder_for(config), ports, session_id=session)
+    core = CaptureCore(decoder_for(config), ports, session_id=session, stream_ports=tcp_ports(rec.meta))
     out: list[HumanFrame] = []
     for dgram in rec.datagrams:
         out.extend(core.feed(dgram, dgram.recv_ns / 1e9))
