@@ -9,7 +9,7 @@ from mocapline.core.frames import HumanFrame
 from mocapline.robot import g1 as rm
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import load_ik_config
-from mocapline.services.retarget.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import G1Retargeter
 from mocapline.services.retarget.service import RetargetService
 
 
