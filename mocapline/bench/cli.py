@@ -1,4 +1,4 @@
-"""``mocapline bench <name>``: capture (parse + FK), retarget, e2e, tracing, durability, metrics, viewer.
+"""``mocapline bench <name>``: capture (parse + FK), retarget, e2e, tracing, durability, metrics, viewer, cost.
 
 Each benchmark is a module with ``main(argv) -> int``, imported only when asked for.
 """
@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "durability": ("mocapline.bench.durability", "crash safety's cost: reliable links and logs vs plain"),
     "viewer": ("mocapline.bench.viewer", "the viewer's CPU and RSS at 120 Hz, with no page and with one open"),
     "scale": ("mocapline.bench.scale", "retarget as 1, 2, 3 workers on 6 performers at 120 Hz: frames/s, p99"),
+    "cost": ("mocapline.bench.cost", "CPU per frame of each process beside its stage's kernel, overhead, profile"),
     "metrics": ("mocapline.bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
 }
 

@@ -34,6 +34,7 @@ from mocapline.core.lifecycle import add_service_arguments, setup_logging, stop_
 from mocapline.core.metrics import ServiceMetrics
 from mocapline.core.metrics import add_arguments as add_metrics_arguments
 from mocapline.core.metrics import start as start_metrics
+from mocapline.core.profiling import LoopProfile
 from mocapline.core.segmentlog import LogConfig
 from mocapline.core.tracing import StageTracer
 from mocapline.core.tracing import setup as setup_tracing
@@ -259,6 +260,7 @@ class Stage:
         drains: list[ControlRequest] = []
         deadline = 0.0
         next_status = time.monotonic() + self.status_interval
+        profile = LoopProfile(self.bus_name).start()
         try:
             while not self.stop.is_set():
                 if not handler.step():
@@ -295,4 +297,5 @@ class Stage:
             except SendInterrupted as exc:  # (plain link: what was not sent is not sent)
                 log.warning("stopping while the output had no consumer (%s)", exc)
             print(json.dumps(self.metrics.synced(counts())), flush=True)
+            profile.stop()
         return 0
