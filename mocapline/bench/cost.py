@@ -64,10 +64,34 @@ QUICK = ("durable_120hz", "plain_120hz")
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc; 0 once it is gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds_of(Path(f"/proc/{pid}/stat").read_text())
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """A process's CPU seconds by kind of thread: ``main`` (the stage loop), ``zmq`` (ZeroMQ's I/O
+    threads) and ``other`` (the bus, the metrics server, capture's receiver, ...). Threads that
+    ended are not counted (the whole is ``cpu_seconds``)."""
+    out = {"main": 0.0, "zmq": 0.0, "other": 0.0}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            text = (task / "stat").read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        kind = "main" if task.name == str(pid) else "zmq" if comm.startswith("ZMQbg") else "other"
+        out[kind] += cpu_seconds_of(text)
+    return out
+
+
+def cpu_seconds_of(stat: str) -> float:
+    fields = stat.rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class TimedPipeline(InProcessPipeline):
@@ -130,6 +154,7 @@ class RunResult:
     applied: int  # frames the viewer applied
     cpu_ms_per_frame: dict[str, float]
     cpu_pct_of_core: dict[str, float]
+    threads_ms_per_frame: dict[str, dict[str, float]]  # per process: main loop, ZeroMQ I/O, other threads
     stack_ms_per_frame: float
     kernel_ms_per_frame: float
     overhead: dict[str, float]  # a stage's CPU per frame over its kernel
@@ -170,11 +195,14 @@ def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], warmup_s: fl
             stack.reset()
             pids = _pids(stack)
             cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            threads0 = {name: thread_cpu(pid) for name, pid in pids.items()}
             t0 = time.monotonic()
             emit_take(TakePlan(frames=frames, first_index=0, performers=plan.performers), dest, rate_hz=plan.rate_hz)
             time.sleep(0.1)  # the last frames through (the pipeline takes milliseconds)
             wall = time.monotonic() - t0
             cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
+            threads = {name: {k: v - threads0[name][k] for k, v in thread_cpu(pid).items()}
+                       for name, pid in pids.items()}
             finals = stack.drain()
             load = os.getloadavg()[0]
         finally:
@@ -189,6 +217,8 @@ def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], warmup_s: fl
         seconds=round(wall, 2), frames=total, applied=int(viewer.get("viewer_applied") or 0),
         cpu_ms_per_frame={k: round(v, 4) for k, v in per_frame.items()},
         cpu_pct_of_core={k: round(100.0 * c / wall, 2) for k, c in cpu.items()},
+        threads_ms_per_frame={name: {k: round(1e3 * v / total, 4) for k, v in t.items()}
+                              for name, t in threads.items()},
         stack_ms_per_frame=round(stack_ms, 4), kernel_ms_per_frame=round(kernel_ms, 4),
         overhead={s: round(per_frame[s] * 1e3 / kernel_us[s], 2) for s in STAGES if s in per_frame},
         stack_overhead=round(stack_ms / kernel_ms, 2),
@@ -261,6 +291,9 @@ def _print(result: dict[str, Any]) -> None:
               f"{r['kernel_ms_per_frame']:.3f})  p50 {lat['p50']} ms  p99 {lat['p99']} ms  "
               f"[{r['applied']}/{r['frames']} applied, load {r['load_average_1m']}]")
         print(f"      {stages}  {others}")
+        split = "  ".join(f"{s} " + "/".join(f"{v:.2f}" for v in r["threads_ms_per_frame"][s].values())
+                          for s in STAGES if s in r["threads_ms_per_frame"])
+        print(f"      main/zmq/other threads: {split}")
     if "durable_over_plain_120hz" in result:
         print(f"\ndurable / plain at 120 Hz, stack CPU per frame: {result['durable_over_plain_120hz']:.2f}x")
     if "profile" in result:
