@@ -254,7 +254,7 @@ class FanoutSender:
     def _read_control(self) -> None:
         if self.push:
             return
-        while self.sock.poll(0):
+        while self.sock.get(zmq.EVENTS) & zmq.POLLIN:  # Socket.poll makes a Poller per call
             parts = self.sock.recv_multipart()
             msg = decode_control(parts[1]) if len(parts) == 2 else None
             if msg is None:

@@ -191,7 +191,7 @@ class ReliableSender:
         return sent
 
     def _read_control(self) -> None:
-        while self.control.poll(0):
+        while self.control.get(zmq.EVENTS) & zmq.POLLIN:  # Socket.poll makes a Poller per call
             parts = self.control.recv_multipart()
             msg = decode_control(parts[-1]) if len(parts) == 2 else None
             if msg is None:
@@ -400,7 +400,7 @@ class ReliableReceiver:
         return self._decode(parts)
 
     def _read_control(self) -> None:
-        while self.control.poll(0):
+        while self.control.get(zmq.EVENTS) & zmq.POLLIN:
             self._on_control(self.control.recv())
 
     def _on_control(self, body: bytes) -> None:

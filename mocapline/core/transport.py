@@ -101,7 +101,7 @@ class FrameSender:
     stop: threading.Event | None = None
 
     def _send(self, parts: tuple[bytes, bytes]) -> None:
-        if self.stop is not None:
+        if self.stop is not None and not self.socket.get(zmq.EVENTS) & zmq.POLLOUT:
             while not self.socket.poll(100, zmq.POLLOUT):
                 if self.stop.is_set():
                     raise SendInterrupted(f"no consumer took frame {self.next_frame_id}")
@@ -124,7 +124,9 @@ class FrameSender:
 
     def writable(self, timeout_ms: int = 0) -> bool:
         """Whether a send would go through without blocking (a consumer is connected and keeping up)."""
-        return bool(self.socket.poll(timeout_ms, zmq.POLLOUT))
+        if self.socket.get(zmq.EVENTS) & zmq.POLLOUT:  # the common case, without a Poller made per call
+            return True
+        return bool(timeout_ms) and bool(self.socket.poll(timeout_ms, zmq.POLLOUT))
 
     def send_end(self, payload: bytes = b"") -> None:
         frame = encode_frame(
