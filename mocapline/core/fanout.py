@@ -68,6 +68,7 @@ from mocapline.core.reliable import (
     encode_output,
 )
 from mocapline.core.stagelog import DiskStream, Outbox, StageLog, StageRecord
+from mocapline.core.transport import ready
 
 log = logging.getLogger("mocapline.core.fanout")
 
@@ -254,7 +255,7 @@ class FanoutSender:
     def _read_control(self) -> None:
         if self.push:
             return
-        while self.sock.get(zmq.EVENTS) & zmq.POLLIN:  # Socket.poll makes a Poller per call
+        while ready(self.sock):
             parts = self.sock.recv_multipart()
             msg = decode_control(parts[1]) if len(parts) == 2 else None
             if msg is None:

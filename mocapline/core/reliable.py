@@ -39,7 +39,7 @@ import zmq
 
 from mocapline.core.header import TOPICS, MessageType, encode_frame
 from mocapline.core.stagelog import DiskStream, Outbox, Output, StageLog, StageRecord
-from mocapline.core.transport import Received, lossless_socket, now_us, validate_message
+from mocapline.core.transport import Received, lossless_socket, now_us, ready, validate_message
 
 log = logging.getLogger("mocapline.core.reliable")
 
@@ -191,7 +191,7 @@ class ReliableSender:
         return sent
 
     def _read_control(self) -> None:
-        while self.control.get(zmq.EVENTS) & zmq.POLLIN:  # Socket.poll makes a Poller per call
+        while ready(self.control):
             parts = self.control.recv_multipart()
             msg = decode_control(parts[-1]) if len(parts) == 2 else None
             if msg is None:
@@ -359,7 +359,7 @@ class ReliableReceiver:
             self.ack()
         # the common case, a frame already waiting: no poll; EVENTS first, since an empty socket's
         # recv raises zmq.Again, and the exception cost more than the frame's checks (bench cost)
-        if self.welcomed and self.data.get(zmq.EVENTS) & zmq.POLLIN:
+        if self.welcomed and ready(self.data):
             try:
                 got = self._on_message(self.data.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
@@ -400,7 +400,7 @@ class ReliableReceiver:
         return self._decode(parts)
 
     def _read_control(self) -> None:
-        while self.control.get(zmq.EVENTS) & zmq.POLLIN:
+        while ready(self.control):
             self._on_control(self.control.recv())
 
     def _on_control(self, body: bytes) -> None:

@@ -81,6 +81,12 @@ class FrameSource(Protocol):
     def recv(self, timeout_ms: int) -> Received | None: ...
 
 
+def ready(sock: zmq.Socket, flag: int = zmq.POLLIN) -> bool:
+    """Whether ``sock`` can receive (POLLIN) or send (POLLOUT) now, from ZMQ_EVENTS: pyzmq's
+    ``Socket.poll`` builds a Poller per call, which costs more than a frame's checks (bench cost)."""
+    return bool(int(sock.get(zmq.EVENTS)) & flag)
+
+
 class SendInterrupted(Exception):
     """A plain link's send gave up: the process is stopping and no consumer takes the frame."""
 
@@ -101,7 +107,7 @@ class FrameSender:
     stop: threading.Event | None = None
 
     def _send(self, parts: tuple[bytes, bytes]) -> None:
-        if self.stop is not None and not self.socket.get(zmq.EVENTS) & zmq.POLLOUT:
+        if self.stop is not None and not ready(self.socket, zmq.POLLOUT):
             while not self.socket.poll(100, zmq.POLLOUT):
                 if self.stop.is_set():
                     raise SendInterrupted(f"no consumer took frame {self.next_frame_id}")
@@ -124,7 +130,7 @@ class FrameSender:
 
     def writable(self, timeout_ms: int = 0) -> bool:
         """Whether a send would go through without blocking (a consumer is connected and keeping up)."""
-        if self.socket.get(zmq.EVENTS) & zmq.POLLOUT:  # the common case, without a Poller made per call
+        if ready(self.socket, zmq.POLLOUT):  # the common case
             return True
         return bool(timeout_ms) and bool(self.socket.poll(timeout_ms, zmq.POLLOUT))
 
