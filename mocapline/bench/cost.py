@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -160,8 +160,9 @@ class RunResult:
     overhead: dict[str, float]  # a stage's CPU per frame over its kernel
     stack_overhead: float
     latency_ms: dict[str, float | None]
+    kernel_us: dict[str, float]  # measured just before this run
+    code: str = "this"  # or "baseline": the processes ran from --baseline's checkout
     load_average_1m: float = 0.0
-    profile: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def _stack(plan: RunPlan, state: Path, extra_env: dict[str, str]) -> Stack:
@@ -180,10 +181,14 @@ def _pids(stack: Stack) -> dict[str, int]:
 
 
 def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], warmup_s: float = 1.0,
-        profile_dir: Path | None = None) -> RunResult:
+        profile_dir: Path | None = None, baseline: Path | None = None) -> RunResult:
+    """One take through the real processes; ``baseline``: they run from that checkout instead
+    (PYTHONPATH), for a side-by-side comparison with older code."""
     frames = max(int(plan.rate_hz * seconds), 2)
     with tempfile.TemporaryDirectory(prefix="mocapline-bench-cost-") as tmp:
         env = {PROFILE_ENV: str(profile_dir)} if profile_dir is not None else {}
+        if baseline is not None:
+            env["PYTHONPATH"] = str(baseline)
         stack = _stack(plan, Path(tmp), env)
         try:
             stack.start()
@@ -223,6 +228,7 @@ def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], warmup_s: fl
         overhead={s: round(per_frame[s] * 1e3 / kernel_us[s], 2) for s in STAGES if s in per_frame},
         stack_overhead=round(stack_ms / kernel_ms, 2),
         latency_ms={"p50": viewer.get("latency_p50_ms"), "p99": viewer.get("latency_p99_ms")},
+        kernel_us={k: round(v, 1) for k, v in kernel_us.items()}, code="this" if baseline is None else "baseline",
         load_average_1m=round(load, 2),
     )
 
@@ -257,37 +263,39 @@ def profile(plan: RunPlan, seconds: float, kernel_us: dict[str, float], top: int
 
 
 def measure(plans: list[RunPlan], seconds: float, kernel_frames: int, profile_seconds: float,
-            top: int) -> dict[str, Any]:
-    rates = sorted({p.rate_hz for p in plans})
-    kernel = {f"{r:g}hz": kernels(r, kernel_frames) for r in rates}
-    runs = [run(p, seconds, kernel[f"{p.rate_hz:g}hz"]) for p in plans]
-    out: dict[str, Any] = {
-        "cpus": os.cpu_count(), "kernels_us": {k: {s: round(v, 1) for s, v in ks.items()} for k, ks in kernel.items()},
-        "runs": [asdict(r) for r in runs],
-    }
-    by_name = {r.name: r for r in runs}
-    if "durable_120hz" in by_name and "plain_120hz" in by_name:
-        out["durable_over_plain_120hz"] = round(by_name["durable_120hz"].stack_ms_per_frame
-                                                / by_name["plain_120hz"].stack_ms_per_frame, 2)
+            top: int, baseline: Path | None = None) -> dict[str, Any]:
+    """Each plan's run (with ``baseline``: alternately from that checkout and from this one), each
+    after its own kernel timing; then the profile."""
+    runs: list[RunResult] = []
+    for plan in plans:
+        for code in ([baseline, None] if baseline is not None else [None]):
+            runs.append(run(plan, seconds, kernels(plan.rate_hz, kernel_frames), baseline=code))
+    out: dict[str, Any] = {"cpus": os.cpu_count(), "runs": [asdict(r) for r in runs]}
+    this = {r.name: r for r in runs if r.code == "this"}
+    if "durable_120hz" in this and "plain_120hz" in this:
+        out["durable_over_plain_120hz"] = round(this["durable_120hz"].stack_ms_per_frame
+                                                / this["plain_120hz"].stack_ms_per_frame, 2)
+    if baseline is not None:
+        base = {r.name: r for r in runs if r.code == "baseline"}
+        out["this_over_baseline"] = {name: round(r.stack_ms_per_frame / base[name].stack_ms_per_frame, 2)
+                                     for name, r in this.items()}
     if profile_seconds > 0:
-        plan = by_name.get("durable_120hz") or plans[0]
-        out["profile"] = profile(PLANS.get("durable_120hz", plan), profile_seconds, kernel["120hz"]
-                                 if "120hz" in kernel else next(iter(kernel.values())), top)
+        plan = PLANS["durable_120hz"]
+        out["profile"] = profile(plan, profile_seconds, kernels(plan.rate_hz, kernel_frames), top)
     return out
 
 
 def _print(result: dict[str, Any]) -> None:
-    print("kernels, us of CPU per frame (in this process, one frame at a time):")
-    for rate, ks in result["kernels_us"].items():
-        print(f"  {rate:<6} " + "  ".join(f"{s} {v:7.1f}" for s, v in ks.items()))
-    print("\nreal processes, ms of CPU per frame (x its kernel), latency UDP arrival -> applied")
+    print("real processes, ms of CPU per frame (x its kernel), latency UDP arrival -> applied")
     for r in result["runs"]:
         stages = "  ".join(f"{s} {r['cpu_ms_per_frame'].get(s, 0):.3f} ({r['overhead'].get(s, 0):.1f}x)"
                            for s in STAGES)
         others = "  ".join(f"{s} {r['cpu_ms_per_frame'][s]:.3f}" for s in ("auditor", "nats")
                            if s in r["cpu_ms_per_frame"])
         lat = r["latency_ms"]
-        print(f"  {r['name']:<17} stack {r['stack_ms_per_frame']:.3f} ms/frame ({r['stack_overhead']:.1f}x kernels "
+        kernels_line = "  ".join(f"{s} {v:.0f}" for s, v in r["kernel_us"].items())
+        print(f"  {r['name']:<17} [{r['code']}] kernels, us/frame: {kernels_line}")
+        print(f"  {'':<17} stack {r['stack_ms_per_frame']:.3f} ms/frame ({r['stack_overhead']:.1f}x kernels "
               f"{r['kernel_ms_per_frame']:.3f})  p50 {lat['p50']} ms  p99 {lat['p99']} ms  "
               f"[{r['applied']}/{r['frames']} applied, load {r['load_average_1m']}]")
         print(f"      {stages}  {others}")
@@ -296,6 +304,8 @@ def _print(result: dict[str, Any]) -> None:
         print(f"      main/zmq/other threads: {split}")
     if "durable_over_plain_120hz" in result:
         print(f"\ndurable / plain at 120 Hz, stack CPU per frame: {result['durable_over_plain_120hz']:.2f}x")
+    for name, ratio in result.get("this_over_baseline", {}).items():
+        print(f"{name}: this code / baseline, stack CPU per frame: {ratio:.2f}x")
     if "profile" in result:
         prof = result["profile"]
         print(f"\nprofile ({prof['run']}, cProfile, {prof['frames']} frames): top functions by own time, us/frame")
@@ -318,12 +328,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--profile-seconds", type=float, default=None,
                    help="length of the profiled take (default 10, quick 2; 0 = no profile)")
     p.add_argument("--top", type=int, default=8, help="functions per stage in the profile")
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="a checkout of older code (its top folder, holding mocapline/): each run is made with "
+                        "the processes from there and from this code alternately, side by side")
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     names = args.runs or (QUICK if args.quick else tuple(PLANS))
     seconds = args.seconds if args.seconds is not None else (3.0 if args.quick else 15.0)
     kernel_frames = args.kernel_frames or (150 if args.quick else 600)
     prof = args.profile_seconds if args.profile_seconds is not None else (2.0 if args.quick else 10.0)
-    result = measure([PLANS[n] for n in names], seconds, kernel_frames, prof, args.top)
+    if args.baseline is not None and not (args.baseline / "mocapline" / "cli.py").exists():
+        p.error(f"--baseline {args.baseline}: no mocapline/cli.py there")
+    result = measure([PLANS[n] for n in names], seconds, kernel_frames, prof, args.top, args.baseline)
     if args.json:
         print(json.dumps(result))
     else:
