@@ -81,10 +81,13 @@ class FrameSource(Protocol):
     def recv(self, timeout_ms: int) -> Received | None: ...
 
 
-def ready(sock: zmq.Socket, flag: int = zmq.POLLIN) -> bool:
-    """Whether ``sock`` can receive (POLLIN) or send (POLLOUT) now, from ZMQ_EVENTS: pyzmq's
+_EVENTS, _POLLIN, _POLLOUT = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.POLLOUT)  # plain ints: no enum math
+
+
+def ready(sock: zmq.Socket, *, out: bool = False) -> bool:
+    """Whether ``sock`` can receive (or with ``out``, send) now, from ZMQ_EVENTS: pyzmq's
     ``Socket.poll`` builds a Poller per call, which costs more than a frame's checks (bench cost)."""
-    return bool(int(sock.get(zmq.EVENTS)) & flag)
+    return bool(int(sock.get(_EVENTS)) & (_POLLOUT if out else _POLLIN))
 
 
 class SendInterrupted(Exception):
@@ -107,7 +110,7 @@ class FrameSender:
     stop: threading.Event | None = None
 
     def _send(self, parts: tuple[bytes, bytes]) -> None:
-        if self.stop is not None and not ready(self.socket, zmq.POLLOUT):
+        if self.stop is not None and not ready(self.socket, out=True):
             while not self.socket.poll(100, zmq.POLLOUT):
                 if self.stop.is_set():
                     raise SendInterrupted(f"no consumer took frame {self.next_frame_id}")
@@ -130,7 +133,7 @@ class FrameSender:
 
     def writable(self, timeout_ms: int = 0) -> bool:
         """Whether a send would go through without blocking (a consumer is connected and keeping up)."""
-        if ready(self.socket, zmq.POLLOUT):  # the common case
+        if ready(self.socket, out=True):  # the common case
             return True
         return bool(timeout_ms) and bool(self.socket.poll(timeout_ms, zmq.POLLOUT))
 
