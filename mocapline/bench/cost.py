@@ -89,6 +89,25 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return out
 
 
+def wakeups(pid: int) -> dict[str, int]:
+    """Voluntary context switches (a thread blocked, then woken) by kind of thread, live threads."""
+    out = {"main": 0, "zmq": 0, "other": 0}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        name = fields.get("Name", "").strip()
+        kind = "main" if task.name == str(pid) else "zmq" if name.startswith("ZMQbg") else "other"
+        out[kind] += int(fields.get("voluntary_ctxt_switches", "0"))
+    return out
+
+
 def cpu_seconds_of(stat: str) -> float:
     fields = stat.rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -155,6 +174,7 @@ class RunResult:
     cpu_ms_per_frame: dict[str, float]
     cpu_pct_of_core: dict[str, float]
     threads_ms_per_frame: dict[str, dict[str, float]]  # per process: main loop, ZeroMQ I/O, other threads
+    wakeups_per_frame: dict[str, dict[str, float]]  # voluntary context switches, the same split
     stack_ms_per_frame: float
     kernel_ms_per_frame: float
     overhead: dict[str, float]  # a stage's CPU per frame over its kernel
@@ -201,6 +221,7 @@ def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], warmup_s: fl
             pids = _pids(stack)
             cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
             threads0 = {name: thread_cpu(pid) for name, pid in pids.items()}
+            wakes0 = {name: wakeups(pid) for name, pid in pids.items()}
             t0 = time.monotonic()
             emit_take(TakePlan(frames=frames, first_index=0, performers=plan.performers), dest, rate_hz=plan.rate_hz)
             time.sleep(0.1)  # the last frames through (the pipeline takes milliseconds)
@@ -208,6 +229,7 @@ def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], warmup_s: fl
             cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
             threads = {name: {k: v - threads0[name][k] for k, v in thread_cpu(pid).items()}
                        for name, pid in pids.items()}
+            wakes = {name: {k: v - wakes0[name][k] for k, v in wakeups(pid).items()} for name, pid in pids.items()}
             finals = stack.drain()
             load = os.getloadavg()[0]
         finally:
@@ -224,6 +246,7 @@ def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], warmup_s: fl
         cpu_pct_of_core={k: round(100.0 * c / wall, 2) for k, c in cpu.items()},
         threads_ms_per_frame={name: {k: round(1e3 * v / total, 4) for k, v in t.items()}
                               for name, t in threads.items()},
+        wakeups_per_frame={name: {k: round(v / total, 2) for k, v in w.items()} for name, w in wakes.items()},
         stack_ms_per_frame=round(stack_ms, 4), kernel_ms_per_frame=round(kernel_ms, 4),
         overhead={s: round(per_frame[s] * 1e3 / kernel_us[s], 2) for s in STAGES if s in per_frame},
         stack_overhead=round(stack_ms / kernel_ms, 2),
@@ -302,6 +325,9 @@ def _print(result: dict[str, Any]) -> None:
         split = "  ".join(f"{s} " + "/".join(f"{v:.2f}" for v in r["threads_ms_per_frame"][s].values())
                           for s in STAGES if s in r["threads_ms_per_frame"])
         print(f"      main/zmq/other threads: {split}")
+        wake = "  ".join(f"{s} " + "/".join(f"{v:.1f}" for v in r["wakeups_per_frame"][s].values())
+                         for s in STAGES if s in r["wakeups_per_frame"])
+        print(f"      wake-ups per frame, main/zmq/other: {wake}")
     if "durable_over_plain_120hz" in result:
         print(f"\ndurable / plain at 120 Hz, stack CPU per frame: {result['durable_over_plain_120hz']:.2f}x")
     for name, ratio in result.get("this_over_baseline", {}).items():
