@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import pstats
+import statistics
 import sys
 import tempfile
 import time
@@ -285,23 +286,27 @@ def profile(plan: RunPlan, seconds: float, kernel_us: dict[str, float], top: int
     return {"run": plan.name, "frames": frames, "stages": out}
 
 
+def _median_stack(runs: list[RunResult], name: str, code: str) -> float:
+    return statistics.median(r.stack_ms_per_frame for r in runs if r.name == name and r.code == code)
+
+
 def measure(plans: list[RunPlan], seconds: float, kernel_frames: int, profile_seconds: float,
-            top: int, baseline: Path | None = None) -> dict[str, Any]:
-    """Each plan's run (with ``baseline``: alternately from that checkout and from this one), each
-    after its own kernel timing; then the profile."""
+            top: int, baseline: Path | None = None, repeat: int = 1) -> dict[str, Any]:
+    """Each plan's run ``repeat`` times (with ``baseline``: alternately from that checkout and from
+    this one), each after its own kernel timing; then the profile. Ratios are of medians."""
     runs: list[RunResult] = []
-    for plan in plans:
-        for code in ([baseline, None] if baseline is not None else [None]):
-            runs.append(run(plan, seconds, kernels(plan.rate_hz, kernel_frames), baseline=code))
+    for _ in range(repeat):
+        for plan in plans:
+            for code in ([baseline, None] if baseline is not None else [None]):
+                runs.append(run(plan, seconds, kernels(plan.rate_hz, kernel_frames), baseline=code))
     out: dict[str, Any] = {"cpus": os.cpu_count(), "runs": [asdict(r) for r in runs]}
-    this = {r.name: r for r in runs if r.code == "this"}
-    if "durable_120hz" in this and "plain_120hz" in this:
-        out["durable_over_plain_120hz"] = round(this["durable_120hz"].stack_ms_per_frame
-                                                / this["plain_120hz"].stack_ms_per_frame, 2)
+    names = [p.name for p in plans]
+    if "durable_120hz" in names and "plain_120hz" in names:
+        out["durable_over_plain_120hz"] = round(_median_stack(runs, "durable_120hz", "this")
+                                                / _median_stack(runs, "plain_120hz", "this"), 2)
     if baseline is not None:
-        base = {r.name: r for r in runs if r.code == "baseline"}
-        out["this_over_baseline"] = {name: round(r.stack_ms_per_frame / base[name].stack_ms_per_frame, 2)
-                                     for name, r in this.items()}
+        out["this_over_baseline"] = {name: round(_median_stack(runs, name, "this")
+                                                 / _median_stack(runs, name, "baseline"), 2) for name in names}
     if profile_seconds > 0:
         plan = PLANS["durable_120hz"]
         out["profile"] = profile(plan, profile_seconds, kernels(plan.rate_hz, kernel_frames), top)
@@ -354,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--profile-seconds", type=float, default=None,
                    help="length of the profiled take (default 10, quick 2; 0 = no profile)")
     p.add_argument("--top", type=int, default=8, help="functions per stage in the profile")
+    p.add_argument("--repeat", type=int, default=1, help="rounds of every run (ratios of the medians)")
     p.add_argument("--baseline", type=Path, default=None,
                    help="a checkout of older code (its top folder, holding mocapline/): each run is made with "
                         "the processes from there and from this code alternately, side by side")
@@ -364,7 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     prof = args.profile_seconds if args.profile_seconds is not None else (2.0 if args.quick else 10.0)
     if args.baseline is not None and not (args.baseline / "mocapline" / "cli.py").exists():
         p.error(f"--baseline {args.baseline}: no mocapline/cli.py there")
-    result = measure([PLANS[n] for n in names], seconds, kernel_frames, prof, args.top, args.baseline)
+    result = measure([PLANS[n] for n in names], seconds, kernel_frames, prof, args.top, args.baseline,
+                     max(1, args.repeat))
     if args.json:
         print(json.dumps(result))
     else:
