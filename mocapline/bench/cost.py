@@ -8,9 +8,11 @@
 2. ``runs``: the real processes (NATS, auditor, capture, retarget, streamer, viewer; as ``up``
    starts them, durable by default) sent a take at 60 Hz, 120 Hz and with 3 performers, and a
    plain-links run at 120 Hz beside them. Each process's CPU (user + system from /proc) over the
-   take, per frame (frames emitted x performers), the overhead ratio of each stage (its process's
-   CPU per frame over its kernel) and of the whole stack (every process over the sum of the
-   kernels), and the end-to-end latency (UDP arrival at capture -> qpos applied), p50 / p99.
+   take and its drain (until every frame is through), per frame (frames emitted x performers),
+   the overhead ratio of each stage (its process's CPU per frame over its kernel) and of the whole
+   stack (every process over the sum of the kernels), the end-to-end latency (UDP arrival at
+   capture -> qpos applied) p50 / p99, and each process's split by thread (the stage loop,
+   ZeroMQ's I/O threads, the rest) with its wake-ups per frame.
 3. ``profile``: one more durable 120 Hz run with ``MOCAPLINE_PROFILE`` set (each stage's loop under
    cProfile, mocapline/core/profiling.py): the top functions of each stage by own time, per frame.
    Profiling slows what it measures: its figures say where the time goes, not how much there is.
@@ -225,13 +227,13 @@ def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], warmup_s: fl
             wakes0 = {name: wakeups(pid) for name, pid in pids.items()}
             t0 = time.monotonic()
             emit_take(TakePlan(frames=frames, first_index=0, performers=plan.performers), dest, rate_hz=plan.rate_hz)
-            time.sleep(0.1)  # the last frames through (the pipeline takes milliseconds)
+            # until every frame is through: a stack that fell behind still owes their work
+            finals = stack.drain()
             wall = time.monotonic() - t0
             cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
             threads = {name: {k: v - threads0[name][k] for k, v in thread_cpu(pid).items()}
                        for name, pid in pids.items()}
             wakes = {name: {k: v - wakes0[name][k] for k, v in wakeups(pid).items()} for name, pid in pids.items()}
-            finals = stack.drain()
             load = os.getloadavg()[0]
         finally:
             stack.stop()
