@@ -367,6 +367,14 @@ class ReliableReceiver:
             if got is not None:
                 self._progress()
                 return got
+        if timeout_ms <= 0 and self.welcomed:  # data checked above: the rest from EVENTS, no Poller
+            if not self.single and ready(self.control):
+                self._read_control()
+            now = time.monotonic()
+            if self.last > self._acked and now - self._ack_at >= self.ACK_INTERVAL_S:
+                self.ack()
+            self._maybe_hello(now)
+            return None
         deadline = now + timeout_ms / 1000
         while True:
             wait = deadline - time.monotonic()
