@@ -53,6 +53,12 @@ def test_every_run_delivers_every_frame_and_adds_up(report: dict[str, Any]) -> N
             tick_ms = 1e3 / os.sysconf("SC_CLK_TCK") / r["frames"]
             assert sum(threads.values()) <= r["cpu_ms_per_frame"][stage] + 4 * tick_ms + 1e-3
         assert _close(r["stack_overhead"], r["stack_ms_per_frame"] / r["kernel_ms_per_frame"], abs_=0.02)
+        assert set(r["kernel_paced_us"]) == set(STAGES) and all(v > 0 for v in r["kernel_paced_us"].values())
+        paced_ms = sum(r["kernel_paced_us"].values()) / 1e3
+        assert _close(r["stack_overhead_paced"], r["stack_ms_per_frame"] / paced_ms, abs_=0.02)
+        assert all(_close(r["overhead_paced"][s], r["cpu_ms_per_frame"][s] * 1e3 / r["kernel_paced_us"][s], abs_=0.02)
+                   for s in STAGES)
+        assert all(sum(r["wakeups_per_frame"][s].values()) > 0 for s in STAGES)
         lat = r["latency_ms"]
         assert lat["p50"] is not None and 0 < lat["p50"] <= lat["p99"]
         assert r["code"] == "this"

@@ -4,7 +4,9 @@
    services' classes (mocapline.tools.pipeline.inprocess: inproc links with the real envelope):
    capture parse + ledger + FK + HumanFrame, retarget decode + one IK step + RobotFrame, streamer
    resample + MocapFrame envelope, viewer validate + apply. CPU time of this thread (not wall time),
-   after a warm-up.
+   after a warm-up. Twice: back to back (``kernel_us``, the work itself) and paced at the run's
+   rate (``kernel_paced_us``): the same code run once every 8 ms finds its caches cold and costs
+   1.3-2x more, which no process boundary is to blame for.
 2. ``runs``: the real processes (NATS, auditor, capture, retarget, streamer, viewer; as ``up``
    starts them, durable by default) sent a take at 60 Hz, 120 Hz and with 3 performers, and a
    plain-links run at 120 Hz beside them. Each process's CPU (user + system from /proc) over the
@@ -147,8 +149,9 @@ class TimedPipeline(InProcessPipeline):
             self.cpu_ns[stage] += ns
 
 
-def kernels(rate_hz: float, frames: int, warmup: int = 60) -> dict[str, float]:
-    """Each stage's work per frame (us of CPU), one frame at a time, after ``warmup`` frames."""
+def kernels(rate_hz: float, frames: int, warmup: int = 60, paced: bool = False) -> dict[str, float]:
+    """Each stage's work per frame (us of CPU), one frame at a time, after ``warmup`` frames;
+    ``paced``: the frames ``1 / rate_hz`` apart (sleeping between), as they come to a service."""
     take = emitted_take(warmup + frames, fps=rate_hz)
     pipe = TimedPipeline(rate_hz)
     try:
@@ -156,8 +159,11 @@ def kernels(rate_hz: float, frames: int, warmup: int = 60) -> dict[str, float]:
             pipe.frame(data)
         pipe.cpu_ns = dict.fromkeys(STAGES, 0)
         applied0 = len(pipe.applied)
-        for data in take[warmup:]:
+        start = time.monotonic()
+        for k, data in enumerate(take[warmup:]):
             pipe.frame(data)
+            if paced and (wait := start + (k + 1) / rate_hz - time.monotonic()) > 0:
+                time.sleep(wait)
         if len(pipe.applied) - applied0 < frames - 2:  # the interpolator holds a frame or two back
             raise RuntimeError(f"the kernel pipeline applied {len(pipe.applied) - applied0} of {frames} frames")
         return {stage: ns / frames / 1e3 for stage, ns in pipe.cpu_ns.items()}
@@ -184,6 +190,9 @@ class RunResult:
     stack_overhead: float
     latency_ms: dict[str, float | None]
     kernel_us: dict[str, float]  # measured just before this run
+    kernel_paced_us: dict[str, float]  # the same, the frames at the run's rate
+    overhead_paced: dict[str, float]  # a stage's CPU per frame over its paced kernel
+    stack_overhead_paced: float
     code: str = "this"  # or "baseline": the processes ran from --baseline's checkout
     load_average_1m: float = 0.0
 
@@ -203,8 +212,8 @@ def _pids(stack: Stack) -> dict[str, int]:
     return pids
 
 
-def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], warmup_s: float = 1.0,
-        profile_dir: Path | None = None, baseline: Path | None = None) -> RunResult:
+def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], paced_us: dict[str, float] | None = None,
+        warmup_s: float = 1.0, profile_dir: Path | None = None, baseline: Path | None = None) -> RunResult:
     """One take through the real processes; ``baseline``: they run from that checkout instead
     (PYTHONPATH), for a side-by-side comparison with older code."""
     frames = max(int(plan.rate_hz * seconds), 2)
@@ -238,6 +247,7 @@ def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], warmup_s: fl
         finally:
             stack.stop()
     viewer = finals.get("viewer", {})
+    paced = paced_us or kernel_us
     total = frames * plan.performers
     per_frame = {name: 1e3 * c / total for name, c in cpu.items()}
     stack_ms = sum(per_frame.values())
@@ -254,7 +264,11 @@ def run(plan: RunPlan, seconds: float, kernel_us: dict[str, float], warmup_s: fl
         overhead={s: round(per_frame[s] * 1e3 / kernel_us[s], 2) for s in STAGES if s in per_frame},
         stack_overhead=round(stack_ms / kernel_ms, 2),
         latency_ms={"p50": viewer.get("latency_p50_ms"), "p99": viewer.get("latency_p99_ms")},
-        kernel_us={k: round(v, 1) for k, v in kernel_us.items()}, code="this" if baseline is None else "baseline",
+        kernel_us={k: round(v, 1) for k, v in kernel_us.items()},
+        kernel_paced_us={k: round(v, 1) for k, v in paced.items()},
+        overhead_paced={s: round(per_frame[s] * 1e3 / paced[s], 2) for s in STAGES if s in per_frame},
+        stack_overhead_paced=round(stack_ms * 1e3 / sum(paced.values()), 2),
+        code="this" if baseline is None else "baseline",
         load_average_1m=round(load, 2),
     )
 
@@ -300,7 +314,9 @@ def measure(plans: list[RunPlan], seconds: float, kernel_frames: int, profile_se
     for _ in range(repeat):
         for plan in plans:
             for code in ([baseline, None] if baseline is not None else [None]):
-                runs.append(run(plan, seconds, kernels(plan.rate_hz, kernel_frames), baseline=code))
+                hot = kernels(plan.rate_hz, kernel_frames)
+                paced = kernels(plan.rate_hz, min(kernel_frames, int(plan.rate_hz * 2.5)), paced=True)
+                runs.append(run(plan, seconds, hot, paced, baseline=code))
     out: dict[str, Any] = {"cpus": os.cpu_count(), "runs": [asdict(r) for r in runs]}
     names = [p.name for p in plans]
     if "durable_120hz" in names and "plain_120hz" in names:
@@ -324,7 +340,9 @@ def _print(result: dict[str, Any]) -> None:
                            if s in r["cpu_ms_per_frame"])
         lat = r["latency_ms"]
         kernels_line = "  ".join(f"{s} {v:.0f}" for s, v in r["kernel_us"].items())
-        print(f"  {r['name']:<17} [{r['code']}] kernels, us/frame: {kernels_line}")
+        paced_line = "  ".join(f"{s} {v:.0f}" for s, v in r["kernel_paced_us"].items())
+        print(f"  {r['name']:<17} [{r['code']}] kernels, us/frame: {kernels_line}; paced at the rate: {paced_line} "
+              f"(stack {r['stack_overhead_paced']:.1f}x these)")
         print(f"  {'':<17} stack {r['stack_ms_per_frame']:.3f} ms/frame ({r['stack_overhead']:.1f}x kernels "
               f"{r['kernel_ms_per_frame']:.3f})  p50 {lat['p50']} ms  p99 {lat['p99']} ms  "
               f"[{r['applied']}/{r['frames']} applied, load {r['load_average_1m']}]")
