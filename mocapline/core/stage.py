@@ -52,11 +52,6 @@ log = logging.getLogger("mocapline.core.stage")
 
 SocketFactory = Callable[[zmq.Context], zmq.Socket]
 
-# How long a stage loop waits when nothing comes: a frame, an ACK or a HELLO wakes it at once, so
-# this only bounds how late a control request is answered. Each idle wake-up costs a pass of the
-# loop (10 ms made it the largest share of an idle stage's CPU; bench cost).
-IDLE_WAIT_MS = 50
-
 
 class StageError(RuntimeError):
     """A stage cannot start (a port taken, a bad endpoint): the message is for the person."""

@@ -27,7 +27,6 @@ from mocapline.core.ledger import SequenceLedger
 from mocapline.core.metrics import ServiceMetrics
 from mocapline.core.options import EnvArgumentParser, settings_from
 from mocapline.core.stage import (
-    IDLE_WAIT_MS,
     Links,
     StageSettings,
     add_stage_arguments,
@@ -417,7 +416,7 @@ class RetargetLoop:
     max_takes: int = 0
 
     def step(self) -> bool:
-        msg = self.links.rx.recv(timeout_ms=IDLE_WAIT_MS)  # durable: also wakes for the output link's ACKs and HELLOs
+        msg = self.links.rx.recv(timeout_ms=20)  # durable: also wakes for the output link's ACKs and HELLOs
         if msg is not None:
             self.service.on_message(msg)
             self.links.done(msg.header.frame_id, self.service.durable_state())

@@ -34,7 +34,6 @@ from mocapline.core.metrics import (
 )
 from mocapline.core.options import EnvArgumentParser, settings_from
 from mocapline.core.stage import (
-    IDLE_WAIT_MS,
     Links,
     StageSettings,
     add_stage_arguments,
@@ -289,7 +288,7 @@ class StreamerLoop:
     def step(self) -> bool:
         rx = self.links.rx
         # durable: the outbox is emptied into the log at once; recv wakes for ACKs and HELLOs too
-        msg = rx.recv(timeout_ms=0 if self.streamer.outbox else IDLE_WAIT_MS)
+        msg = rx.recv(timeout_ms=0 if self.streamer.outbox else 10)
         if msg is not None:
             if msg.header.message_type is MessageType.END_OF_STREAM:
                 self.streamer.on_end()

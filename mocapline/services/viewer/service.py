@@ -35,7 +35,6 @@ from mocapline.core.options import (
     settings_from,
 )
 from mocapline.core.stage import (
-    IDLE_WAIT_MS,
     Links,
     Stage,
     StageError,
@@ -168,10 +167,8 @@ class ViewerLoop:
         frames but none is open, the loop sleeps until the next ``idle_batch_s`` tick and then takes
         everything that queued meanwhile: one wake-up per batch instead of one per frame (the
         frames wait in the socket; their latency, measured when applied, includes the wait)."""
-        if self.window is not None or (self.web is not None and self.web.watching):
-            return 10  # drawn at its period even while no frame comes
-        if self.idle_batch_s <= 0 or self.web is None:
-            return IDLE_WAIT_MS
+        if self.idle_batch_s <= 0 or self.web is None or self.web.watching:
+            return 10
         now = time.monotonic()
         if now < self._next_batch:
             time.sleep(self._next_batch - now)
