@@ -7,7 +7,7 @@ the streamer wires in (``--input-fps`` / ``--output-fps``); pure numpy.
 Time axis: the source ``posture_index``. Frame ``i`` of a take sits at
 ``t_i = (posture_index_i - posture_index_first) / input_fps`` seconds, so a gap upstream (missing
 indices) stretches the segment instead of speeding the motion up. Output sample ``k`` sits at
-``k / output_fps``. All clock comparisons are exact (rational arithmetic on the configured rates).
+``k / output_fps``. All clock comparisons are exact (integer arithmetic on the configured rates as fractions).
 
 Causal, no look-ahead: when frame ``i`` arrives, every output sample with ``t_{i-1} < t <= t_i`` is
 emitted at once (the first frame of a take emits the sample at t = 0). So at equal rates each input
