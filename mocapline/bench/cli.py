@@ -1,4 +1,4 @@
-"""``mocapline bench <name>``: capture (parse + FK), retarget, e2e, tracing, durability, metrics, viewer.
+"""``mocapline bench <name>``: capture (parse + FK), retarget, e2e, tracing, durability, metrics, viewer, cost.
 
 Each benchmark is a module with ``main(argv) -> int``, imported only when asked for.
 """
@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "viewer": ("mocapline.bench.viewer", "the viewer's CPU and RSS at 120 Hz, with no page and with one open"),
     "scale": ("mocapline.bench.scale", "retarget as 1, 2, 3 workers on 6 performers at 120 Hz: frames/s, p99"),
     "robot": ("mocapline.bench.robot", "the robot bridge driving the sim: rate, latency, tracking"),
+    "cost": ("mocapline.bench.cost", "CPU per frame of each process beside its stage's kernel, overhead, profile"),
     "metrics": ("mocapline.bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
 }
 

@@ -179,6 +179,8 @@ class Bus:
         self._subscriptions.append((subject, handler))
 
     def poll_requests(self) -> list[ControlRequest]:
+        if self.requests.empty():  # every loop pass asks: no queue.Empty raised for nothing
+            return []
         out = []
         while True:
             try:

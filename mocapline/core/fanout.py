@@ -79,6 +79,7 @@ from mocapline.core.control import (
 )
 from mocapline.core.header import TOPICS, MessageType
 from mocapline.core.stagelog import DiskStream, Outbox, StageLog, StageRecord
+from mocapline.core.transport import ready
 
 log = logging.getLogger("mocapline.core.fanout")
 
@@ -292,7 +293,7 @@ class FanoutSender:
     def _read_control(self) -> None:
         if self.control is None:
             return
-        while self.control.poll(0):
+        while ready(self.control):
             parts = self.control.recv_multipart()
             msg = decode_control(parts[1]) if len(parts) == 2 else None
             if msg is None:

@@ -97,6 +97,15 @@ class FrameSource(Protocol):
     def recv(self, timeout_ms: int) -> Received | None: ...
 
 
+_EVENTS, _POLLIN, _POLLOUT = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.POLLOUT)  # plain ints: no enum math
+
+
+def ready(sock: zmq.Socket, *, out: bool = False) -> bool:
+    """Whether ``sock`` can receive (or with ``out``, send) now, from ZMQ_EVENTS: pyzmq's
+    ``Socket.poll`` builds a Poller per call, which costs more than a frame's checks (bench cost)."""
+    return bool(int(sock.get(_EVENTS)) & (_POLLOUT if out else _POLLIN))
+
+
 class SendInterrupted(Exception):
     """A plain link's send gave up: the process is stopping and no consumer takes the frame."""
 
@@ -117,7 +126,7 @@ class FrameSender:
     stop: threading.Event | None = None
 
     def _send(self, parts: tuple[bytes, bytes]) -> None:
-        if self.stop is not None:
+        if self.stop is not None and not ready(self.socket, out=True):
             while not self.socket.poll(100, zmq.POLLOUT):
                 if self.stop.is_set():
                     raise SendInterrupted(f"no consumer took frame {self.next_frame_id}")
@@ -140,7 +149,9 @@ class FrameSender:
 
     def writable(self, timeout_ms: int = 0) -> bool:
         """Whether a send would go through without blocking (a consumer is connected and keeping up)."""
-        return bool(self.socket.poll(timeout_ms, zmq.POLLOUT))
+        if ready(self.socket, out=True):  # the common case
+            return True
+        return bool(timeout_ms) and bool(self.socket.poll(timeout_ms, zmq.POLLOUT))
 
     def send_end(self, payload: bytes = b"") -> None:
         frame = encode_frame(

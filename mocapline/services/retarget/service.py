@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
 from mocapline.core.frames import HumanFrame
@@ -120,8 +120,12 @@ class RetargetCounters:
     def ik_ms_mean(self) -> float:
         return self.ik_ms_total / self.gmr_processed if self.gmr_processed else 0.0
 
+    def scalars(self) -> dict[str, Any]:
+        """Every counter but the input ledger, as a dict (asdict copied the ledger each frame to drop it)."""
+        return {name: getattr(self, name) for name in _SCALAR_FIELDS}
+
     def snapshot(self, pending: int, rejects: dict[str, int]) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k != "input_frame_ids"}
+        out = self.scalars()
         out.pop("ik_ms_total")
         out["ik_ms_mean"] = round(self.ik_ms_mean, 4)
         out["ik_ms_max"] = round(self.ik_ms_max, 4)
@@ -129,6 +133,9 @@ class RetargetCounters:
         out["rejected_by_reason"] = dict(rejects)
         out["input_link"] = self.input_frame_ids.as_dict("frame_id_")
         return out
+
+
+_SCALAR_FIELDS = tuple(f.name for f in fields(RetargetCounters) if f.name != "input_frame_ids")
 
 
 @dataclass
@@ -316,11 +323,11 @@ class RetargetService:
     def durable_state(self) -> dict[str, Any]:
         """What a restarted retarget needs: the counters, and per performer the take's position,
         its counts and the last pose."""
-        state: dict[str, Any] = {k: v for k, v in asdict(self.counters).items() if k != "input_frame_ids"}
+        state: dict[str, Any] = self.counters.scalars()
         state["ended"] = self.ended
         state["performers"] = {
             str(k): {"name": t.name, "segment": t.segment, "last_posture_index": t.last_posture_index,
-                     "qpos": None if t.qpos is None else [float(x) for x in t.qpos],
+                     "qpos": None if t.qpos is None else t.qpos.tolist(),
                      "branches": t.retargeter.pole_branches,
                      "frames_in": t.frames_in, "gmr_processed": t.gmr_processed,
                      "robot_frames_sent": t.robot_frames_sent}

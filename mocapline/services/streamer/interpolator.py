@@ -7,7 +7,7 @@ the streamer wires in (``--input-fps`` / ``--output-fps``); pure numpy.
 Time axis: the source ``posture_index``. Frame ``i`` of a take sits at
 ``t_i = (posture_index_i - posture_index_first) / input_fps`` seconds, so a gap upstream (missing
 indices) stretches the segment instead of speeding the motion up. Output sample ``k`` sits at
-``k / output_fps``. All clock comparisons are exact (rational arithmetic on the configured rates).
+``k / output_fps``. All clock comparisons are exact (integer arithmetic on the configured rates as fractions).
 
 Causal, no look-ahead: when frame ``i`` arrives, every output sample with ``t_{i-1} < t <= t_i`` is
 emitted at once (the first frame of a take emits the sample at t = 0). So at equal rates each input
@@ -39,7 +39,6 @@ new take (output clock restarts; counted in ``takes``); a repeated posture_index
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -104,7 +103,7 @@ class InterpolatorStats:
 @dataclass
 class _Frame:
     posture_index: int
-    ticks: Fraction  # time in seconds, exact
+    ticks: int  # time in 1 / MotionStreamInterpolator._unit seconds: exact
     root_pos: np.ndarray
     root_quat: np.ndarray
     joint_pos: np.ndarray
@@ -119,6 +118,11 @@ class MotionStreamInterpolator:
         self.output_fps = float(output_fps)
         self._in = _rate(input_fps)
         self._out = _rate(output_fps)
+        # Time as an integer count of 1 / (num(in) * num(out)) s: frame n at n * in_step, sample k
+        # at k * out_step, exact as the Fractions were and without making one per comparison.
+        self._unit = self._in.numerator * self._out.numerator
+        self._in_step = self._in.denominator * self._out.numerator
+        self._out_step = self._out.denominator * self._in.numerator
         self.stats = InterpolatorStats()
         self._next_index = 0
         self._reset_take()
@@ -189,7 +193,7 @@ class MotionStreamInterpolator:
             quat = -quat  # keep the quaternion sequence continuous
         frame = _Frame(
             posture_index=posture_index,
-            ticks=Fraction(posture_index - self._first_index) / self._in,
+            ticks=(posture_index - self._first_index) * self._in_step,
             root_pos=np.array(root_pos, dtype=np.float64),
             root_quat=quat,
             joint_pos=np.array(joint_pos, dtype=np.float64),
@@ -206,15 +210,15 @@ class MotionStreamInterpolator:
         if prev is None:
             zero3, zero_j = np.zeros(3), np.zeros_like(cur.joint_pos)
             lin, ang, jvel = zero3, zero3, zero_j
-            span = Fraction(0)
+            span = 0
         else:
             span = cur.ticks - prev.ticks
-            dt = float(span)
+            dt = span / self._unit  # int / int: the exact ratio, rounded once
             lin = (cur.root_pos - prev.root_pos) / dt
             jvel = (cur.joint_pos - prev.joint_pos) / dt
             ang = Q.log(Q.multiply(cur.root_quat, Q.conjugate(prev.root_quat))) / dt
         while True:
-            t = Fraction(self._next_k) / self._out
+            t = self._next_k * self._out_step
             if t > cur.ticks:
                 break
             if t == cur.ticks or prev is None:
@@ -222,7 +226,7 @@ class MotionStreamInterpolator:
                 first = cur.posture_index if self._uncovered is None else self._uncovered
                 failed = bool(cur.meta.get("ik_failed", False))
             else:
-                u = float((t - prev.ticks) / span)
+                u = (t - prev.ticks) / span
                 pos = (1.0 - u) * prev.root_pos + u * cur.root_pos
                 joints = (1.0 - u) * prev.joint_pos + u * cur.joint_pos
                 quat = Q.slerp(prev.root_quat, cur.root_quat, u)
@@ -231,13 +235,13 @@ class MotionStreamInterpolator:
             # the first index at or after this sample's time; before cur's, it is one that never arrived
             nominal = cur.posture_index
             if self._first_index is not None:
-                nominal = self._first_index + math.ceil(t * self._in)
+                nominal = self._first_index - (-t * self._in.numerator // (self._unit * self._in.denominator))
             bridged = prev is not None and nominal < cur.posture_index
             self.stats.bridged += int(bridged)
             samples.append(
                 MotionSample(
                     index=self._next_index,
-                    time_s=float(t),
+                    time_s=t / self._unit,
                     source_first=first,
                     source_last=cur.posture_index,
                     capture_timestamp_us=int(cur.meta.get("capture_timestamp_us", 0)),

@@ -22,7 +22,7 @@ import argparse
 import logging
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +216,7 @@ class Streamer:
         return queued + sum(p.interp.pending for p in self.performers.values())
 
     def heartbeat(self) -> dict[str, Any]:
-        return {**asdict(self.counters), "pending": self.pending, "ended": self.ended,
+        return {**vars(self.counters), "pending": self.pending, "ended": self.ended,
                 "input_fps": self.input_fps, "output_fps": self.output_fps,
                 "performers": {str(k): p.counts() for k, p in self.performers.items()}}
 
@@ -227,7 +227,8 @@ class Streamer:
     def durable_state(self) -> dict[str, Any]:
         counts = {str(k): {"name": p.name, "frames_in": p.frames_in, "motion_generated": p.motion_generated,
                            "zmq_sent": p.zmq_sent} for k, p in self.performers.items()}
-        return {**asdict(self.counters), "ended": self.ended, "performers": counts}
+        # vars, not asdict: every counter is a scalar, and asdict deep-copied each one per frame
+        return {**vars(self.counters), "ended": self.ended, "performers": counts}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Counters as they were before a restart; the resampling clock starts again at the next
