@@ -43,6 +43,7 @@ class MeasuredCounters:
 
     def as_dict(self) -> dict[str, Any]:
         return {"lowstate_received": self.lowstate_received, "lowstate_skipped": self.lowstate_skipped,
+                "lowstate_rejected": sum(self.lowstate_rejected.values()),
                 "lowstate_rejected_by_reason": dict(sorted(self.lowstate_rejected.items())),
                 "lowstate_reader_opens": self.reader_opens}
 
@@ -63,6 +64,10 @@ class MeasuredRobot:
         self._dds: Any = None
         self._reader: Any = None
         self._unwatched_since: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The viewer's heartbeat fields: its counters, and whether a DDS reader exists now."""
+        return {**self.counters.as_dict(), "lowstate_reading": self._reader is not None}
 
     def poll(self, watching: bool, now: float | None = None) -> None:
         """Take what LowState waits while a page watches; delete the reader when none has for a while."""

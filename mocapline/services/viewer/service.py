@@ -225,7 +225,7 @@ class ViewerLoop:
         return 0
 
     def heartbeat(self) -> dict[str, Any]:
-        measured = self.measured.counters.as_dict() if self.measured is not None else {}
+        measured = self.measured.as_dict() if self.measured is not None else {}
         return {**self.counters.as_dict(), "viewer_pending": len(self.validator.pending), "ended": self.ended,
                 **measured}
 
