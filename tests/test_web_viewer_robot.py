@@ -181,7 +181,11 @@ def test_a_browser_shows_the_sim_robot_over_the_target_with_the_tracking_error(p
         browser.open(f"http://127.0.0.1:{web_port}/")
         browser.wait_for("window.__viewer && window.__viewer.ready && window.__viewer.measured.updates > 30 "
                          "&& window.__viewer.measured.avatar >= 0", timeout=120)
-        time.sleep(4.0)  # the bridge ramped in and tracks; the camera settled
+        # The bridge starts behind the stream (ramp-in, then catching up at up to 1.25x): once it
+        # caught up, the physics follows the target drawn, a playback delay behind.
+        browser.wait_for("window.__viewer.measured.mean.arms !== null && window.__viewer.measured.mean.arms < 0.2",
+                         timeout=90)
+        time.sleep(1.0)  # the camera settled
         over = json.loads(browser.eval("JSON.stringify([window.__viewer.measured, window.__viewer.robotBox(),"
                                        " window.__viewer.measuredBox(),"
                                        " document.getElementById('tracking').innerText])"))
@@ -197,8 +201,7 @@ def test_a_browser_shows_the_sim_robot_over_the_target_with_the_tracking_error(p
             Path(shots, name).write_bytes((tmp_path / name).read_bytes())
     assert errors == []
     measured, target_box, measured_box, table = over
-    # the sim's arms follow the swing (played ~ tens of ms behind the target drawn)
-    assert measured["mean"]["arms"] is not None and measured["mean"]["arms"] < 0.25, measured
+    assert measured["mean"]["arms"] is not None and measured["mean"]["arms"] < 0.3, measured
     assert measured["age_ms"] < 500, measured
     assert "arms" in table and "legs" in table
     for box in (target_box, measured_box, *beside):
