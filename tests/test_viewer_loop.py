@@ -181,3 +181,16 @@ def test_the_measured_robot_stands_at_the_origin_without_a_target() -> None:
     assert pose.age_s == pytest.approx(0.25)
     np.testing.assert_allclose(pose.xpos[1], [0, 0, 0.793])
     np.testing.assert_allclose(np.abs(pose.xquat[1]), [0, 0, 0, 1], atol=1e-9)
+
+
+def test_without_cyclonedds_the_page_goes_on_without_the_physics_robot(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mocapline.robot.unitree.dds", None)  # import fails
+    web = FakeWeb(watching=True)
+    loop, _ = viewer_loop(3, web)
+    loop.measured = MeasuredRobot(7, "lo", loop.applier.model, loop.applier.writer.joint_adr)
+    assert loop.step() and loop.step()
+    assert web.measured == [None, None] and loop.measured.unavailable is not None  # tried once, not again
+    assert web.updates[0][0][:2] == (0, 1002)  # the target still drawn
+    assert loop.heartbeat()["lowstate_reader_opens"] == 0
