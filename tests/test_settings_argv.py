@@ -63,6 +63,7 @@ CASES = [
     (viewer_settings, []),
     (viewer_settings, ["--display=none", "--web-port=8099", "--plots-dir=/tmp/p", "--exit-on-end", "--name=v2",
                        "--idle-batch-ms=0", *STAGE]),
+    (viewer_settings, ["--robot-domain=0", "--robot-interface=enp3s0"]),
     (auditor_settings, []),
     (auditor_settings, ["--side-port=0", "--side-fd=7", "--sd-port=0", "--metrics-port=0", "--interval=0.5"]),
     (robot_settings, []),

@@ -85,7 +85,10 @@ def test_the_robot_end_drives_the_sim_on_the_configs_domain(tmp_path: Path) -> N
     r = s["robot"]
     assert r.input == "tcp://127.0.0.1:9555" and r.domain == 42 and not r.control.bias and r.control.rate_hz == 250
     assert r.stage.state_dir == tmp_path / "robot"
-    assert "sim" not in planned(StackConfig(robot="g1", robot_domain=0, robot_interface="eth0"))
+    assert s["viewer"].robot_domain == 42 and s["viewer"].robot_interface == "lo"  # the page draws the sim's G1
+    g1 = planned(StackConfig(robot="g1", robot_domain=0, robot_interface="eth0"))
+    assert "sim" not in g1 and g1["viewer"].robot_domain == 0 and g1["viewer"].robot_interface == "eth0"
+    assert planned(StackConfig(robot_domain=3)).get("viewer").robot_domain is None  # no robot: no LowState read
 
 
 def test_the_robots_extra_flags_do_not_pick_up_this_processs_environment(monkeypatch) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import mujoco
 import numpy as np
+import pytest
 
 from mocapline.core import pb
 from mocapline.core.header import MessageType, decode_frame, encode_frame
@@ -15,6 +16,8 @@ from mocapline.core.stage import Links
 from mocapline.core.transport import Received
 from mocapline.robot.g1 import G1_JOINT_NAMES, load_ik_model
 from mocapline.services.viewer.apply import FrameApplier, FrameValidator, QposWriter, ViewerCounters
+from mocapline.services.viewer.measured import CLOSE_AFTER_S, MeasuredRobot
+from mocapline.services.viewer.scene import MeasuredPose
 from mocapline.services.viewer.service import ViewerLoop
 
 
@@ -46,10 +49,13 @@ class QueuedSource:
 class FakeWeb:
     watching: bool
     updates: list[list[tuple[int, int | None, float]]] = field(default_factory=list)
+    measured: list[MeasuredPose | None] = field(default_factory=list)
 
-    def publish_poses(self, performers: list[tuple[int, int | None, np.ndarray, np.ndarray]]) -> None:
+    def publish_poses(self, performers: list[tuple[int, int | None, np.ndarray, np.ndarray]],
+                      measured: MeasuredPose | None = None) -> None:
         """Per update: (avatar_index, posture_index, pelvis height) of each performer."""
         self.updates.append([(k, index, round(float(xpos[1, 2]), 3)) for k, index, xpos, _ in performers])
+        self.measured.append(measured)
 
 
 def viewer_loop(frames: int, web: FakeWeb, performers: int = 1) -> tuple[ViewerLoop, QueuedSource]:
@@ -89,3 +95,102 @@ def test_each_performer_has_its_own_robot_and_name() -> None:
     assert loop.counters.as_dict()["performers"] == {
         "0": {"viewer_applied": 3, "avatar_name": "actor0"}, "1": {"viewer_applied": 2, "avatar_name": "actor1"},
         "2": {"viewer_applied": 2, "avatar_name": "actor2"}}
+
+
+@dataclass
+class FakeLowState:
+    """Stands in for the DDS participant: counts the readers made; each take gives ``samples``."""
+
+    samples: list[bytes]
+    readers: int = 0
+    takes: int = 0
+
+    def state_reader(self, waitable: bool = True) -> FakeLowState:
+        assert not waitable  # the viewer's reader is deleted when dropped
+        self.readers += 1
+        return self
+
+    def take(self, n: int) -> list[bytes]:
+        self.takes += 1
+        return list(self.samples)
+
+    def close(self) -> None:
+        pass
+
+
+def measured_loop(web: FakeWeb, q: np.ndarray) -> tuple[ViewerLoop, FakeLowState]:
+    from mocapline.robot.unitree.lowlevel import LOW_STATE, new_low_state
+
+    loop, _ = viewer_loop(3, web)
+    state = new_low_state()
+    state["motor_state"]["q"][:29] = q
+    LOW_STATE.seal(state)
+    fake = FakeLowState([LOW_STATE.sample(state)])
+    loop.measured = MeasuredRobot(7, "lo", loop.applier.model, loop.applier.writer.joint_adr)
+    loop.measured._dds = fake
+    return loop, fake
+
+
+def test_with_no_page_open_no_lowstate_is_read() -> None:
+    loop, fake = measured_loop(FakeWeb(watching=False), np.zeros(29))
+    for _ in range(3):
+        assert loop.step()
+    assert fake.readers == 0 and fake.takes == 0
+    assert loop.heartbeat()["lowstate_reading"] is False and loop.heartbeat()["lowstate_received"] == 0
+
+
+def test_with_a_page_open_the_measured_robot_is_sent_with_its_error_then_the_reader_goes() -> None:
+    web = FakeWeb(watching=True)
+    target = received(2).payload
+    q_target = np.array(pb.MocapFrame.FromString(target).joint_pos)
+    loop, fake = measured_loop(web, q_target + 0.1)
+    assert loop.step()
+    (measured,) = web.measured
+    assert measured is not None and measured.avatar_index == 0 and fake.readers == 1
+    for group in ("legs", "waist", "arms"):
+        assert measured.errors is not None and measured.errors[group]["mean"] == pytest.approx(0.1, abs=1e-5)
+    pelvis = loop.applier.performers[0].data.xpos[1]
+    np.testing.assert_allclose(measured.xpos[1], pelvis)  # at the target's root
+    assert loop.heartbeat()["lowstate_received"] == 1 and loop.heartbeat()["lowstate_reading"] is True
+    web.watching = False
+    robot = loop.measured
+    assert robot is not None
+    robot.poll(False, now=100.0)
+    robot.poll(False, now=100.0 + CLOSE_AFTER_S / 2)
+    assert robot.as_dict()["lowstate_reading"] is True  # a page reloading keeps it
+    robot.poll(False, now=100.0 + CLOSE_AFTER_S)
+    assert robot.as_dict()["lowstate_reading"] is False
+    robot.poll(True, now=200.0)
+    assert fake.readers == 2 and robot.as_dict()["lowstate_reader_opens"] == 2
+
+
+def test_the_measured_robot_stands_at_the_origin_without_a_target() -> None:
+    from mocapline.robot.g1 import load_ik_model
+    from mocapline.robot.unitree.lowlevel import LOW_STATE, new_low_state
+
+    model = load_ik_model()
+    robot = MeasuredRobot(7, "lo", model, QposWriter(model, G1_JOINT_NAMES).joint_adr)
+    assert robot.view(None) is None  # no LowState yet
+    state = new_low_state()
+    state["imu_state"]["quaternion"] = (0.0, 0.0, 0.0, 2.0)  # yawed half a turn (normalised here)
+    LOW_STATE.seal(state)
+    robot._dds = FakeLowState([LOW_STATE.sample(state)])
+    robot.poll(True, now=1.0)
+    pose = robot.view(None, now=1.25)
+    assert pose is not None and pose.avatar_index == -1 and pose.errors is None
+    assert pose.age_s == pytest.approx(0.25)
+    np.testing.assert_allclose(pose.xpos[1], [0, 0, 0.793])
+    np.testing.assert_allclose(np.abs(pose.xquat[1]), [0, 0, 0, 1], atol=1e-9)
+
+
+def test_without_cyclonedds_the_page_goes_on_without_the_physics_robot(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mocapline.robot.unitree.dds", None)  # import fails
+    web = FakeWeb(watching=True)
+    loop, _ = viewer_loop(3, web)
+    loop.measured = MeasuredRobot(7, "lo", loop.applier.model, loop.applier.writer.joint_adr)
+    assert loop.step() and loop.step()
+    assert web.measured == [None, None] and loop.measured.unavailable is not None  # tried once, not again
+    assert web.updates[0][0][:2] == (0, 1002)  # the target still drawn
+    assert loop.heartbeat()["lowstate_reader_opens"] == 0

@@ -14,7 +14,7 @@ import pytest
 from websockets.sync.client import connect
 
 from mocapline.services.viewer import websocket
-from mocapline.services.viewer.scene import RobotScene
+from mocapline.services.viewer.scene import MeasuredPose, RobotScene
 from mocapline.services.viewer.web import LatencyHistory, WebView, page_data, readable_rows
 
 
@@ -93,6 +93,17 @@ def test_poses_stream_only_to_an_open_page() -> None:
         assert first[5:9].tolist() == [1, 0, 0, 0]
         assert second[:2].tolist() == [2, -1] and second[2:5].tolist() == [1, 2, 3]
         assert len(RobotScene.pose_bytes([])) == 4
+        # the measured robot after the performers: 1, avatar, age ms, mean and max per group, its bodies
+        errors = {"legs": {"mean": 0.1, "max": 0.2}, "waist": {"mean": 0.3, "max": 0.4},
+                  "arms": {"mean": 0.5, "max": 0.6}}
+        view.publish_poses([(0, 7, xpos, xquat)], MeasuredPose(0, 0.012, errors, xpos + 5, xquat))
+        pose = np.frombuffer(view.poses.data, "<f4")
+        tail = pose[1 + 2 + 3 * 7:]
+        assert len(tail) == 9 + 3 * 7 and tail[:3].tolist() == pytest.approx([1, 0, 12])
+        assert tail[3:9].tolist() == pytest.approx([0.1, 0.3, 0.5, 0.2, 0.4, 0.6])
+        assert tail[9:12].tolist() == [5, 6, 7]
+        no_target = np.frombuffer(RobotScene.pose_bytes([], MeasuredPose(-1, 0.0, None, xpos, xquat)), "<f4")
+        assert no_target[:3].tolist() == [0, 1, -1] and np.isnan(no_target[4:10]).all()
         page = urllib.request.urlopen(view.address, timeout=5).read()
         assert b"/static/app.js" in page and b"importmap" in page
         js = urllib.request.urlopen(view.address + "static/vendor/three/three.module.min.js", timeout=5).read()

@@ -64,11 +64,16 @@ class RawWriter:
 
 
 class RawReader:
-    def __init__(self, participant: DomainParticipant, reader: DataReader) -> None:
+    """``waitable=False``: no waitset (``wait`` unusable), so dropping the RawReader deletes the
+    DDS reader (the web viewer reads LowState only while a page is open)."""
+
+    def __init__(self, participant: DomainParticipant, reader: DataReader, waitable: bool = True) -> None:
         self.reader = reader
         self._ref = reader._ref
-        self.waitset = WaitSet(participant)
-        self.waitset.attach(ReadCondition(reader, SampleState.Any | ViewState.Any | InstanceState.Any))
+        self.waitset: WaitSet | None = None
+        if waitable:
+            self.waitset = WaitSet(participant)
+            self.waitset.attach(ReadCondition(reader, SampleState.Any | ViewState.Any | InstanceState.Any))
 
     def take(self, n: int = 64) -> list[bytes]:
         """The samples waiting (up to ``n``), oldest first, as serialized bytes."""
@@ -78,6 +83,7 @@ class RawReader:
         return [data for data, info in got if info.valid_data]
 
     def wait(self, timeout_s: float) -> bool:
+        assert self.waitset is not None, "a reader made with waitable=False"
         return self.waitset.wait(duration(seconds=max(0.0, timeout_s))) > 0
 
 
@@ -103,8 +109,8 @@ class LowLevel:
     def command_reader(self) -> RawReader:
         return RawReader(self.participant, DataReader(self.participant, self.cmd_topic, qos=self.qos))
 
-    def state_reader(self) -> RawReader:
-        return RawReader(self.participant, DataReader(self.participant, self.state_topic, qos=self.qos))
+    def state_reader(self, waitable: bool = True) -> RawReader:
+        return RawReader(self.participant, DataReader(self.participant, self.state_topic, qos=self.qos), waitable)
 
     def close(self) -> None:
         self.participant = None  # type: ignore[assignment]

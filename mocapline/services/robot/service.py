@@ -159,29 +159,20 @@ class RobotLoop:
     # --- inputs ---
 
     def _read_state(self) -> None:
-        from mocapline.robot.unitree.lowlevel import LOW_STATE, LayoutError
+        from mocapline.robot.unitree.lowlevel import LayoutError
+        from mocapline.robot.unitree.state import decode_state
 
         newest = None
         for sample in self.states.take(64):
             try:
-                state = LOW_STATE.from_sample(sample)
+                newest = decode_state(sample)
             except LayoutError as exc:
                 self.counters.lowstate_rejected[exc.reason] += 1
                 continue
-            if not LOW_STATE.crc_ok(state):
-                self.counters.lowstate_rejected["crc_mismatch"] += 1
-                continue
-            motors = state["motor_state"][:G1_JOINT_COUNT]
-            q, dq = motors["q"].astype(np.float64), motors["dq"].astype(np.float64)
-            if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq))):
-                self.counters.lowstate_rejected["non_finite"] += 1
-                continue
             self.counters.lowstate_received += 1
-            newest = (state, q, dq)
         if newest is not None:
-            state, q, dq = newest
-            self.mode_machine = int(state["mode_machine"])
-            self.controller.on_state(Measured(q, dq, state["imu_state"]["quaternion"].astype(np.float64)))
+            self.mode_machine = newest.mode_machine
+            self.controller.on_state(Measured(newest.q, newest.dq, newest.quaternion))
 
     def _take_frames(self) -> None:
         rx = self.links.rx

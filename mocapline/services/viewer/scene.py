@@ -38,6 +38,18 @@ import mujoco
 import numpy as np
 
 VISUAL_GROUP = 2  # the G1 model's visual meshes (collision geoms are group 3, the floor group 0)
+ERROR_GROUPS = ("legs", "waist", "arms")
+
+
+@dataclass(frozen=True)
+class MeasuredPose:
+    """The measured robot of a pose update (see ``RobotScene.pose_bytes``)."""
+
+    avatar_index: int  # the performer whose target it is compared with; -1: none
+    age_s: float
+    errors: dict[str, dict[str, float]] | None
+    xpos: np.ndarray
+    xquat: np.ndarray
 
 
 @dataclass
@@ -94,14 +106,25 @@ class RobotScene:
         return gzip.compress(b"".join(parts), compresslevel=6, mtime=0)
 
     @staticmethod
-    def pose_bytes(performers: list[tuple[int, int | None, np.ndarray, np.ndarray]]) -> bytes:
+    def pose_bytes(performers: list[tuple[int, int | None, np.ndarray, np.ndarray]],
+                   measured: MeasuredPose | None = None) -> bytes:
         """One update of every performer's robot, float32: the number of performers, then per
         performer its avatar_index, its posture_index (or -1) and per body x y z qw qx qy qz.
-        ``performers``: (avatar_index, posture_index, xpos, xquat), in avatar_index order."""
+        ``performers``: (avatar_index, posture_index, xpos, xquat), in avatar_index order.
+        Then, where the viewer reads LowState, the measured robot: 1, the avatar_index it is
+        compared with (-1: none), the age of its LowState (ms), the tracking error mean per joint
+        group (legs, waist, arms; rad; NaN without a target), the max per group, its bodies."""
         parts = [np.array([len(performers)], dtype="<f4").tobytes()]
         for avatar_index, posture_index, xpos, xquat in performers:
             head = np.array([avatar_index, -1.0 if posture_index is None else float(posture_index)], dtype="<f4")
             parts.append(head.tobytes() + np.concatenate([xpos, xquat], axis=1).astype("<f4", copy=False).tobytes())
+        if measured is not None:
+            err = measured.errors or {}
+            means = [err[g]["mean"] if g in err else np.nan for g in ERROR_GROUPS]
+            maxes = [err[g]["max"] if g in err else np.nan for g in ERROR_GROUPS]
+            head = np.array([1, measured.avatar_index, measured.age_s * 1000.0, *means, *maxes], dtype="<f4")
+            parts.append(head.tobytes() + np.concatenate([measured.xpos, measured.xquat], axis=1)
+                         .astype("<f4", copy=False).tobytes())
         return b"".join(parts)
 
 

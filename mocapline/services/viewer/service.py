@@ -4,10 +4,12 @@ Every valid frame is applied (qpos written, ``mj_kinematics``) in arrival order.
 exists the MuJoCo window opens and is redrawn at ``--fps``, not once per frame. Headless (servers,
 containers, CI) the robot is drawn by the browser: a web page (default http://127.0.0.1:8080/)
 gets the body poses over a WebSocket, at most ``--fps`` times a second and only while a page is
-open, beside the live ledger of every stage (``web.py``). Nothing is rendered in this process.
-While no page is open the loop takes the frames in batches ``--idle-batch-ms`` apart instead of
-waking per frame (at 120 Hz most of its CPU was the wake-ups); a page, a window or ``--display
-none`` (the end-to-end latency benchmark's viewer) take each frame as it comes.
+open, beside the live ledger of every stage (``web.py``); with ``--robot-domain`` also the physics
+robot from its LowState, over the target, with the tracking error (``measured.py``). Nothing is
+rendered in this process. While no page is open the loop takes the frames in batches
+``--idle-batch-ms`` apart instead of waking per frame (at 120 Hz most of its CPU was the
+wake-ups); a page, a window or ``--display none`` (the end-to-end latency benchmark's viewer)
+take each frame as it comes.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from mocapline.core.options import (
     choices,
     declared_defaults,
     non_negative_float,
+    non_negative_int,
     port_number,
     positive_float,
     settings_from,
@@ -53,6 +56,7 @@ from mocapline.services.viewer.apply import (
     QposWriter,
     ViewerCounters,
 )
+from mocapline.services.viewer.measured import MeasuredRobot
 from mocapline.services.viewer.window import Window
 
 log = logging.getLogger("mocapline.viewer")
@@ -76,6 +80,12 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--idle-batch-ms", type=non_negative_float, default=50.0,
                    help="web display with no page open: take frames in batches this far apart (one wake-up "
                         "per batch, not per frame; each frame's latency grows by up to this); 0 = per frame")
+    p.add_argument("--robot-domain", type=non_negative_int, default=None,
+                   help="web page: also draw the physics robot from its LowState (rt/lowstate) on this DDS domain "
+                        "(1 `mocapline sim` and Unitree's simulator, 0 a real G1), over the target, with the "
+                        "tracking error; read only while a page is open; needs the [robot] extra")
+    p.add_argument("--robot-interface", default="",
+                   help="network interface for that DDS domain (lo = loopback only; empty = Cyclone's choice)")
     p.add_argument("--exit-on-end", action="store_true", help="exit when the stream sends END_OF_STREAM")
     p.add_argument("--report-applied", action="store_true",
                    help="durable mode: print one JSON line per message applied and remembered (the report "
@@ -103,6 +113,8 @@ class ViewerSettings:
     plots_dir: Path | None
     fps: float
     idle_batch_ms: float
+    robot_domain: int | None
+    robot_interface: str
     exit_on_end: bool
     report_applied: bool
     curve_client_key: str
@@ -140,6 +152,7 @@ class ViewerLoop:
     period: float = 0.0
     idle_batch_s: float = 0.0
     report_applied: bool = False
+    measured: MeasuredRobot | None = None  # the physics robot from LowState (--robot-domain)
     ended: bool = False
     _last_frame_at: float = field(default_factory=time.monotonic)
     _next_render: float = 0.0
@@ -171,10 +184,19 @@ class ViewerLoop:
                 self._report({"frame_id": msg.header.frame_id, "posture_index": applied})  # None: not applied
         self.applier.apply_pending(self.validator)
         now = time.monotonic()
-        if self.web is not None and self.web.watching and now >= self._next_render:  # nobody watching: nothing
-            self.web.publish_poses([(k, p.posture_index, p.data.xpos, p.data.xquat)
-                                    for k, p in sorted(self.applier.performers.items())])
+        watching = self.web is not None and self.web.watching
+        if watching and now >= self._next_render:  # nobody watching: nothing
+            performers = sorted(self.applier.performers.items())
+            measured = None
+            if self.measured is not None:  # compared with the first performer (the bridge's default)
+                self.measured.poll(True, now)
+                measured = self.measured.view((performers[0][0], performers[0][1].data.qpos) if performers else None,
+                                              now)
+            self.web.publish_poses([(k, p.posture_index, p.data.xpos, p.data.xquat) for k, p in performers],
+                                   measured)
             self._next_render = now + self.period
+        elif self.measured is not None and not watching:
+            self.measured.poll(False, now)
         if self.window is not None and now >= self._next_render:
             if not self.window.is_running():
                 return False
@@ -203,7 +225,9 @@ class ViewerLoop:
         return 0
 
     def heartbeat(self) -> dict[str, Any]:
-        return {**self.counters.as_dict(), "viewer_pending": len(self.validator.pending), "ended": self.ended}
+        measured = self.measured.as_dict() if self.measured is not None else {}
+        return {**self.counters.as_dict(), "viewer_pending": len(self.validator.pending), "ended": self.ended,
+                **measured}
 
     def reset(self) -> None:
         counters = ViewerCounters(rejected=self.counters.rejected)
@@ -279,6 +303,10 @@ def open_display(stage: Stage, settings: ViewerSettings, model: mujoco.MjModel, 
         web.start()
         stage.exits.callback(web.stop)
         loop.web = web
+        if settings.robot_domain is not None:
+            loop.measured = MeasuredRobot(settings.robot_domain, settings.robot_interface, model,
+                                          loop.applier.writer.joint_adr)
+            stage.exits.callback(loop.measured.close)
         print(f"mocapline viewer: live view at {web.address}", file=sys.stderr, flush=True)
     elif display == "window":
         loop.window = Window(model, loop.data)

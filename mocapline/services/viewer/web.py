@@ -9,7 +9,8 @@ GET /              the page (static/index.html)
 GET /static/NAME   its script, style and the vendored three.js (static/vendor/three, MIT)
 GET /robot.json    bodies, visual geoms and mesh layout (scene.RobotScene.describe, via scene.RobotAssets)
 GET /robot.bin     the meshes, gzip-encoded (scene.RobotScene.mesh_bytes, via scene.RobotAssets)
-GET /ws            WebSocket: one binary message per pose update (scene.RobotScene.pose_bytes)
+GET /ws            WebSocket: one binary message per pose update (scene.RobotScene.pose_bytes), with the
+                   measured robot (LowState, measured.py) where the viewer was given --robot-domain
 GET /ledger.json   the page's data: stage rows, verdict, viewer counters, latency history, durable rows
 GET /healthz       "ok" (compose healthchecks)
 GET /plots.json    the PNGs under --plots-dir (`mocapline plot` output), linked from the page
@@ -36,10 +37,10 @@ import numpy as np
 
 from mocapline.core.verdict import performer_services, pipeline_counts, stage_rows, with_verdict
 from mocapline.services.viewer import websocket
-from mocapline.services.viewer.scene import RobotAssets, RobotScene
+from mocapline.services.viewer.scene import MeasuredPose, RobotAssets, RobotScene
 
 STATIC = resources.files("mocapline.services.viewer") / "static"
-STAGES_DOWNSTREAM_FIRST = ("viewer", "streamer", "retarget", "capture", "auditor")
+STAGES_DOWNSTREAM_FIRST = ("robot", "viewer", "streamer", "retarget", "capture", "auditor")
 HISTORY_S = 60
 
 
@@ -156,6 +157,7 @@ def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency
         verdict["missing_by_path"] = auditor.get("missing_by_path")
         verdict["per_segment"] = (verdict.get("per_segment") or [])[-6:]
     viewer_rows = {k: v for k, v in viewer.items() if k != "durable" and not isinstance(v, (list, dict))}
+    bridge = stages.get("robot") or {}
     return {
         "stages": [dict(zip(("stage", "in", "out", "pending", "rejected"), row, strict=True))
                    for row in stage_rows(stages)],
@@ -164,6 +166,9 @@ def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency
         "latency": latency.as_dict(),
         "durable": readable_rows(viewer.get("durable") or {}),
         "performers": performer_rows(stages),
+        # the bridge's own tracking error (measured minus commanded, last 10 s), where it runs
+        "robot": {k: bridge.get(k) for k in ("robot_state", "tracking_error_rad", "command_rate_hz")} if bridge
+        else None,
     }
 
 
@@ -246,9 +251,11 @@ class WebView:
     def page_data(self) -> dict[str, Any]:
         return page_data(self.ledger(), self.pipeline.refresh(), self.latency)
 
-    def publish_poses(self, performers: list[tuple[int, int | None, np.ndarray, np.ndarray]]) -> None:
-        """Every performer's robot: (avatar_index, posture_index, xpos, xquat) each."""
-        self.poses.publish(RobotScene.pose_bytes(performers))
+    def publish_poses(self, performers: list[tuple[int, int | None, np.ndarray, np.ndarray]],
+                      measured: MeasuredPose | None = None) -> None:
+        """Every performer's robot: (avatar_index, posture_index, xpos, xquat) each; and the
+        measured robot where the viewer reads LowState."""
+        self.poses.publish(RobotScene.pose_bytes(performers, measured))
 
     def serve_poses(self, handler: BaseHTTPRequestHandler) -> None:
         """One page's pose stream, until it goes away or the viewer stops."""

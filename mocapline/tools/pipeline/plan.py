@@ -140,7 +140,9 @@ def plan(config: StackConfig, fds: dict[str, tuple[int, ...]], workers: list[str
         viewer = ViewerSettings.defaults()
         out.append(Planned("viewer", replace(
             viewer, input=f"tcp://127.0.0.1:{c.output_port}", display=c.display, web_port=c.web_port,
-            plots_dir=c.plots_dir, stage=stage_settings(c, "viewer", viewer.stage))))
+            plots_dir=c.plots_dir, stage=stage_settings(c, "viewer", viewer.stage),
+            # the page draws the physics robot (LowState) over the target
+            robot_domain=c.robot_domain if c.robot else None, robot_interface=c.robot_interface if c.robot else "")))
     if c.robot:
         out += robot_end(c)
     return out

@@ -1,12 +1,14 @@
 // The mocapline web viewer: one G1 per performer drawn with three.js from body poses streamed over a
-// WebSocket (drawn at the display's rate, whatever the stream's), and the live ledger beside it.
+// WebSocket (drawn at the display's rate, whatever the stream's), and the live ledger beside it;
+// where the viewer reads the robot's LowState, the physics robot over its target (translucent).
 // Everything is served by the viewer process from the installed package: nothing is fetched from
 // the network.
 import * as THREE from 'three';
 import { OrbitControls } from '/static/vendor/three/OrbitControls.js';
 
 const $ = (id) => document.getElementById(id);
-const state = { frames: 0, poses: 0, posture: null, bodies: [], pelvis: 1, performers: 0, names: {}, ready: false, errors: [] };
+const state = { frames: 0, poses: 0, posture: null, bodies: [], pelvis: 1, performers: 0, names: {}, ready: false, errors: [],
+  measured: { updates: 0, avatar: -1, age_ms: null, mean: {}, max: {} } };
 window.__viewer = state; // read by tests/test_web_viewer.py
 
 // ---- scene ---------------------------------------------------------------------------------
@@ -70,16 +72,22 @@ async function loadRobot() {
   state.ready = true;
 }
 
-function makeRobot(avatar) {
+function buildG1(material) {
   const { desc, geometries, materials } = template;
   const group = new THREE.Group();
   const bodies = desc.bodies.map(() => { const b = new THREE.Group(); group.add(b); return b; });
   for (const geom of desc.geoms) {
-    const mesh = new THREE.Mesh(geometries[geom.mesh], materials.get(geom.rgba.join(',')));
+    const mesh = new THREE.Mesh(geometries[geom.mesh], material || materials.get(geom.rgba.join(',')));
     mesh.position.set(...geom.pos);
     mesh.quaternion.set(geom.quat[1], geom.quat[2], geom.quat[3], geom.quat[0]);
+    if (material) mesh.renderOrder = 1; // drawn after the opaque target it overlaps
     bodies[geom.body].add(mesh);
   }
+  return { group, bodies };
+}
+
+function makeRobot(avatar) {
+  const { group, bodies } = buildG1(null);
   everyone.add(group);
   const label = document.createElement('div');
   label.className = 'label';
@@ -97,7 +105,39 @@ function placeSideBySide() {
   state.performers = order.length;
 }
 
-// One update: [performers, then per performer: avatar_index, posture_index (-1: none), bodies x y z qw qx qy qz].
+function setBodies(bodies, a, o, nbody) {
+  for (let b = 0; b < nbody; b++) {
+    const k = o + 7 * b;
+    bodies[b].position.set(a[k], a[k + 1], a[k + 2]);
+    bodies[b].quaternion.set(a[k + 4], a[k + 5], a[k + 6], a[k + 3]);
+  }
+}
+
+// The physics robot (its LowState, where the viewer reads it): one translucent G1 drawn over the
+// target of the performer it is compared with (or beside it), and its tracking error.
+const GROUPS = ['legs', 'waist', 'arms'];
+let ghost = null; // { group, bodies, avatar }
+function measuredRobot() {
+  if (!ghost) {
+    const material = new THREE.MeshStandardMaterial({ color: 0xff9a3c, emissive: 0x4a2000, roughness: 0.5, metalness: 0.0,
+      transparent: true, opacity: 0.5, depthWrite: false });
+    ghost = { ...buildG1(material), avatar: -1 };
+    scene.add(ghost.group);
+    $('measured-section').hidden = false;
+  }
+  return ghost;
+}
+
+function placeGhost() {
+  if (!ghost) return;
+  const target = robots.get(ghost.avatar);
+  ghost.group.position.copy(target ? target.group.position : new THREE.Vector3());
+  if ($('beside').checked) ghost.group.position.y += SPACING_M;
+}
+
+// One update: [performers, then per performer: avatar_index, posture_index (-1: none), bodies x y z qw qx qy qz],
+// then, where the viewer reads LowState: [1, avatar_index compared with (-1: none), LowState age ms,
+// tracking error mean legs waist arms, max legs waist arms (rad; NaN: no target), bodies].
 function applyPose(buf) {
   const a = new Float32Array(buf);
   const nbody = template.desc.bodies.length;
@@ -105,14 +145,46 @@ function applyPose(buf) {
   for (let p = 0; p < a[0] && o + 2 + 7 * nbody <= a.length; p++, o += 2 + 7 * nbody) {
     const robot = robots.get(a[o]) || makeRobot(a[o]);
     robot.posture = a[o + 1] >= 0 ? Math.round(a[o + 1]) : null;
-    for (let b = 0; b < nbody; b++) {
-      const k = o + 2 + 7 * b;
-      robot.bodies[b].position.set(a[k], a[k + 1], a[k + 2]);
-      robot.bodies[b].quaternion.set(a[k + 4], a[k + 5], a[k + 6], a[k + 3]);
-    }
+    setBodies(robot.bodies, a, o + 2, nbody);
+  }
+  if (a[o] === 1 && o + 9 + 7 * nbody <= a.length) {
+    const g = measuredRobot();
+    g.avatar = a[o + 1];
+    setBodies(g.bodies, a, o + 9, nbody);
+    placeGhost();
+    const m = state.measured;
+    m.updates++;
+    m.avatar = g.avatar;
+    m.age_ms = a[o + 2];
+    GROUPS.forEach((name, i) => {
+      m.mean[name] = Number.isNaN(a[o + 3 + i]) ? null : a[o + 3 + i];
+      m.max[name] = Number.isNaN(a[o + 6 + i]) ? null : a[o + 6 + i];
+    });
+    showTracking();
   }
   state.posture = robots.size ? robots.get(Math.min(...robots.keys())).posture : null;
   state.poses++;
+}
+
+const rad = (v) => (v === null || v === undefined ? '–' : v.toFixed(3));
+let trackingShownAt = 0;
+function showTracking() {
+  const now = performance.now();
+  if (now - trackingShownAt < 200) return; // the table at 5 Hz, whatever the pose rate
+  trackingShownAt = now;
+  const m = state.measured, b = (state.ledger && state.ledger.robot) || {};
+  const bridge = b.tracking_error_rad || {};
+  $('tracking').tBodies[0].innerHTML = GROUPS.map((name) => {
+    const cls = m.mean[name] !== null && m.mean[name] > 0.15 ? 'bad' : '';
+    const br = bridge[name] || {};
+    return `<tr><td>${name}</td><td class="${cls}">${rad(m.mean[name])}</td><td>${rad(m.max[name])}</td>` +
+      `<td>${rad(br.p50)}</td><td>${rad(br.p99)}</td></tr>`;
+  }).join('');
+  const stale = m.age_ms > 500;
+  $('measured-note').textContent = (stale ? `LowState ${(m.age_ms / 1000).toFixed(1)} s old` : `LowState ${m.age_ms.toFixed(0)} ms old`) +
+    (b.robot_state ? ` · bridge ${b.robot_state}` : '') + (m.avatar < 0 ? ' · no target yet' : '');
+  $('measured-note').className = stale ? 'bad' : 'muted';
+  $('hud-measured').textContent = m.mean.arms === null ? 'physics robot' : `arms error ${rad(m.mean.arms)} rad`;
 }
 
 // The camera follows the performers' middle and stays far enough back to keep every robot in view:
@@ -120,7 +192,7 @@ function applyPose(buf) {
 const pelvis = new THREE.Vector3(), middle = new THREE.Vector3();
 function follow() {
   if (!state.ready || !state.poses || !robots.size) return;
-  const at = [...robots.values()].map((r) => r.bodies[state.pelvis].getWorldPosition(pelvis).clone());
+  const at = [...robots.values(), ...(ghost ? [ghost] : [])].map((r) => r.bodies[state.pelvis].getWorldPosition(pelvis).clone());
   middle.set(0, 0, 0);
   for (const p of at) middle.add(p);
   middle.divideScalar(at.length);
@@ -177,6 +249,7 @@ function screenBox(object) {
   return { min: lo, max: hi, height_m: box.max.z - box.min.z };
 }
 state.robotBox = () => screenBox(everyone);
+state.measuredBox = () => (ghost ? screenBox(ghost.group) : null);
 state.robotBoxes = () => [...robots.entries()].sort((a, b) => a[0] - b[0]).map(([avatar, r]) =>
   ({ avatar, name: r.label.textContent, posture: r.posture, ...screenBox(r.group) }));
 
@@ -286,6 +359,7 @@ async function loadPlots() {
   } catch (e) { /* no plots */ }
 }
 
+$('beside').addEventListener('change', placeGhost);
 loadRobot().then(connect).catch((e) => { state.errors.push(String(e)); $('hud-index').textContent = 'robot failed to load'; });
 refreshLedger();
 loadPlots();

@@ -1,0 +1,138 @@
+"""The physics robot on the web page: the G1 as its LowState reports it (a real G1, `mocapline
+sim`, Unitree's simulator), drawn over the streamed target, with the live tracking error.
+
+The viewer reads ``rt/lowstate`` itself (``--robot-domain``): it needs nothing from the bridge,
+so it also shows a robot another controller drives, and the bridge's 500 Hz loop does no work
+for the page. Cyclone DDS is imported only when a page first opens (the ``[robot]`` extra; the
+viewer works without it), and the DDS reader exists only while a page is open: with none, no
+sample is delivered to this process, read or decoded. Of the samples waiting at each pose update
+only the newest is decoded.
+
+The measured joint angles go through forward kinematics on the viewer's G1 model. LowState
+carries no base position and a G1 on a band or a gantry does not walk, so the measured robot is
+drawn at the streamed target's root pose: what differs between the two robots is the joint error,
+which is what the tracking error measures (measured minus the target the page shows, per joint
+group; it includes the bridge's playback delay, as the picture does).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from mocapline.robot.g1 import default_qpos
+from mocapline.robot.unitree.state import MeasuredState, group_errors, newest_state
+from mocapline.services.viewer.scene import MeasuredPose
+
+log = logging.getLogger("mocapline.viewer")
+CLOSE_AFTER_S = 5.0  # no page for this long: the DDS reader is deleted
+
+
+@dataclass
+class MeasuredCounters:
+    lowstate_received: int = 0  # valid samples decoded (the newest of each update)
+    lowstate_skipped: int = 0  # older samples of an update, not decoded
+    lowstate_rejected: Counter[str] = field(default_factory=Counter)
+    reader_opens: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"lowstate_received": self.lowstate_received, "lowstate_skipped": self.lowstate_skipped,
+                "lowstate_rejected": sum(self.lowstate_rejected.values()),
+                "lowstate_rejected_by_reason": dict(sorted(self.lowstate_rejected.items())),
+                "lowstate_reader_opens": self.reader_opens}
+
+
+class MeasuredRobot:
+    """LowState in, the measured G1's body poses out (``joint_adr``: the model's qpos address of
+    each motor's joint, as the viewer's QposWriter maps them)."""
+
+    def __init__(self, domain: int, interface: str, model: mujoco.MjModel, joint_adr: np.ndarray) -> None:
+        self.domain, self.interface = domain, interface
+        self.model = model
+        self.data = mujoco.MjData(model)
+        self.joint_adr = joint_adr
+        self.counters = MeasuredCounters()
+        self.latest: MeasuredState | None = None
+        self.latest_at = 0.0
+        self.unavailable: str | None = None
+        self._dds: Any = None
+        self._reader: Any = None
+        self._unwatched_since: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The viewer's heartbeat fields: its counters, and whether a DDS reader exists now."""
+        return {**self.counters.as_dict(), "lowstate_reading": self._reader is not None}
+
+    def poll(self, watching: bool, now: float | None = None) -> None:
+        """Take what LowState waits while a page watches; delete the reader when none has for a while."""
+        now = time.monotonic() if now is None else now
+        if not watching:
+            if self._reader is not None:
+                self._unwatched_since = self._unwatched_since or now
+                if now - self._unwatched_since >= CLOSE_AFTER_S:
+                    self._reader = None  # its last reference: Cyclone deletes the reader
+            return
+        self._unwatched_since = None
+        if self._reader is None and not self._open():
+            return
+        samples = self._reader.take(256)
+        if not samples:
+            return
+        state, looked = newest_state(samples, self.counters.lowstate_rejected)
+        self.counters.lowstate_skipped += len(samples) - looked
+        if state is not None:
+            self.counters.lowstate_received += 1
+            self.latest, self.latest_at = state, now
+
+    def _open(self) -> bool:
+        if self.unavailable is not None:
+            return False
+        try:
+            if self._dds is None:
+                from mocapline.robot.unitree.dds import DdsSettings, LowLevel
+
+                self._dds = LowLevel(DdsSettings(self.domain, self.interface))
+            self._reader = self._dds.state_reader(waitable=False)
+        except Exception as exc:  # noqa: BLE001 - no cyclonedds, or no such interface: the page goes on without
+            self.unavailable = f"{type(exc).__name__}: {exc}"
+            log.warning("no measured robot on the page (LowState on DDS domain %d): %s", self.domain,
+                        self.unavailable)
+            return False
+        self.counters.reader_opens += 1
+        log.info("reading LowState on DDS domain %d (%s) while a page is open", self.domain,
+                 self.interface or "default interface")
+        return True
+
+    def view(self, target: tuple[int, np.ndarray] | None, now: float | None = None) -> MeasuredPose | None:
+        """The measured robot at the root pose of ``target`` (avatar_index, its qpos), or standing
+        at the origin without one, and its joint error against the target; None before the first
+        LowState."""
+        if self.latest is None:
+            return None
+        now = time.monotonic() if now is None else now
+        qpos = self.data.qpos
+        if target is not None:
+            qpos[0:7] = target[1][0:7]
+        else:
+            qpos[0:7] = default_qpos(self.model)[0:7]
+            quat = self.latest.quaternion
+            norm = float(np.linalg.norm(quat))
+            if norm > 1e-6:
+                qpos[3:7] = quat / norm
+        qpos[self.joint_adr] = self.latest.q
+        mujoco.mj_kinematics(self.model, self.data)
+        errors = group_errors(self.latest.q, target[1][self.joint_adr]) if target is not None else None
+        return MeasuredPose(target[0] if target is not None else -1, now - self.latest_at, errors,
+                            self.data.xpos, self.data.xquat)
+
+    def close(self) -> None:
+        self._reader = None
+        if self._dds is not None:
+            self._dds.close()
+            self._dds = None
