@@ -6,7 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from helpers import left_out_markers
 
 TESTS = Path(__file__).resolve().parent
@@ -21,6 +23,46 @@ def test_an_expression_that_does_not_name_an_opt_in_marker_leaves_it_out() -> No
     assert left_out_markers("soak or integration") == {"engine", "hosts"}
     assert left_out_markers("not soak and not engine and not hosts") == set()
     assert left_out_markers("soaking") == {"soak", "engine", "hosts"}  # a word, not a substring
+
+
+class FakeItem:
+    """What the conftest hook reads of a collected test."""
+
+    def __init__(self, name: str, markers: tuple[str, ...] = (), fixturenames: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.fixturenames = list(fixturenames)
+        self.markers = [getattr(pytest.mark, m).mark for m in markers]
+
+    def iter_markers(self) -> list[pytest.Mark]:
+        return self.markers
+
+    def add_marker(self, marker: pytest.MarkDecorator) -> None:
+        self.markers.append(marker.mark)
+
+
+def hook_keeps(markexpr: str) -> tuple[list[str], list[str], set[str]]:
+    """The conftest hook over one test of each kind: the names it keeps, those it reports deselected,
+    and those it marks integration."""
+    import conftest
+
+    items = [FakeItem("plain"), FakeItem("soak", ("soak",)), FakeItem("engine", ("engine",)),
+             FakeItem("hosts", ("hosts", "integration")), FakeItem("process", fixturenames=("capture_factory",))]
+    deselected: list[FakeItem] = []
+    config = SimpleNamespace(getoption=lambda name: markexpr if name == "markexpr" else None,
+                             hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items)))
+    kept = list(items)
+    conftest.pytest_collection_modifyitems(config, kept)  # type: ignore[arg-type]
+    marked = {i.name for i in items if any(m.name == "integration" for m in i.iter_markers())}
+    return [i.name for i in kept], [i.name for i in deselected], marked
+
+
+def test_the_conftest_hook_leaves_out_the_opt_in_tests_and_marks_process_tests_integration() -> None:
+    kept, deselected, marked = hook_keeps("not integration")
+    assert kept == ["plain", "process"] and deselected == ["soak", "engine", "hosts"]
+    assert marked == {"hosts", "process"}  # pytest's own -m then drops the integration ones
+    assert hook_keeps("")[0] == ["plain", "process"]
+    assert hook_keeps("hosts")[:2] == (["plain", "hosts", "process"], ["soak", "engine"])
+    assert hook_keeps("soak or engine")[0] == ["plain", "soak", "engine", "process"]
 
 
 def collected(*runs: tuple[str, ...]) -> list[set[str]]:
@@ -40,6 +82,7 @@ def collected(*runs: tuple[str, ...]) -> list[set[str]]:
     return [{line.split("::")[-1] for line in out.splitlines() if "::" in line} for out in outs]
 
 
+@pytest.mark.integration  # three pytest processes (up to a minute under load); the hook's logic: above
 def test_the_quick_command_selects_no_soak_or_engine_test() -> None:
     engine, soak = "test_compose_up_runs_a_take_through_crashes_and_drains_on_down", "test_soak_rss_stays_flat"
     quick, everything, hosts = collected(("-m", "not integration"), (), ("-m", "hosts"))
