@@ -7,12 +7,19 @@ from pathlib import Path
 import pytest
 import zmq
 from helpers import left_out_markers
+from hypothesis import settings
 
 from mocapline.core.bodies import GMR_BODIES
 from mocapline.core.frames import HumanFrame
 from mocapline.core.header import MessageType
 from mocapline.core.transport import FrameReceiver, lossless_socket
 from mocapline.tools.pipeline.procs import free_tcp_port, free_udp_port
+
+# Hypothesis's default 200 ms deadline per example is a timing assertion: on a loaded machine it
+# fails property tests that are right. Test modules are imported after this, so their own
+# @settings inherit it.
+settings.register_profile("mocapline", deadline=None)
+settings.load_profile("mocapline")
 
 
 class CaptureProcess:

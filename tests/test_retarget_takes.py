@@ -3,7 +3,10 @@ demo take and the synthetic ones, at both rates, mocapline's IK must track at le
 GMR-equivalent baseline (mean position error over the position-weighted frames, and the hands),
 more smoothly, without configuration jumps or limit-to-limit swings, inside every joint range and
 velocity limit.
-Accuracy only: timing is the bench's business (this machine is shared)."""
+Accuracy only: timing is the bench's business (this machine is shared).
+Every test here but the swing metric's runs whole takes through both IKs (minutes on a loaded
+machine): end-to-end checks, marked ``integration`` so that the quick ``-m "not integration"`` run
+leaves them to the full suite; the IK's own unit tests are in ``test_retarget.py``."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ def runs():
     return [run_take(take, model) for take in takes]
 
 
+@pytest.mark.integration
 def test_the_take_set_has_real_and_synthetic_takes_at_two_rates(runs) -> None:
     kinds = {r.kind for r in runs}
     assert kinds == {"real", "demo", "g1", "human"}
@@ -39,6 +43,7 @@ def test_the_take_set_has_real_and_synthetic_takes_at_two_rates(runs) -> None:
         assert sorted(r.rate for r in runs if r.take == name) == pytest.approx([30.0, 120.0], rel=1e-5)
 
 
+@pytest.mark.integration
 def test_tracking_is_at_least_as_good_as_the_baseline(runs) -> None:
     for r in runs:
         assert r.ours.err_mm <= r.base.err_mm + SLACK_MM, (r.take, r.rate, r.ours.err_mm, r.base.err_mm)
@@ -46,6 +51,7 @@ def test_tracking_is_at_least_as_good_as_the_baseline(runs) -> None:
         assert r.ik_failed == 0, (r.take, r.rate)
 
 
+@pytest.mark.integration
 def test_smoother_than_the_baseline_and_no_configuration_jumps(runs) -> None:
     for r in runs:
         assert r.ours.jumps == 0, (r.take, r.rate)
@@ -55,11 +61,13 @@ def test_smoother_than_the_baseline_and_no_configuration_jumps(runs) -> None:
             assert r.ours.jerk < r.base.jerk, (r.take, r.rate, r.ours.jerk, r.base.jerk)
 
 
+@pytest.mark.integration
 def test_joint_ranges_and_velocity_limits_hold(runs) -> None:
     for r in runs:
         assert r.ours.range_violations == 0 and r.ours.velocity_violations == 0, (r.take, r.rate)
 
 
+@pytest.mark.integration
 def test_real_takes_are_tracked_closely(runs) -> None:
     """Absolute levels, so that a broken skeleton map or normalisation cannot pass by making the
     baseline just as bad: feet and pelvis within a few cm, the whole body within 10 cm."""
@@ -88,6 +96,7 @@ def test_the_swing_metric_counts_limit_to_limit_sweeps_only() -> None:
     assert limit_swings(np.stack((twice, ankle), axis=1), ranges, 60.0) == 2
 
 
+@pytest.mark.integration
 def test_no_limit_to_limit_shoulder_swings(runs) -> None:
     """GMR, like mocapline's IK without the shoulder poles, meets the demo take's successive overhead
     raises on alternate branches of the shoulder gimbal (+2.67 / -3.09 rad); with the poles (the
@@ -102,6 +111,7 @@ def test_no_limit_to_limit_shoulder_swings(runs) -> None:
     assert without.ours.swings > 0  # what the poles remove (docs/retarget.md)
 
 
+@pytest.mark.integration
 def test_overhead_raises_keep_their_branch_and_same_side_raises_are_left_alone() -> None:
     """``bench retarget --overhead`` takes, which the rule was not tuned on: raises passing the pole
     8 deg behind then in front keep the first raise's branch (without the poles: a swing at every
