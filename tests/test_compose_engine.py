@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import pytest
 from test_compose import local_env, read_env_file
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(3600)]  # builds every image on a fresh machine
 yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[1]
