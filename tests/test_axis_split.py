@@ -204,3 +204,13 @@ def test_inspect_joins_split_frames_from_a_pcap(tmp_path) -> None:
     assert [f["posture_index"] for f in lines[:-1]] == [0, 1, 3, 5]
     ledger = lines[-1]["ledger"]
     assert ledger["split_frames"] == 4 and ledger["rejected_by_reason"] == {SPLIT_INCOMPLETE: 1, SPLIT_NO_HEAD: 1}
+
+
+def test_noise_of_just_the_missing_length_does_not_complete_a_cut_off_frame() -> None:
+    asm = AxisSplitAssembler()
+    head, tail = split_datagram(frame(1), 1024)
+    noise = np.full(len(tail) // 4, 3e38, dtype="<f4").tobytes()  # finite, but no BVH channel's value
+    assert asm.push(head, 0) is None
+    assert asm.push(noise, 1) == noise  # not joined: left to the parser, which rejects it
+    assert dict(asm.rejected) == {SPLIT_INCOMPLETE: 1} and asm.joined == 0
+    assert asm.push(head, 2) is None and asm.push(tail, 3) == frame(1)  # a real tail still joins

@@ -39,6 +39,7 @@ from mocapline.formats.axis_bvh import (
 SPLIT_INCOMPLETE = "split_incomplete"
 SPLIT_NO_HEAD = "split_no_head"
 SPLIT_REASONS: tuple[str, ...] = (SPLIT_INCOMPLETE, SPLIT_NO_HEAD)
+MAX_BVH_VALUE = 1e6  # a part's values: angles in degrees, displacements in cm (noise is rarely all below)
 # Axis sends a frame's parts back to back, and the next datagram of the same source already tells
 # a lost tail (it is another head, or a part that does not fit). The window only bounds how stale a
 # held head may be: long enough that capture killed between a head and its tail, restarted and fed
@@ -105,7 +106,7 @@ class AxisSplitAssembler:
             self._held[sender] = HeldFrame(bytes(data), recv_ns, length, 1)
             return None
         if held is not None and not head and len(data):
-            if recv_ns - held.recv_ns > self.window_ns:
+            if recv_ns - held.recv_ns > self.window_ns or not self._continues(held, data):
                 self._drop(sender)
             else:
                 size = len(held.data) + len(data)
@@ -156,7 +157,20 @@ class AxisSplitAssembler:
             return True
         if self._tail_sizes or n == 0 or n % 4 or n >= self._max_len or n in UNKNOWN_SMALL_SIZES:
             return False
-        return bool(np.isfinite(np.frombuffer(data, dtype="<f4")).all())
+        return _bvh_values(data)
+
+    @staticmethod
+    def _continues(held: HeldFrame, data: bytes) -> bool:
+        """Whether ``data`` can be the rest of ``held``'s values: both cut at a float and every value
+        one a BVH frame holds. Any datagram of the right length would otherwise complete a head,
+        garbage too (a cut-off frame followed by noise of just the missing length)."""
+        return (len(held.data) - HEADER_SIZE) % 4 == 0 and len(data) % 4 == 0 and _bvh_values(data)
+
+
+def _bvh_values(data: bytes) -> bool:
+    """Finite float32 values no larger than any BVH channel holds (degrees, centimetres)."""
+    values = np.frombuffer(data, dtype="<f4")
+    return bool(np.isfinite(values).all() and (np.abs(values) < MAX_BVH_VALUE).all())
 
 
 def split_datagram(data: bytes, first: int) -> list[bytes]:
