@@ -54,6 +54,9 @@ def build_parser() -> EnvArgumentParser:
                    help="DDS domain id: 0 a real G1, 1 Unitree's simulator and `mocapline sim`")
     p.add_argument("--interface", default="",
                    help="network interface for DDS (the one wired to the G1, e.g. enp3s0); lo = loopback only")
+    p.add_argument("--require-lowstate-crc", action="store_true",
+                   help="refuse a LowState whose crc field is 0 too (by default it is taken and counted "
+                        "lowstate_unsealed: Unitree's simulators publish LowState unsealed)")
     p.add_argument("--rate", type=positive_float, default=500.0, help="LowCmd per second")
     p.add_argument("--joints", choices=("all", "upper"), default="all",
                    help="upper: waist and arms from the stream, legs held at a stand pose (gantry / locomotion)")
@@ -91,6 +94,7 @@ class RobotSettings:
     performer: int | None
     domain: int
     interface: str
+    require_lowstate_crc: bool
     range_margin: float
     estop_damp_s: float
     curve_client_key: str
@@ -168,8 +172,9 @@ class RobotLoop:
             except LayoutError as exc:
                 self.counters.lowstate_rejected[exc.reason] += 1
                 continue
-            if not LOW_STATE.crc_ok(state):
-                self.counters.lowstate_rejected["crc_mismatch"] += 1
+            crc = LOW_STATE.crc_status(state)
+            if crc == "mismatch" or (crc == "unset" and self.settings.require_lowstate_crc):
+                self.counters.lowstate_rejected[f"crc_{crc}"] += 1
                 continue
             motors = state["motor_state"][:G1_JOINT_COUNT]
             q, dq = motors["q"].astype(np.float64), motors["dq"].astype(np.float64)
@@ -177,6 +182,8 @@ class RobotLoop:
                 self.counters.lowstate_rejected["non_finite"] += 1
                 continue
             self.counters.lowstate_received += 1
+            if crc == "unset":
+                self.counters.lowstate_unsealed += 1
             newest = (state, q, dq)
         if newest is not None:
             state, q, dq = newest
