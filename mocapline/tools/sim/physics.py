@@ -8,8 +8,9 @@ Motor law, per enabled motor (``mode`` 1; a disabled one gives no torque):
 
 Bases: ``band`` hangs the G1 on a spring to a point 3 m up (k 200 N/m, d 100 N s/m along the
 band), stretched from the pelvis and pulling at the torso, as Unitree's simulator's elastic band
-does (pulled at the pelvis, the top-heavy G1 turns upside down); ``fixed`` welds the pelvis 1 m up; ``free`` stands on the
-floor (a G1 under a PD hold falls within seconds: that is the robot, not the sim).
+does (pulled at the pelvis, the top-heavy G1 turns upside down); ``fixed`` welds the pelvis 1 m
+up; ``free`` stands on the floor (a G1 under a PD hold falls within seconds: that is the robot,
+not the sim).
 """
 
 from __future__ import annotations
