@@ -151,6 +151,22 @@ def test_the_band_holds_the_g1_up() -> None:
 
     sim = G1Physics("band")
     sim.apply(_command(STAND))
-    for _ in range(1000):
+    tilts = []
+    for _ in range(2000):
         sim.step()
+        w, x, y, z = sim.data.qpos[3:7]
+        tilts.append(np.degrees(np.arccos(np.clip(1 - 2 * (x * x + y * y), -1, 1))))  # pelvis z from world z
     assert 1.0 < sim.pelvis_height < 1.6
+    assert max(tilts) < 30, max(tilts)  # hung at the torso, as Unitree's band does: upright, not upside down
+
+
+def test_the_band_pulls_along_itself_and_damps_only_along_itself() -> None:
+    from mocapline.tools.sim.physics import BAND_ANCHOR, BAND_D, BAND_K, band_force
+
+    pelvis = np.array([0.3, 0.0, 1.0])
+    at_rest = band_force(pelvis, np.zeros(3))
+    assert np.allclose(at_rest, BAND_K * (BAND_ANCHOR - pelvis))
+    sideways = band_force(pelvis, np.array([0.0, 2.0, 0.0]))  # across the band: no damping
+    assert np.allclose(sideways, at_rest)
+    up = (BAND_ANCHOR - pelvis) / np.linalg.norm(BAND_ANCHOR - pelvis)
+    assert np.allclose(band_force(pelvis, up), at_rest - BAND_D * up)

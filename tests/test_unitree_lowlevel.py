@@ -122,3 +122,43 @@ def test_decoding_any_bytes_gives_a_record_or_a_layout_error(data: bytes) -> Non
             assert exc.reason in ("short_sample", "encapsulation")
         else:
             assert record.dtype == layout.dtype
+
+
+# Vectors from Unitree's own SDK (unitree_sdk2_python 37116c5, its CRC helper and generated
+# unitree_hg types), computed once on these exact messages; no code of theirs is needed here.
+UNITREE_LOW_CMD_CRC = 0x81185601  # of _command()
+UNITREE_LOW_STATE_CRC = 0x653B679C  # of the LowState of _state_from_fields()
+
+
+def _state_from_fields() -> np.ndarray:
+    state = LOW_STATE.new()
+    state["version"] = (1, 2)
+    state["mode_machine"] = 5
+    state["tick"] = 12345
+    imu = state["imu_state"]
+    imu["quaternion"], imu["gyroscope"] = (1.0, 0.0, 0.0, 0.0), (0.1, 0.2, 0.3)
+    imu["accelerometer"], imu["rpy"], imu["temperature"] = (0.0, 0.0, 9.81), (0.0, 0.0, 0.5), 40
+    motors = state["motor_state"]
+    motors["mode"], motors["q"], motors["dq"], motors["tau_est"] = 1, np.arange(35) * 0.1, -0.2, 1.5
+    motors["temperature"], motors["vol"] = (30, 31), 24.0
+    motors["sensor"][:, 0] = np.arange(35)
+    state["wireless_remote"] = np.arange(40)
+    return state
+
+
+def test_crc_equals_unitrees_own_on_a_command_and_a_state() -> None:
+    cmd = _command()
+    LOW_CMD.seal(cmd)
+    assert int(cmd["crc"]) == UNITREE_LOW_CMD_CRC
+    state = _state_from_fields()
+    LOW_STATE.seal(state)
+    assert int(state["crc"]) == UNITREE_LOW_STATE_CRC
+
+
+def test_an_unsealed_state_is_told_from_a_corrupted_one() -> None:
+    state = _state_from_fields()  # crc field 0: as Unitree's simulators publish LowState
+    assert LOW_STATE.crc_status(state) == "unset"
+    LOW_STATE.seal(state)
+    assert LOW_STATE.crc_status(state) == "ok"
+    state["motor_state"]["q"][4] += 0.01
+    assert LOW_STATE.crc_status(state) == "mismatch"

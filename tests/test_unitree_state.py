@@ -15,7 +15,7 @@ from mocapline.robot.unitree.lowlevel import LOW_STATE, LayoutError, new_low_sta
 from mocapline.robot.unitree.state import decode_state, group_errors, newest_state
 
 
-def sample(q: np.ndarray, tick: int = 0, seal: bool = True) -> bytes:
+def sample(q: np.ndarray, tick: int = 0, seal: bool = True, crc: int | None = None) -> bytes:
     state = new_low_state()
     state["motor_state"]["q"][:29] = q
     state["motor_state"]["dq"][:29] = -q
@@ -24,6 +24,8 @@ def sample(q: np.ndarray, tick: int = 0, seal: bool = True) -> bytes:
     state["tick"] = tick
     if seal:
         LOW_STATE.seal(state)
+    if crc is not None:
+        state["crc"] = crc
     return LOW_STATE.sample(state)
 
 
@@ -39,8 +41,12 @@ def test_a_sample_decodes_to_the_joints_and_the_imu() -> None:
 
 def test_a_wrong_crc_and_a_nan_are_refused_by_reason() -> None:
     with pytest.raises(LayoutError) as exc:
-        decode_state(sample(STAND, seal=False))
+        decode_state(sample(STAND, crc=0x1234))
     assert exc.value.reason == "crc_mismatch"
+    assert not decode_state(sample(STAND, seal=False)).sealed  # crc 0: unsealed, taken
+    with pytest.raises(LayoutError) as exc:
+        decode_state(sample(STAND, seal=False), require_crc=True)
+    assert exc.value.reason == "crc_unset"
     q = STAND.copy()
     q[20] = np.nan
     with pytest.raises(LayoutError) as exc:
@@ -50,12 +56,12 @@ def test_a_wrong_crc_and_a_nan_are_refused_by_reason() -> None:
 
 def test_only_the_newest_valid_sample_is_decoded_and_refusals_are_counted() -> None:
     rejected: Counter[str] = Counter()
-    batch = [sample(STAND, tick=1), sample(STAND, tick=2), sample(STAND, tick=3, seal=False)]
+    batch = [sample(STAND, tick=1), sample(STAND, tick=2), sample(STAND, tick=3, crc=7)]
     state, looked = newest_state(batch, rejected)
     assert state is not None and state.tick == 2 and looked == 2
     assert rejected == Counter({"crc_mismatch": 1})
     assert newest_state([], rejected) == (None, 0)
-    state, looked = newest_state([b"\x00\x01\x00\x00", sample(STAND, seal=False)], rejected)
+    state, looked = newest_state([b"\x00\x01\x00\x00", sample(STAND, crc=7)], rejected)
     assert state is None and looked == 2
     assert rejected == Counter({"crc_mismatch": 2, "short_sample": 1})
 

@@ -101,6 +101,13 @@ class Layout:
     def crc_ok(self, record: np.ndarray) -> bool:
         return int(record["crc"]) == self.crc(record)
 
+    def crc_status(self, record: np.ndarray) -> str:
+        """``ok``; ``unset``: the crc field is 0 and that is not the CRC (a publisher that does not
+        seal: Unitree's simulators publish LowState so); ``mismatch``: any other wrong CRC."""
+        if self.crc_ok(record):
+            return "ok"
+        return "unset" if int(record["crc"]) == 0 else "mismatch"
+
     def to_cdr(self, record: np.ndarray) -> bytes:
         raw = np.frombuffer(record.tobytes() + b"\0", dtype=np.uint8)
         return raw[self._map].tobytes()

@@ -22,20 +22,23 @@ class MeasuredState:
     quaternion: np.ndarray  # (4,) the IMU's (pelvis) orientation, w x y z
     mode_machine: int
     tick: int
+    sealed: bool = True  # False: its crc field was 0 (a publisher that does not seal, as Unitree's simulators)
 
 
-def decode_state(sample: bytes | memoryview) -> MeasuredState:
+def decode_state(sample: bytes | memoryview, require_crc: bool = False) -> MeasuredState:
     """One LowState sample; :class:`LayoutError` with its reason (``short_sample``,
-    ``encapsulation``, ``crc_mismatch``, ``non_finite``) when it is refused."""
+    ``encapsulation``, ``crc_mismatch``, ``crc_unset`` with ``require_crc``, ``non_finite``) when
+    it is refused. A crc field of 0 is taken as unsealed, not wrong, unless ``require_crc``."""
     state = LOW_STATE.from_sample(sample)
-    if not LOW_STATE.crc_ok(state):
-        raise LayoutError("crc_mismatch", "LowState CRC does not match")
+    crc = LOW_STATE.crc_status(state)
+    if crc == "mismatch" or (crc == "unset" and require_crc):
+        raise LayoutError(f"crc_{crc}", f"LowState CRC {'does not match' if crc == 'mismatch' else 'is not set'}")
     motors = state["motor_state"][:N_JOINTS]
     q, dq = motors["q"].astype(np.float64), motors["dq"].astype(np.float64)
     quat = state["imu_state"]["quaternion"].astype(np.float64)
     if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq)) and np.all(np.isfinite(quat))):
         raise LayoutError("non_finite", "LowState carries NaN or inf")
-    return MeasuredState(q, dq, quat, int(state["mode_machine"]), int(state["tick"]))
+    return MeasuredState(q, dq, quat, int(state["mode_machine"]), int(state["tick"]), sealed=crc == "ok")
 
 
 def newest_state(samples: Sequence[bytes], rejected: Counter[str]) -> tuple[MeasuredState | None, int]:

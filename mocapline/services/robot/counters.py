@@ -54,6 +54,7 @@ class RobotCounters:
     estops: int = 0
     lowstate_received: int = 0
     lowstate_rejected: Counter[str] = field(default_factory=Counter)
+    lowstate_unsealed: int = 0  # LowStates taken with their crc field 0 (Unitree's simulators do not seal)
     last_posture_index: int | None = None
     state: str = "waiting"
     periods_s: Ring = field(default_factory=lambda: Ring(WINDOW_TICKS))
@@ -130,6 +131,7 @@ class RobotCounters:
             "transitions": dict(sorted(self.transitions.copy().items())),
             "lowstate_received": self.lowstate_received,
             "lowstate_rejected_by_reason": dict(sorted(self.lowstate_rejected.copy().items())),
+            "lowstate_unsealed": self.lowstate_unsealed,
             "tracking_error_rad": stats["tracking_error_rad"],
             "latency_p50_ms": stats["latency_p50_ms"],
             "latency_p99_ms": stats["latency_p99_ms"],

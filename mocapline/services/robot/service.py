@@ -54,6 +54,9 @@ def build_parser() -> EnvArgumentParser:
                    help="DDS domain id: 0 a real G1, 1 Unitree's simulator and `mocapline sim`")
     p.add_argument("--interface", default="",
                    help="network interface for DDS (the one wired to the G1, e.g. enp3s0); lo = loopback only")
+    p.add_argument("--require-lowstate-crc", action="store_true",
+                   help="refuse a LowState whose crc field is 0 too (by default it is taken and counted "
+                        "lowstate_unsealed: Unitree's simulators publish LowState unsealed)")
     p.add_argument("--rate", type=positive_float, default=500.0, help="LowCmd per second")
     p.add_argument("--joints", choices=("all", "upper"), default="all",
                    help="upper: waist and arms from the stream, legs held at a stand pose (gantry / locomotion)")
@@ -91,6 +94,7 @@ class RobotSettings:
     performer: int | None
     domain: int
     interface: str
+    require_lowstate_crc: bool
     range_margin: float
     estop_damp_s: float
     curve_client_key: str
@@ -165,11 +169,13 @@ class RobotLoop:
         newest = None
         for sample in self.states.take(64):
             try:
-                newest = decode_state(sample)
+                newest = decode_state(sample, self.settings.require_lowstate_crc)
             except LayoutError as exc:
                 self.counters.lowstate_rejected[exc.reason] += 1
                 continue
             self.counters.lowstate_received += 1
+            if not newest.sealed:
+                self.counters.lowstate_unsealed += 1
         if newest is not None:
             self.mode_machine = newest.mode_machine
             self.controller.on_state(Measured(newest.q, newest.dq, newest.quaternion))

@@ -6,9 +6,11 @@ Motor law, per enabled motor (``mode`` 1; a disabled one gives no torque):
 ``tau + kp (q* - q) + kd (dq* - dq)``, clipped to the joint's torque limit (Menagerie's
 ``actuatorfrcrange``). One physics step (2 ms) per LowState.
 
-Bases: ``band`` hangs the pelvis on a spring to a point 3 m up (k 200 N/m, d 100 N s/m), as
-Unitree's simulator's elastic band does; ``fixed`` welds the pelvis 1 m up; ``free`` stands on the
-floor (a G1 under a PD hold falls within seconds: that is the robot, not the sim).
+Bases: ``band`` hangs the G1 on a spring to a point 3 m up (k 200 N/m, d 100 N s/m along the
+band), stretched from the pelvis and pulling at the torso, as Unitree's simulator's elastic band
+does (pulled at the pelvis, the top-heavy G1 turns upside down); ``fixed`` welds the pelvis 1 m
+up; ``free`` stands on the floor (a G1 under a PD hold falls within seconds: that is the robot,
+not the sim).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from mocapline.robot.unitree.lowlevel import LOW_CMD, LOW_STATE, new_low_state
 
 BASES = ("band", "fixed", "free")
 BAND_ANCHOR = np.array([0.0, 0.0, 3.0])
+BAND_BODY = "torso_link"  # where the band pulls (its length is measured from the pelvis)
 BAND_K = 200.0
 BAND_D = 100.0
 FIXED_HEIGHT = 1.0
@@ -59,6 +62,15 @@ def sim_model(base: str) -> mujoco.MjModel:
         spec.delete(spec.joint(ROOT_JOINT))
         pelvis.pos = [0.0, 0.0, FIXED_HEIGHT]
     return spec.compile()
+
+
+def band_force(pelvis: np.ndarray, velocity: np.ndarray) -> np.ndarray:
+    """The elastic band's pull: a spring of rest length 0 from the pelvis to the anchor, damped
+    along its own direction only."""
+    span = BAND_ANCHOR - pelvis
+    length = float(np.linalg.norm(span))
+    direction = span / length
+    return (BAND_K * length - BAND_D * float(velocity @ direction)) * direction
 
 
 @dataclass
@@ -97,6 +109,7 @@ class G1Physics:
         self.vadr = np.array([self.model.jnt_dofadr[i] for i in ids])
         self.torque_limit = np.array([self.model.jnt_actfrcrange[i][1] for i in ids])
         self.pelvis = self.model.body(ROOT_BODY).id
+        self.band_body = self.model.body(BAND_BODY).id
         self.command = MotorCommand.limp()
         self.tick = 0
         self.reset()
@@ -131,9 +144,7 @@ class G1Physics:
     def step(self) -> None:
         self.data.ctrl[:] = self.torques()
         if self.base == "band":
-            pos = self.data.xpos[self.pelvis]
-            vel = self.data.qvel[0:3]
-            self.data.xfrc_applied[self.pelvis, 0:3] = BAND_K * (BAND_ANCHOR - pos) - BAND_D * vel
+            self.data.xfrc_applied[self.band_body, 0:3] = band_force(self.data.qpos[0:3], self.data.qvel[0:3])
         mujoco.mj_step(self.model, self.data)
         self.tick += 1
 
