@@ -14,6 +14,7 @@ from mocapline.core.counters.codec import (
     from_parts,
     to_json,
     wire,
+    zero,
 )
 from mocapline.core.counters.links import (
     ConsumerCounts,
@@ -69,5 +70,5 @@ __all__ = [
     "RetargetPerformerCounts", "RetargetTotals", "RobotConsumerCounts", "SegmentCounts", "StageCounts",
     "StreamerCounts", "StreamerPerformerCounts", "TcpSourceCounts", "UnitCheck", "ViewerCounts",
     "ViewerPerformerCounts", "WorkerInfo", "WorkerShare", "decode", "decode_stage", "durable_counts", "from_parts",
-    "stage_type", "to_json", "wire",
+    "stage_type", "to_json", "wire", "zero",
 ]

@@ -144,7 +144,7 @@ class Auditor:
         """Take in what the side path received, then compute (and export) the verdict."""
         if self.side is not None:
             self.side.drain()
-        self.verdict = self.metrics.synced(audit(self.snapshot(), final=self.drained))
+        self.verdict = self.metrics.sync_verdict(audit(self.snapshot(), final=self.drained))
         return self.verdict
 
     def answer(self, req: ControlRequest) -> None:
