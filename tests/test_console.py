@@ -141,7 +141,7 @@ def test_no_stage_shows_more_than_the_one_feeding_it_while_acknowledgements_are_
     their way): the streamer's output is the 3159 on the wire, not the 3111 acknowledged."""
     from mocapline.core.verdict import stage_rows
     from mocapline.services.auditor.audit import audit
-    from mocapline.tools.pipeline.stack import format_line, print_ledger
+    from mocapline.tools.pipeline.console import format_line, print_ledger
     from mocapline.tools.pipeline.status import readable
 
     stages = {

@@ -22,7 +22,8 @@ from mocapline.core.assign import Claim, Registry
 from mocapline.services.auditor.audit import with_workers
 from mocapline.services.retarget.worker import deal, rebalance
 from mocapline.tools.emitter.emitter import TakePlan, emit_take
-from mocapline.tools.pipeline.stack import Stack, format_table, local_config
+from mocapline.tools.pipeline.console import format_table
+from mocapline.tools.pipeline.stack import Stack, local_config
 
 RATE = 120.0
 FRAMES = 840  # 7 s at 120 Hz

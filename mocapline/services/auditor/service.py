@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import GAPS_SUBJECT, HEARTBEAT_PREFIX, VERDICT_SUBJECT, Bus, ControlRequest, performer_token
+from mocapline.core.counters import AuditorBeat, to_json
 from mocapline.core.ledger import SequenceLedger, combine
 from mocapline.core.lifecycle import (
     add_service_arguments,
@@ -198,35 +199,45 @@ class AuditorSettings:
     sd_host: str
 
 
+def replay(path: Path) -> int:
+    """--replay: the verdict recomputed from a saved snapshot, printed as one JSON line."""
+    try:
+        snapshot = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"mocapline auditor: --replay {path}: not a readable snapshot ({exc})", file=sys.stderr)
+        return 2
+    print(json.dumps(audit(snapshot)))
+    return 0
+
+
+def start_discovery(settings: AuditorSettings, auditor: Auditor) -> DiscoveryServer | None:
+    """--sd-port: Prometheus service discovery of the replicas' /metrics (off when the port is taken)."""
+    if not settings.sd_port:
+        return None
+    try:
+        return DiscoveryServer(settings.sd_host, settings.sd_port, lambda: auditor.snapshot()["services"]).start()
+    except OSError as exc:  # like /metrics: the verdict never depends on it
+        log.warning("service discovery: cannot serve on %s:%d (%s); it is off", settings.sd_host, settings.sd_port,
+                    exc)
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = settings_from(AuditorSettings, build_parser().parse_args(argv))
     if settings.replay is not None:
-        try:
-            snapshot = json.loads(settings.replay.read_text())
-        except (OSError, ValueError) as exc:
-            print(f"mocapline auditor: --replay {settings.replay}: not a readable snapshot ({exc})", file=sys.stderr)
-            return 2
-        print(json.dumps(audit(snapshot)))
-        return 0
+        return replay(settings.replay)
     setup_logging(settings.log_level)
     side = SidePath(settings.side_host, settings.side_port, settings.side_fd) if settings.side_port else None
     # the verdict, the current take's ledger, missing by class
     auditor = Auditor(side, start_metrics("auditor", settings.metrics_port, settings.metrics_host))
-    bus = Bus(settings.nats, "auditor", lambda: {"verdict": auditor.verdict.get("unique_frames_conserved")})
+    bus = Bus(settings.nats, "auditor", lambda: to_json(AuditorBeat(auditor.verdict.get("unique_frames_conserved"))))
     bus.subscribe(f"{HEARTBEAT_PREFIX}>", auditor.on_heartbeat)
     bus.subscribe(f"{GAPS_SUBJECT}.>", auditor.on_gap)  # every performer's
     if side is not None:
         side.start()
     bus.start()
-    discovery = None
+    discovery = start_discovery(settings, auditor)
     try:
-        if settings.sd_port:
-            try:
-                discovery = DiscoveryServer(settings.sd_host, settings.sd_port,
-                                            lambda: auditor.snapshot()["services"]).start()
-            except OSError as exc:  # like /metrics: the verdict never depends on it
-                log.warning("service discovery: cannot serve on %s:%d (%s); it is off",
-                            settings.sd_host, settings.sd_port, exc)
         auditor.run(bus, stop_on_signals(), settings.interval)
     finally:
         if discovery is not None:

@@ -1,4 +1,4 @@
-"""What `mocapline up` shows in the terminal while it runs.
+"""What the pipeline commands show in the terminal: `mocapline up`'s live table, the final ledger.
 
 The start-up lines (URL, logs, state folder, ports) are printed once and stay; below them the live
 table is redrawn in place (cursor up over the last table, clear to the end of the screen), so
@@ -12,6 +12,7 @@ The table is one consistent picture: the stages are asked downstream first
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import sys
 import threading
@@ -20,8 +21,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mocapline.core.bus import request_in_order
+from mocapline.core.verdict import on_the_wire, stage_rows
 from mocapline.services.auditor.audit import audit, with_workers
-from mocapline.tools.pipeline.stack import format_line, format_table
 
 # A service's log line (core/lifecycle.LOG_FORMAT) at WARNING or above.
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (\S+) (WARNING|ERROR|CRITICAL) (.*)$")
@@ -130,3 +131,70 @@ class LiveConsole:
             self.out.write("".join(n + "\n" for n in notices))
             self.out.flush()
         self._lines_drawn = 0
+
+
+def format_table(beats: dict[str, dict[str, Any]]) -> str:
+    """Per-stage counts for the live terminal display."""
+    cap = beats.get("capture", {})
+    lines = [f"{'stage':<9} {'in':>9} {'out':>9} {'pending':>8} {'rejected':>9}"]
+    for name, a, b, c, d in stage_rows(beats):
+        lines.append(f"{name:<9} {_n(a):>9} {_n(b):>9} {_n(c):>8} {_n(d):>9}")
+        if name == "retarget":
+            lines += worker_lines(beats.get("retarget", {}).get("workers") or {})
+    lines.append(
+        f"missing={_n(cap.get('source_missing_indices'))} duplicate={_n(cap.get('source_duplicate_indices'))} "
+        f"backward={_n(cap.get('source_backward_indices'))} last_posture_index={_n(cap.get('last_posture_index'))}"
+    )
+    return "\n".join(lines)
+
+
+def worker_lines(workers: dict[str, dict[str, Any]]) -> list[str]:
+    """Retarget as workers: which worker owns which performers, and the frames each retargeted."""
+    return [f"  {name}: performers {','.join(map(str, w.get('owned') or [])) or '-'}, {_n(w.get('frames'))} frames"
+            + (f", {w['takeovers']} taken over" if w.get("takeovers") else "")
+            for name, w in workers.items()]
+
+
+def format_line(beats: dict[str, dict[str, Any]]) -> str:
+    """One line of per-stage counts, for logs and terminals that are not interactive."""
+    cap = beats.get("capture", {})
+    ret = beats.get("retarget", {})
+    st = beats.get("streamer", {})
+    view = beats.get("viewer", {})
+    return (
+        f"capture {_n(cap.get('source_unique_frames'))} (rejected {_n(cap.get('rejected_datagrams'))}, "
+        f"missing {_n(cap.get('source_missing_indices'))}) | retarget {_n(ret.get('gmr_processed'))} | "
+        f"streamer {_n(on_the_wire(st))} (pending {_n(st.get('pending'))}) | "
+        f"viewer {_n(view.get('viewer_applied'))} | last_posture_index {_n(cap.get('last_posture_index'))}"
+    )
+
+
+def _n(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def print_ledger(ledger: dict[str, Any], *, segments_shown: int = 3) -> None:
+    """The ledger, one field a line; per_segment as one line per segment (the latest few)."""
+    width = max(len(k) for k in ledger)
+    for key, value in ledger.items():
+        if key == "per_segment" and isinstance(value, list):
+            earlier = max(0, (ledger.get("segments") or len(value)) - segments_shown)
+            print(f"{key:<{width}}  " + (f"({earlier} earlier segments not shown)" if earlier else ""))
+            for seg in value[-segments_shown:]:
+                print(f"  segment {seg['segment']}: {seg['first_index']}-{seg['last_index']}, "
+                      f"unique {seg['unique_frames']}, missing {seg['missing_indices']}")
+            continue
+        if key == "performers" and isinstance(value, dict):
+            if len(value) > 1:  # one performer's ledger is the ledger above
+                print(key)
+                for name, led in value.items():
+                    print(f"  performer {name} ({led.get('avatar_name', '')}): {led.get('state')}, unique "
+                          f"{led.get('source_unique_frames')}, missing {led.get('source_missing_indices')}")
+            continue
+        if key == "retarget_workers" and isinstance(value, dict):
+            print(key)
+            print("\n".join(worker_lines(value)))
+            continue
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value)
+        print(f"{key:<{width}}  {value}")

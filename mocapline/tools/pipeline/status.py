@@ -22,8 +22,7 @@ from mocapline.core.bus import DEFAULT_URL, request
 from mocapline.core.options import EnvArgumentParser
 from mocapline.core.verdict import on_the_wire
 from mocapline.services.auditor.audit import audit
-from mocapline.tools.pipeline.console import snapshot
-from mocapline.tools.pipeline.stack import print_ledger
+from mocapline.tools.pipeline.console import print_ledger, snapshot
 
 
 def build_parser() -> EnvArgumentParser:
