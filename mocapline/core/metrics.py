@@ -34,6 +34,7 @@ import dataclasses
 import logging
 import threading
 import time
+import types
 import typing
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
@@ -52,7 +53,7 @@ from prometheus_client import (
 from prometheus_client.core import HistogramMetricFamily
 
 from mocapline.core.counters import STAGE_TYPES, StageCounts
-from mocapline.core.counters.codec import field_metrics, fields_of
+from mocapline.core.counters.codec import Metric, field_metrics, fields_of
 from mocapline.core.header import REJECT_REASONS as HEADER_REJECT_REASONS
 from mocapline.core.options import port_number
 
@@ -214,9 +215,9 @@ def series(counts: Any) -> dict[SeriesKey, float]:
 
 
 def _collect(counts: Any, labels: tuple[tuple[str, str], ...], out: dict[SeriesKey, float]) -> None:
-    for f in dataclasses.fields(counts):
-        value = getattr(counts, f.name)
-        for m in field_metrics(f):
+    for name, metrics, per_performer, nested in _plan(type(counts)):
+        value = getattr(counts, name)
+        for m in metrics:
             if m.derive is not None:
                 out[(m.family, (*labels, *m.labels))] = float(m.derive(value))
             elif m.key_label:
@@ -225,11 +226,31 @@ def _collect(counts: Any, labels: tuple[tuple[str, str], ...], out: dict[SeriesK
             elif value is not None:
                 key = (m.family, (*labels, *m.labels))
                 out[key] = out.get(key, 0.0) + float(value)
-        if f.metadata.get("per_performer"):
+        if per_performer:
             for key, per in (value or {}).items():
                 _collect(per, (*labels, ("performer", performer_label(str(key)))), out)
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        elif nested and value is not None:
             _collect(value, labels, out)
+
+
+_Plan = tuple[tuple[str, tuple[Metric, ...], bool, bool], ...]
+_PLANS: dict[type, _Plan] = {}
+
+
+def _plan(cls: type) -> _Plan:
+    """Per field of a counters record: its metrics, whether it is the per-performer map, whether
+    it holds a nested record (worked out once per class: sync runs several times a second)."""
+    if cls in _PLANS:
+        return _PLANS[cls]
+    out = []
+    for f, tp in fields_of(cls):
+        options = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+        nested = any(dataclasses.is_dataclass(a) for a in options)
+        per_performer = bool(f.metadata.get("per_performer"))
+        if field_metrics(f) or per_performer or nested:
+            out.append((f.name, field_metrics(f), per_performer, nested))
+    plan = _PLANS[cls] = tuple(out)
+    return plan
 
 
 def static_series(cls: type, labels: tuple[tuple[str, str], ...] = ()) -> dict[SeriesKey, float | None]:
