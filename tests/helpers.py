@@ -21,3 +21,21 @@ def wait_until(predicate: Callable[[], T], timeout: float, *, interval: float = 
             waited_for = what or getattr(predicate, "__name__", "a condition")
             raise AssertionError(f"timed out after {timeout} s waiting for {waited_for}")
         time.sleep(interval)
+
+
+def published(record: type, **values: object) -> dict[str, object]:
+    """A counters record as a stage publishes it (mocapline/core/counters), every count zero but
+    ``values`` (a ``dict`` of per-performer values: ``{"0": {"gmr_processed": 6}}``, made into
+    the record's per-performer type)."""
+    import dataclasses
+    import typing
+
+    from mocapline.core.counters import to_json, zero
+    from mocapline.core.counters.codec import fields_of
+
+    for f, tp in fields_of(record):
+        if f.name in values and f.metadata.get("per_performer"):
+            per_type = typing.get_args(tp)[1]
+            values[f.name] = {k: zero(per_type, **v) if not dataclasses.is_dataclass(v) else v
+                              for k, v in values[f.name].items()}  # type: ignore[attr-defined]
+    return to_json(zero(record, **values))

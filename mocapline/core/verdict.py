@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from itertools import pairwise
 from typing import Any
 
+from mocapline.core.counters import Stages
 from mocapline.core.ledger import index_ranges
 
 # The ledger fields capture owns, then the whole ledger in its documented order.
@@ -196,18 +197,17 @@ def performer_services(services: dict[str, dict[str, Any]], key: str, alone: boo
     return out
 
 
-def stage_rows(stages: dict[str, dict[str, Any]]) -> list[tuple[str, Any, Any, Any, Any]]:
+def stage_rows(stages: Stages) -> list[tuple[str, int | None, int | None, int | None, int | None]]:
     """(stage, in, out, pending, rejected) per stage from the stages' status or heartbeats: the
-    rows of the live table (`mocapline up`) and of the web viewer's ledger."""
-    cap, ret = stages.get("capture", {}), stages.get("retarget", {})
-    st, view = stages.get("streamer", {}), stages.get("viewer", {})
+    rows of the live table (`mocapline up`) and of the web viewer's ledger (None: not there)."""
+    cap, ret, st, view = stages.capture, stages.retarget, stages.streamer, stages.viewer
     return [
-        ("capture", cap.get("source_received"), cap.get("human_frames_sent"), cap.get("input_pending"),
-         cap.get("rejected_datagrams")),
-        ("retarget", ret.get("frames_in"), ret.get("robot_frames_sent"), ret.get("pending"), ret.get("ik_failed")),
-        ("streamer", st.get("frames_in"), on_the_wire(st), st.get("pending"), None),
-        ("viewer", view.get("viewer_received"), view.get("viewer_applied"), view.get("viewer_pending"),
-         sum((view.get("rejected_by_reason") or {}).values()) if view else None),
+        ("capture", *((cap.source_received, cap.human_frames_sent, cap.input_pending, cap.rejected_datagrams)
+                      if cap else (None,) * 4)),
+        ("retarget", *((ret.frames_in, ret.robot_frames_sent, ret.pending, ret.ik_failed) if ret else (None,) * 4)),
+        ("streamer", *((st.frames_in, st.on_the_wire, st.pending) if st else (None,) * 3), None),
+        ("viewer", *((view.viewer_received, view.viewer_applied, view.viewer_pending,
+                      sum(view.rejected_by_reason.values())) if view else (None,) * 4)),
     ]
 
 

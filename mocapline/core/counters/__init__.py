@@ -26,6 +26,7 @@ from mocapline.core.counters.links import (
     RobotConsumerCounts,
     durable_counts,
 )
+from mocapline.core.counters.pipeline import Stages, read_stages, sum_workers
 from mocapline.core.counters.stages import (
     STAGE_TYPES,
     AuditorBeat,
@@ -70,5 +71,5 @@ __all__ = [
     "RetargetPerformerCounts", "RetargetTotals", "RobotConsumerCounts", "SegmentCounts", "StageCounts",
     "StreamerCounts", "StreamerPerformerCounts", "TcpSourceCounts", "UnitCheck", "ViewerCounts",
     "ViewerPerformerCounts", "WorkerInfo", "WorkerShare", "decode", "decode_stage", "durable_counts", "from_parts",
-    "stage_type", "to_json", "wire", "zero",
+    "stage_type", "to_json", "wire", "zero", "Stages", "read_stages", "sum_workers",
 ]

@@ -281,6 +281,12 @@ class StreamerCounts:
     fan_in: FanInInfo | None = wire(None, omit_none=True)
     metrics_port: int | None = wire(None, omit_none=True)
 
+    @property
+    def on_the_wire(self) -> int:
+        """Frames handed to the wire, acknowledged or not yet: a consumer applies a frame before
+        its acknowledgement arrives, so no downstream count exceeds this (core/verdict.on_the_wire)."""
+        return self.zmq_sent + self.unconfirmed
+
 
 # --- viewer ----------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mocapline.core.counters import RetargetCounts, decode, sum_workers, to_json
 from mocapline.core.verdict import classify_missing, performer_services, pipeline_counts, with_verdict
 
 
@@ -46,33 +47,14 @@ def judge(services: dict[str, dict[str, Any]], side: dict[str, Any] | None, *, f
     return with_verdict(counts, final=final)
 
 
-WORKER_SUMS = ("frames_in", "gmr_processed", "robot_frames_sent")
-
-
 def with_workers(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Retarget as workers (services ``retarget.<name>``): the ledger's retarget line is the sum of
-    their per-performer counts (a worker reports the performers it owns; their counts go with the
-    claim from owner to owner, so a takeover's resends are not counted twice), and ``workers``
-    says which worker owns which performers and how many frames each retargeted itself."""
-    workers = {n: hb or {} for n, hb in services.items() if n.startswith("retarget.")}
+    """Retarget as workers (services ``retarget.<name>``): the ledger's retarget line is their sum
+    (mocapline.core.counters.sum_workers), published beside them as ``retarget``."""
+    workers = {n: hb for n, hb in services.items() if n.startswith("retarget.") and hb}
     if not workers or "retarget" in services:
         return services
-    performers: dict[str, dict[str, Any]] = {}
-    for w in workers.values():
-        for key, counts in (w.get("performers") or {}).items():
-            into = performers.setdefault(key, {})
-            for field, value in counts.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    into[field] = into.get(field, 0) + value
-    combined: dict[str, Any] = {key: sum(int(p.get(key) or 0) for p in performers.values()) for key in WORKER_SUMS}
-    for key in ("ik_failed", "pending"):
-        combined[key] = sum(int(w.get(key) or 0) for w in workers.values())
-    combined["performers"] = performers
-    combined["workers"] = {n.partition(".")[2]: {"owned": (w.get("worker") or {}).get("owned", []),
-                                                 "frames": int(w.get("gmr_processed") or 0),
-                                                 "takeovers": (w.get("worker") or {}).get("takeovers", 0)}
-                           for n, w in sorted(workers.items())}
-    return {**services, "retarget": combined}
+    totals = sum_workers({n: decode(RetargetCounts, hb) for n, hb in workers.items()})
+    return {**services, "retarget": to_json(totals)}
 
 
 def audit(snapshot: dict[str, Any], *, final: bool = True) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
+from mocapline.core.counters import read_stages
 from mocapline.core.verdict import performer_services, pipeline_counts, stage_rows, with_verdict
 from mocapline.services.viewer import websocket
 from mocapline.services.viewer.scene import RobotAssets, RobotScene
@@ -158,7 +159,7 @@ def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency
     viewer_rows = {k: v for k, v in viewer.items() if k != "durable" and not isinstance(v, (list, dict))}
     return {
         "stages": [dict(zip(("stage", "in", "out", "pending", "rejected"), row, strict=True))
-                   for row in stage_rows(stages)],
+                   for row in stage_rows(read_stages(stages))],
         "verdict": verdict,
         "viewer": viewer_rows,
         "latency": latency.as_dict(),

@@ -16,12 +16,14 @@ import json
 import re
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from mocapline.core.bus import request_in_order
-from mocapline.core.verdict import on_the_wire, stage_rows
+from mocapline.core.counters import RetargetTotals, Stages, WorkerShare, from_parts, read_stages
+from mocapline.core.verdict import stage_rows
 from mocapline.services.auditor.audit import audit, with_workers
 
 # A service's log line (core/lifecycle.LOG_FORMAT) at WARNING or above.
@@ -115,12 +117,12 @@ class LiveConsole:
         with self._lock:
             notices, self._notices = self._notices, []
         if self.interactive:
-            text = format_table(stages) + "\n" + verdict_line(stages) + "\n" + self.FOOTER
+            text = format_table(read_stages(stages)) + "\n" + verdict_line(stages) + "\n" + self.FOOTER
             erase = f"\x1b[{self._lines_drawn}F\x1b[J" if self._lines_drawn else ""
             self.out.write(erase + "".join(n + "\n" for n in notices) + text + "\n")
             self._lines_drawn = text.count("\n") + 1
         else:
-            self.out.write("".join(n + "\n" for n in notices) + format_line(stages) + "\n")
+            self.out.write("".join(n + "\n" for n in notices) + format_line(read_stages(stages)) + "\n")
         self.out.flush()
 
     def release(self) -> None:
@@ -133,39 +135,38 @@ class LiveConsole:
         self._lines_drawn = 0
 
 
-def format_table(beats: dict[str, dict[str, Any]]) -> str:
+def format_table(stages: Stages) -> str:
     """Per-stage counts for the live terminal display."""
-    cap = beats.get("capture", {})
+    cap = stages.capture
     lines = [f"{'stage':<9} {'in':>9} {'out':>9} {'pending':>8} {'rejected':>9}"]
-    for name, a, b, c, d in stage_rows(beats):
+    for name, a, b, c, d in stage_rows(stages):
         lines.append(f"{name:<9} {_n(a):>9} {_n(b):>9} {_n(c):>8} {_n(d):>9}")
-        if name == "retarget":
-            lines += worker_lines(beats.get("retarget", {}).get("workers") or {})
+        if name == "retarget" and isinstance(stages.retarget, RetargetTotals):
+            lines += worker_lines(stages.retarget.workers)
     lines.append(
-        f"missing={_n(cap.get('source_missing_indices'))} duplicate={_n(cap.get('source_duplicate_indices'))} "
-        f"backward={_n(cap.get('source_backward_indices'))} last_posture_index={_n(cap.get('last_posture_index'))}"
+        f"missing={_n(cap and cap.source_missing_indices)} duplicate={_n(cap and cap.source_duplicate_indices)} "
+        f"backward={_n(cap and cap.source_backward_indices)} "
+        f"last_posture_index={_n(cap.last_posture_index if cap else None)}"
     )
     return "\n".join(lines)
 
 
-def worker_lines(workers: dict[str, dict[str, Any]]) -> list[str]:
+def worker_lines(workers: Mapping[str, WorkerShare]) -> list[str]:
     """Retarget as workers: which worker owns which performers, and the frames each retargeted."""
-    return [f"  {name}: performers {','.join(map(str, w.get('owned') or [])) or '-'}, {_n(w.get('frames'))} frames"
-            + (f", {w['takeovers']} taken over" if w.get("takeovers") else "")
+    return [f"  {name}: performers {','.join(map(str, w.owned)) or '-'}, {w.frames} frames"
+            + (f", {w.takeovers} taken over" if w.takeovers else "")
             for name, w in workers.items()]
 
 
-def format_line(beats: dict[str, dict[str, Any]]) -> str:
+def format_line(stages: Stages) -> str:
     """One line of per-stage counts, for logs and terminals that are not interactive."""
-    cap = beats.get("capture", {})
-    ret = beats.get("retarget", {})
-    st = beats.get("streamer", {})
-    view = beats.get("viewer", {})
+    cap, ret, st, view = stages.capture, stages.retarget, stages.streamer, stages.viewer
     return (
-        f"capture {_n(cap.get('source_unique_frames'))} (rejected {_n(cap.get('rejected_datagrams'))}, "
-        f"missing {_n(cap.get('source_missing_indices'))}) | retarget {_n(ret.get('gmr_processed'))} | "
-        f"streamer {_n(on_the_wire(st))} (pending {_n(st.get('pending'))}) | "
-        f"viewer {_n(view.get('viewer_applied'))} | last_posture_index {_n(cap.get('last_posture_index'))}"
+        f"capture {_n(cap and cap.source_unique_frames)} (rejected {_n(cap and cap.rejected_datagrams)}, "
+        f"missing {_n(cap and cap.source_missing_indices)}) | retarget {_n(ret and ret.gmr_processed)} | "
+        f"streamer {_n(st and st.on_the_wire)} (pending {_n(st and st.pending)}) | "
+        f"viewer {_n(view and view.viewer_applied)} | "
+        f"last_posture_index {_n(cap.last_posture_index if cap else None)}"
     )
 
 
@@ -193,7 +194,7 @@ def print_ledger(ledger: dict[str, Any], *, segments_shown: int = 3) -> None:
             continue
         if key == "retarget_workers" and isinstance(value, dict):
             print(key)
-            print("\n".join(worker_lines(value)))
+            print("\n".join(worker_lines({k: from_parts(WorkerShare, w) for k, w in value.items()})))
             continue
         if isinstance(value, (dict, list)):
             value = json.dumps(value)
