@@ -10,6 +10,7 @@ from mocapline.core.counters.codec import (
     SCHEMA_VERSION,
     CounterSchemaError,
     Metric,
+    as_published,
     decode,
     from_parts,
     to_json,
@@ -71,5 +72,5 @@ __all__ = [
     "RetargetPerformerCounts", "RetargetTotals", "RobotConsumerCounts", "SegmentCounts", "StageCounts",
     "StreamerCounts", "StreamerPerformerCounts", "TcpSourceCounts", "UnitCheck", "ViewerCounts",
     "ViewerPerformerCounts", "WorkerInfo", "WorkerShare", "decode", "decode_stage", "durable_counts", "from_parts",
-    "stage_type", "to_json", "wire", "zero", "Stages", "read_stages", "sum_workers",
+    "stage_type", "to_json", "wire", "zero", "Stages", "read_stages", "sum_workers", "as_published",
 ]

@@ -84,6 +84,11 @@ def to_json(counts: Any) -> dict[str, Any]:
     return {SCHEMA_KEY: SCHEMA_VERSION, **_encode_record(counts)}
 
 
+def as_published(value: Any) -> Any:
+    """A part of a record (a nested record, a list or map of them) as it appears inside the JSON."""
+    return _encode(value)
+
+
 def _encode_record(counts: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(counts):

@@ -15,33 +15,56 @@ from __future__ import annotations
 
 from typing import Any
 
-from mocapline.core.counters import RetargetCounts, decode, sum_workers, to_json
-from mocapline.core.verdict import classify_missing, performer_services, pipeline_counts, with_verdict
+from mocapline.core.counters import (
+    PathCounts,
+    RetargetCounts,
+    RetargetTotals,
+    as_published,
+    decode,
+    read_stages,
+    sum_workers,
+    to_json,
+)
+from mocapline.core.verdict import (
+    Layers,
+    classify_missing,
+    performer_layers,
+    pipeline_counts,
+    stage_layers,
+    with_verdict,
+)
+
+SideView = tuple[list[list[int]], tuple[int, int] | None]  # missing ranges, span covered
 
 
-def _path_ledgers(capture: dict[str, Any]) -> list[dict[str, Any]]:
-    """Capture's per-path ledgers, main first (capture lists them in --ports order)."""
-    paths = list((capture.get("paths") or {}).values())
-    return sorted(paths, key=lambda p: {"main": 0, "side": 1}.get(p.get("role", ""), 2))
+def _side_path(side: dict[str, Any] | None, paths: list[PathCounts]) -> SideView | None:
+    """The side path's missing ranges and the span it covered: the auditor's own side listener,
+    else capture's second path; None without a side path."""
+    if side is not None:
+        first = side.get("source_first_index")
+        return side.get("source_missing_ranges", []), (first, side["source_last_index"]) if first is not None else None
+    if len(paths) < 2:
+        return None
+    p = paths[1]
+    return p.missing_ranges, (p.first_index, p.last_index) if p.first_index is not None and p.last_index is not None \
+        else None
 
 
-def judge(services: dict[str, dict[str, Any]], side: dict[str, Any] | None, *, final: bool = True) -> dict[str, Any]:
+def judge(layers: Layers, side: dict[str, Any] | None, *, final: bool = True) -> dict[str, Any]:
     """Verdict plus the dual-path classification of every missing index, for one set of counts.
     ``final``: the counts are a drained take's (unequal layers are then a loss; before that, frames
     in flight)."""
-    counts = pipeline_counts(services)
-    paths = _path_ledgers(services.get("capture", {}))
-    main = paths[0] if paths else None
-    side = side or (paths[1] if len(paths) > 1 else None)
-    if main is not None:
-        span = None
-        if side is not None and side.get("source_first_index") is not None:
-            span = (side["source_first_index"], side["source_last_index"])
+    counts = pipeline_counts(layers)
+    cap = layers.capture
+    # capture lists its paths in --ports order: main first
+    paths = sorted(cap.paths.values(), key=lambda p: {"main": 0, "side": 1}.get(p.role, 2)) if cap else []
+    if paths:
+        side_view = _side_path(side, paths)
         counts["missing_by_path"] = classify_missing(
-            main.get("source_missing_ranges", []),
-            side.get("source_missing_ranges", []) if side is not None else None,
-            span,
-            late=services.get("capture", {}).get("late_ranges", []),
+            paths[0].missing_ranges,
+            side_view[0] if side_view is not None else None,
+            side_view[1] if side_view is not None else None,
+            late=cap.late_ranges if cap else [],
         )
         counts["merge_on"] = len(paths) > 1
     return with_verdict(counts, final=final)
@@ -59,22 +82,20 @@ def with_workers(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any
 
 def audit(snapshot: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
     """The overall verdict, and with performers in capture's ledger one verdict per performer."""
-    services = with_workers(snapshot.get("services", {}))
+    stages = read_stages(snapshot.get("services", {}))
     side = snapshot.get("side")
-    verdict = judge(services, side, final=final)
-    if "workers" in services.get("retarget", {}):
-        verdict["retarget_workers"] = services["retarget"]["workers"]
-    keys = list(services.get("capture", {}).get("performers") or {})
-    if not keys:
+    verdict = judge(stage_layers(stages), side, final=final)
+    if isinstance(stages.retarget, RetargetTotals):
+        verdict["retarget_workers"] = as_published(stages.retarget.workers)
+    performers = stages.capture.performers if stages.capture else {}
+    if not performers:
         return verdict
     side_performers = (side or {}).get("performers") or {}
-    performers = {}
-    for key in keys:
-        per = judge(performer_services(services, key, len(keys) == 1), side_performers.get(key), final=final)
-        per["avatar_name"] = services["capture"]["performers"][key].get("avatar_name", "")
-        performers[key] = per
-    verdict["performers"] = performers
-    verdict["unique_frames_conserved"] = int(
-        bool(verdict["unique_frames_conserved"]) and all(p["unique_frames_conserved"] for p in performers.values())
-    )
+    verdict["performers"] = {}
+    for key, mine in performers.items():
+        per = judge(performer_layers(stages, key, len(performers) == 1), side_performers.get(key), final=final)
+        per["avatar_name"] = mine.avatar_name
+        verdict["performers"][key] = per
+    verdict["unique_frames_conserved"] = int(bool(verdict["unique_frames_conserved"]) and all(
+        p["unique_frames_conserved"] for p in verdict["performers"].values()))
     return verdict
