@@ -35,6 +35,7 @@ DATA = Path(__file__).parent / "data"
 GOLDEN: dict[str, Any] = json.loads((DATA / "counters_golden.json").read_text())
 # Ledger values that do not depend on timing or ports (layer counts, verdict, classification).
 DETERMINISTIC = (*LEDGER_FIELDS, "missing_by_path", "segments", "merge_on", "rejected_by_reason", "late_ranges")
+PER_PERFORMER = (*LEDGER_FIELDS, "avatar_name", "missing_by_path", "segments", "per_segment", "missing_ranges")
 
 
 def recorded_stage_answers() -> list[tuple[str, str, dict[str, Any]]]:
@@ -140,6 +141,9 @@ def test_a_take_publishes_what_was_recorded_before_the_typed_counters(take) -> N
             assert shape(now[part][name]) - {".schema"} == shape(then[part][name]), f"{part} {name}"
     assert shape(now["auditor_drain"]) == shape(then["auditor_drain"])
     assert {k: now["ledger"].get(k) for k in DETERMINISTIC} == {k: then["ledger"].get(k) for k in DETERMINISTIC}
+    for key, per in then["ledger"].get("performers", {}).items():  # each performer judged as before
+        assert {k: now["ledger"]["performers"][key].get(k) for k in PER_PERFORMER} == \
+            {k: per.get(k) for k in PER_PERFORMER}, key
 
 
 def shape(value: Any, path: str = "") -> set[str]:
