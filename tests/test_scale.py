@@ -93,6 +93,8 @@ def test_the_auditor_takes_worker_heartbeats_and_forgets_a_silent_worker(monkeyp
     auditor.on_heartbeat("mocapline.heartbeat.retarget.w1", beat)
     assert set(auditor.snapshot()["services"]) == {"retarget.w1"}
     assert auditor.judge()["retarget_workers"] == {"w1": {"owned": [0], "frames": 5, "takeovers": 0}}
+    auditor.on_heartbeat("mocapline.heartbeat.retarget.w9", {**beat, "schema": 99})  # another version: left out
+    assert set(auditor.snapshot()["services"]) == {"retarget.w1"}
 
 
 def test_a_member_stays_known_after_its_announcement_expires(jetstream_nats) -> None:

@@ -350,7 +350,7 @@ class _Mirror:
 
 
 class ServiceMetrics:
-    """The metrics of one service, bound once: counters and gauges mirror its heartbeat dict
+    """The metrics of one service, bound once: counters and gauges mirror its typed counts
     (``sync``), ``stage_seconds`` / ``end_to_end_seconds`` are observed per frame."""
 
     def __init__(

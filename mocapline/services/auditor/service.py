@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import GAPS_SUBJECT, HEARTBEAT_PREFIX, VERDICT_SUBJECT, Bus, ControlRequest, performer_token
-from mocapline.core.counters import AuditorBeat, to_json
+from mocapline.core.counters import STAGE_TYPES, AuditorBeat, CounterSchemaError, decode_stage, to_json
 from mocapline.core.ledger import SequenceLedger, combine
 from mocapline.core.lifecycle import (
     add_service_arguments,
@@ -113,6 +113,7 @@ class Auditor:
         self._services: dict[str, dict[str, Any]] = {}
         self._heard: dict[str, float] = {}
         self._gap_reports: list[dict[str, Any]] = []
+        self._unreadable: set[str] = set()
         # The stages' final counts came with a drain (`up`, `demo`, `record` hand over each
         # stage's drain answer): the verdict is final, and later heartbeats do not change it.
         self.drained = False
@@ -123,9 +124,23 @@ class Auditor:
             services = json.loads(json.dumps(self._services))
         return {"services": services, "side": self.side.as_dict() if self.side else None}
 
+    def readable(self, name: str, body: dict[str, Any]) -> bool:
+        """A stage's counts this auditor can read (the counter contract's version and keys); what
+        it cannot is said once per service and left out of the verdict."""
+        if name.partition(".")[0] not in STAGE_TYPES or (name == "retarget" and "workers" in body):
+            return True
+        try:
+            decode_stage(name, body)
+        except CounterSchemaError as exc:
+            if name not in self._unreadable:
+                log.error("%s: its counts cannot be read, left out of the verdict: %s", name, exc)
+                self._unreadable.add(name)
+            return False
+        return True
+
     def on_heartbeat(self, subject: str, body: dict[str, Any]) -> None:
         name = subject.removeprefix(HEARTBEAT_PREFIX)  # "retarget.w1" for a worker
-        if name != "auditor" and not self.drained:
+        if name != "auditor" and not self.drained and self.readable(name, body):
             with self._lock:
                 self._services[name] = body
                 self._heard[name] = time.monotonic()
@@ -151,7 +166,7 @@ class Auditor:
     def answer(self, req: ControlRequest) -> None:
         if req.cmd == "drain" and req.args.get("services"):
             with self._lock:
-                self._services.update(req.args["services"])
+                self._services.update({n: b for n, b in req.args["services"].items() if self.readable(n, b)})
             self.drained = True
         verdict = self.judge()
         if req.cmd == "reset":
