@@ -19,7 +19,9 @@ from mocapline.core.counters import (
     CounterSchemaError,
     FrameIdCounts,
     RetargetTotals,
+    SidePathCounts,
     ViewerCounts,
+    as_published,
     decode,
     decode_stage,
     from_parts,
@@ -57,6 +59,13 @@ def test_every_recorded_answer_reads_back_and_publishes_the_same_json(label, ser
     assert published.pop("schema") == SCHEMA_VERSION
     assert published == {k: v for k, v in body.items() if k != "service"}
     assert list(published) == [k for k in body if k != "service"]  # the order too
+
+
+@pytest.mark.parametrize("take", sorted(GOLDEN))
+def test_the_recorded_side_path_reads_back(take) -> None:
+    side = GOLDEN[take]["auditor_drain"]["side"]
+    if side is not None:
+        assert as_published(from_parts(SidePathCounts, side)) == side
 
 
 def test_the_workers_sum_reads_back() -> None:

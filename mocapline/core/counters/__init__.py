@@ -40,6 +40,8 @@ from mocapline.core.counters.stages import (
     RetargetPerformerCounts,
     RetargetTotals,
     SegmentCounts,
+    SideLedger,
+    SidePathCounts,
     StageCounts,
     StreamerCounts,
     StreamerPerformerCounts,
@@ -72,5 +74,6 @@ __all__ = [
     "RetargetPerformerCounts", "RetargetTotals", "RobotConsumerCounts", "SegmentCounts", "StageCounts",
     "StreamerCounts", "StreamerPerformerCounts", "TcpSourceCounts", "UnitCheck", "ViewerCounts",
     "ViewerPerformerCounts", "WorkerInfo", "WorkerShare", "decode", "decode_stage", "durable_counts", "from_parts",
-    "stage_type", "to_json", "wire", "zero", "Stages", "read_stages", "sum_workers", "as_published",
+    "stage_type", "to_json", "wire", "zero", "SideLedger", "SidePathCounts", "Stages", "read_stages", "sum_workers",
+    "as_published",
 ]

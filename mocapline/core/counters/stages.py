@@ -52,6 +52,30 @@ class PathCounts:
 
 
 @dataclass(frozen=True)
+class SideLedger:
+    """The auditor's own side-path listener: the posture indices it saw (one performer's, or all)."""
+
+    received: int = wire(name="source_received")
+    unique_frames: int = wire(name="source_unique_frames")
+    missing_indices: int = wire(name="source_missing_indices")
+    duplicate_indices: int = wire(name="source_duplicate_indices")
+    backward_indices: int = wire(name="source_backward_indices")
+    first_index: int | None = wire(name="source_first_index")
+    last_index: int | None = wire(name="source_last_index")
+    missing_ranges: Ranges = wire(name="source_missing_ranges")
+    segments: int = wire(name="source_segments")
+
+
+@dataclass(frozen=True)
+class SidePathCounts(SideLedger):
+    """The side path's ledger, performers combined, with each performer's and the datagrams it
+    could not read."""
+
+    rejected_datagrams: int = wire(0)
+    performers: dict[str, SideLedger] = wire({})
+
+
+@dataclass(frozen=True)
 class CapturePerformerCounts:
     """One performer's ledger (avatar_index / Xsens character ID)."""
 

@@ -19,8 +19,11 @@ from mocapline.core.counters import (
     PathCounts,
     RetargetCounts,
     RetargetTotals,
+    SideLedger,
+    SidePathCounts,
     as_published,
     decode,
+    from_parts,
     read_stages,
     sum_workers,
     to_json,
@@ -34,23 +37,13 @@ from mocapline.core.verdict import (
     with_verdict,
 )
 
-SideView = tuple[list[list[int]], tuple[int, int] | None]  # missing ranges, span covered
+
+def _side_path(side: SideLedger | None, paths: list[PathCounts]) -> SideLedger | PathCounts | None:
+    """The side path: the auditor's own listener, else capture's second path, else none."""
+    return side if side is not None else paths[1] if len(paths) > 1 else None
 
 
-def _side_path(side: dict[str, Any] | None, paths: list[PathCounts]) -> SideView | None:
-    """The side path's missing ranges and the span it covered: the auditor's own side listener,
-    else capture's second path; None without a side path."""
-    if side is not None:
-        first = side.get("source_first_index")
-        return side.get("source_missing_ranges", []), (first, side["source_last_index"]) if first is not None else None
-    if len(paths) < 2:
-        return None
-    p = paths[1]
-    return p.missing_ranges, (p.first_index, p.last_index) if p.first_index is not None and p.last_index is not None \
-        else None
-
-
-def judge(layers: Layers, side: dict[str, Any] | None, *, final: bool = True) -> dict[str, Any]:
+def judge(layers: Layers, side: SideLedger | None, *, final: bool = True) -> dict[str, Any]:
     """Verdict plus the dual-path classification of every missing index, for one set of counts.
     ``final``: the counts are a drained take's (unequal layers are then a loss; before that, frames
     in flight)."""
@@ -59,11 +52,12 @@ def judge(layers: Layers, side: dict[str, Any] | None, *, final: bool = True) ->
     # capture lists its paths in --ports order: main first
     paths = sorted(cap.paths.values(), key=lambda p: {"main": 0, "side": 1}.get(p.role, 2)) if cap else []
     if paths:
-        side_view = _side_path(side, paths)
+        seen = _side_path(side, paths)
+        span = None
+        if seen is not None and seen.first_index is not None and seen.last_index is not None:
+            span = (seen.first_index, seen.last_index)
         counts["missing_by_path"] = classify_missing(
-            paths[0].missing_ranges,
-            side_view[0] if side_view is not None else None,
-            side_view[1] if side_view is not None else None,
+            paths[0].missing_ranges, seen.missing_ranges if seen is not None else None, span,
             late=cap.late_ranges if cap else [],
         )
         counts["merge_on"] = len(paths) > 1
@@ -83,14 +77,14 @@ def with_workers(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any
 def audit(snapshot: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
     """The overall verdict, and with performers in capture's ledger one verdict per performer."""
     stages = read_stages(snapshot.get("services", {}))
-    side = snapshot.get("side")
+    side = from_parts(SidePathCounts, snapshot["side"]) if snapshot.get("side") else None
     verdict = judge(stage_layers(stages), side, final=final)
     if isinstance(stages.retarget, RetargetTotals):
         verdict["retarget_workers"] = as_published(stages.retarget.workers)
     performers = stages.capture.performers if stages.capture else {}
     if not performers:
         return verdict
-    side_performers = (side or {}).get("performers") or {}
+    side_performers = side.performers if side is not None else {}
     verdict["performers"] = {}
     for key, mine in performers.items():
         per = judge(performer_layers(stages, key, len(performers) == 1), side_performers.get(key), final=final)

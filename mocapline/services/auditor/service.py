@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import GAPS_SUBJECT, HEARTBEAT_PREFIX, VERDICT_SUBJECT, Bus, ControlRequest, performer_token
-from mocapline.core.counters import STAGE_TYPES, AuditorBeat, CounterSchemaError, decode_stage, to_json
+from mocapline.core.counters import (
+    STAGE_TYPES,
+    AuditorBeat,
+    CounterSchemaError,
+    SidePathCounts,
+    as_published,
+    decode_stage,
+    from_parts,
+    to_json,
+)
 from mocapline.core.ledger import SequenceLedger, combine
 from mocapline.core.lifecycle import (
     add_service_arguments,
@@ -94,11 +103,15 @@ class SidePath:
                     ledger = self.performers[header.avatar_index] = SequenceLedger()
                 ledger.observe(header.posture_index)
 
-    def as_dict(self) -> dict[str, Any]:
+    def counts(self) -> SidePathCounts:
         """The side path's ledger (performers combined) and each performer's."""
         performers = {str(k): led.as_dict("source_") for k, led in self.performers.items()}
         overall = combine(list(performers.values())) if performers else SequenceLedger().as_dict("source_")
-        return {**overall, "rejected_datagrams": self.rejected, "performers": performers}
+        return from_parts(SidePathCounts, {**overall, "rejected_datagrams": self.rejected, "performers": performers})
+
+    def as_dict(self) -> dict[str, Any]:
+        published: dict[str, Any] = as_published(self.counts())
+        return published
 
 
 class Auditor:
