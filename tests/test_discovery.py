@@ -8,6 +8,7 @@ import urllib.request
 
 import pytest
 
+from mocapline.core.counters import RetargetCounts, to_json, zero
 from mocapline.core.metrics import AUTO_PORT, ServiceMetrics, metrics_port
 from mocapline.services.auditor.discovery import DiscoveryServer, targets
 
@@ -72,8 +73,8 @@ def test_the_endpoint_answers_prometheus_with_the_live_services() -> None:
 class _Quiet:
     """A handler with nothing to say (Stage.heartbeat adds the rest)."""
 
-    def heartbeat(self) -> dict:
-        return {}
+    def heartbeat(self) -> RetargetCounts:
+        return zero(RetargetCounts)
 
 
 @pytest.mark.parametrize(("advertise", "bind", "told"), [
@@ -87,4 +88,5 @@ def test_a_replica_tells_where_its_metrics_are_reached(advertise: str, bind: str
     with Stage("retarget", StageSettings(nats="", metrics_port=AUTO_PORT, metrics_host=bind),
                advertise_host=advertise) as stage:
         hb = stage.heartbeat(_Quiet())
-        assert hb["metrics_port"] == stage.metrics.port and hb.get("metrics_host") == told
+        assert hb.metrics_port == stage.metrics.port and hb.metrics_host == told
+        assert ("metrics_host" in to_json(hb)) == (told is not None)

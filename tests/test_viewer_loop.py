@@ -10,6 +10,7 @@ import mujoco
 import numpy as np
 
 from mocapline.core import pb
+from mocapline.core.counters import to_json
 from mocapline.core.header import MessageType, decode_frame, encode_frame
 from mocapline.core.stage import Links
 from mocapline.core.transport import Received
@@ -86,6 +87,6 @@ def test_each_performer_has_its_own_robot_and_name() -> None:
     # frames 0..6 went to avatars 0, 1, 2, 0, 1, 2, 0: each robot holds its own latest frame
     assert [(k, i) for k, i, _ in update] == [(0, 1006), (1, 1004), (2, 1005)]
     assert all(z > 0.5 for _, _, z in update)  # every robot's pelvis was placed, not left at the origin
-    assert loop.counters.as_dict()["performers"] == {
+    assert to_json(loop.counters.counts())["performers"] == {
         "0": {"viewer_applied": 3, "avatar_name": "actor0"}, "1": {"viewer_applied": 2, "avatar_name": "actor1"},
         "2": {"viewer_applied": 2, "avatar_name": "actor2"}}
