@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import nats_server_binary, request
-from mocapline.core.counters import decode_stage
+from mocapline.core.counters import STAGE_TYPES, decode_stage
 from mocapline.services.auditor.audit import audit, with_workers
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.plan import Planned, StackConfig, as_worker, capture_ports, plan
@@ -257,7 +257,8 @@ class Stack:
                     status = asyncio.run(request(self.config.nats_url, name, "status", timeout=1.0))
                 except Exception:  # noqa: BLE001 - not up yet
                     continue
-                durable = decode_stage(name, status).durable if name != "auditor" else None
+                # a stage's durable part: its own typed counts (the auditor and the sim, tools, just answer)
+                durable = decode_stage(name, status).durable if name.partition(".")[0] in STAGE_TYPES else None
                 if durable is None or durable.input_link is None or durable.input_link.welcomed:
                     pending.discard(name)  # durable: its sender has answered too
             if pending and time.monotonic() > deadline:
