@@ -222,3 +222,26 @@ def without_added(value: Any, added: dict[str, str], path: str = "") -> Any:
 
 
 DATA_KEYED = {"rcvbuf_granted", "paths", "positions", "rejected_by_reason", "consumers"}
+
+
+# The robot bridge's heartbeat as it was published before it became a typed record (issue 22).
+ROBOT_KEYS = ("robot_received", "robot_applied", "rejected_by_reason", "commands_sent", "command_rate_hz",
+              "command_rate_mean_hz", "period_p99_ms", "deadline_misses", "clamps_by_reason", "stalls", "damped_s",
+              "catchup_ticks", "estops", "transitions", "lowstate_received", "lowstate_rejected_by_reason",
+              "tracking_error_rad", "latency_p50_ms", "latency_p99_ms", "last_posture_index", "robot_state",
+              "bridge_pending", "lag_s", "ended")
+
+
+def test_the_robot_bridge_publishes_its_heartbeat_keys_and_reads_them_back() -> None:
+    from mocapline.services.robot.counters import RobotCounters
+
+    counters = RobotCounters(robot_received=5, robot_applied=4, commands_sent=9)
+    counters.rejected["non_finite"] += 1
+    counters.errors.append([0.01] * 29)
+    body = to_json(counters.record(0.0, bridge_pending=1, lag_s=0.02, ended=False))
+    assert list(body) == ["schema", *ROBOT_KEYS]
+    assert set(body["tracking_error_rad"]) == {"legs", "waist", "arms"}
+    assert body["tracking_error_rad"]["legs"] == {"mean": 0.01, "p50": 0.01, "p99": 0.01}
+    back = decode_stage("robot", body)
+    assert back.robot_applied == 4 and back.rejected_by_reason == {"non_finite": 1} and back.bridge_pending == 1
+    assert to_json(back) == body
