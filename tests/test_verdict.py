@@ -151,3 +151,18 @@ def test_the_ledger_carries_rejects_merge_bridged_consumers_and_the_output_balan
     services["streamer"].update(zmq_sent=9, unconfirmed=0, pending=0)
     v = audit({"services": services, "side": None})
     assert v["output_balanced"] == 0  # 10 made, 9 accounted for: the ledger says so
+
+
+def test_the_robot_bridge_is_a_layer_when_it_runs_and_of_a_performer_only_when_it_is_alone() -> None:
+    from mocapline.core.counters import RobotCounts, Stages
+    from mocapline.core.verdict import performer_layers, pipeline_counts, stage_layers, stage_rows
+
+    robot = zero(RobotCounts, robot_received=6, robot_applied=5, bridge_pending=1, rejected_by_reason={"x": 1})
+    stages = Stages(robot=robot)
+    assert pipeline_counts(stage_layers(stages))["robot_applied"] == 5
+    assert "robot_applied" not in pipeline_counts(stage_layers(Stages()))
+    assert performer_layers(stages, "0", alone=True).robot is robot
+    assert performer_layers(stages, "0", alone=False).robot is None
+    assert stage_layers(stages).link_rejects == {"robot": {"x": 1}}
+    assert stage_rows(stages)[-1] == ("robot", 6, 5, 1, 1)
+    assert [row[0] for row in stage_rows(Stages())] == ["capture", "retarget", "streamer", "viewer"]
