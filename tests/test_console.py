@@ -141,6 +141,7 @@ def test_demo_says_in_one_line_why_it_exits_1() -> None:
 def test_no_stage_shows_more_than_the_one_feeding_it_while_acknowledgements_are_on_their_way(capsys) -> None:
     """Durable mode: the viewer applied 3159 and acknowledged 3111 so far (48 acknowledgements on
     their way): the streamer's output is the 3159 on the wire, not the 3111 acknowledged."""
+    from mocapline.core.counters import RobotCounts
     from mocapline.core.verdict import stage_rows
     from mocapline.services.auditor.audit import audit
     from mocapline.tools.pipeline.console import format_line, print_ledger
@@ -156,7 +157,10 @@ def test_no_stage_shows_more_than_the_one_feeding_it_while_acknowledgements_are_
     }
     outs = [row[2] for row in stage_rows(read_stages(stages))]
     assert outs == [3170, 3165, 3159, 3159]
-    assert "streamer 3159 " in format_line(read_stages(stages))
+    assert "streamer 3159 " in format_line(read_stages(stages)) and "robot" not in format_line(read_stages(stages))
+    with_robot = read_stages({**stages, "robot": published(RobotCounts, robot_received=3150, robot_applied=3149)})
+    assert "viewer 3159 | robot 3149 | " in format_line(with_robot)
+    assert stage_rows(with_robot)[-1][:3] == ("robot", 3150, 3149)
     ledger = audit({"services": stages, "side": None}, final=False)
     assert ledger["state"] == "running, 11 in flight"
     print_ledger(readable(ledger))
