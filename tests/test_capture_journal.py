@@ -70,9 +70,9 @@ def test_journaled_but_unprocessed_datagrams_are_sent_after_a_restart(tmp_path) 
     assert second.resume() == len(take)
     ledger = second.ledger()
     assert second.frames_sent == 200
-    assert ledger["session_id"] == session
-    assert ledger["source_received"] == 201 and ledger["source_unique_frames"] == 200
-    assert ledger["source_duplicate_indices"] == 1 and ledger["source_missing_indices"] == 0
+    assert ledger.session_id == session
+    assert ledger.source_received == 201 and ledger.source_unique_frames == 200
+    assert ledger.source_duplicate_indices == 1 and ledger.source_missing_indices == 0
     assert sent_indices(second) == list(range(FIRST, FIRST + 200))
     ctx.destroy(linger=0)
 
@@ -144,7 +144,7 @@ def test_a_restart_from_a_checkpoint_replays_only_what_came_after_it(tmp_path) -
     assert second.resume() == len(take) - 150  # only the journal after the checkpoint
     assert position == 151  # the take marker and 150 datagrams
     ledger = second.ledger()
-    assert ledger["source_received"] == 301 and ledger["source_unique_frames"] == 300
-    assert ledger["source_duplicate_indices"] == 1 and ledger["source_missing_indices"] == 0
+    assert ledger.source_received == 301 and ledger.source_unique_frames == 300
+    assert ledger.source_duplicate_indices == 1 and ledger.source_missing_indices == 0
     assert sent_indices(second) == list(range(FIRST, FIRST + 300))
     ctx.destroy(linger=0)

@@ -11,19 +11,21 @@ import subprocess
 import sys
 
 import pytest
+from helpers import published
 
+from mocapline.core.counters import CaptureCounts, RetargetCounts, StreamerCounts, ViewerCounts, read_stages
 from mocapline.core.options import EnvArgumentParser, non_negative_float, parse_index_list, positive_int
 from mocapline.tools.pipeline.console import LiveConsole, LogWatch, verdict_line
 from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.procs import busy_port_message, child_pids, kill_children
 
+CAPTURE = {"source_received": 10, "human_frames_sent": 10, "source_unique_frames": 10,
+           "source_backward_indices": 1, "last_posture_index": 4, "segments": 2}
 STAGES = {
-    "capture": {"source_received": 10, "human_frames_sent": 10, "source_unique_frames": 10, "source_missing_indices": 0,
-                "source_duplicate_indices": 0, "source_backward_indices": 1, "last_posture_index": 4, "segments": 2,
-                "input_pending": 0},
-    "retarget": {"frames_in": 10, "robot_frames_sent": 9, "gmr_processed": 9, "pending": 1},
-    "streamer": {"frames_in": 9, "zmq_sent": 8, "motion_generated": 8, "pending": 1},
-    "viewer": {"viewer_received": 8, "viewer_applied": 8, "viewer_pending": 0},
+    "capture": published(CaptureCounts, **CAPTURE),
+    "retarget": published(RetargetCounts, frames_in=10, robot_frames_sent=9, gmr_processed=9, pending=1),
+    "streamer": published(StreamerCounts, frames_in=9, zmq_sent=8, motion_generated=8, pending=1),
+    "viewer": published(ViewerCounts, viewer_received=8, viewer_applied=8),
 }
 
 
@@ -139,21 +141,26 @@ def test_demo_says_in_one_line_why_it_exits_1() -> None:
 def test_no_stage_shows_more_than_the_one_feeding_it_while_acknowledgements_are_on_their_way(capsys) -> None:
     """Durable mode: the viewer applied 3159 and acknowledged 3111 so far (48 acknowledgements on
     their way): the streamer's output is the 3159 on the wire, not the 3111 acknowledged."""
+    from mocapline.core.counters import RobotCounts
     from mocapline.core.verdict import stage_rows
     from mocapline.services.auditor.audit import audit
-    from mocapline.tools.pipeline.stack import format_line, print_ledger
+    from mocapline.tools.pipeline.console import format_line, print_ledger
     from mocapline.tools.pipeline.status import readable
 
     stages = {
-        "capture": {**STAGES["capture"], "source_received": 3170, "human_frames_sent": 3170,
-                    "source_unique_frames": 3170},
-        "retarget": {"frames_in": 3170, "robot_frames_sent": 3165, "gmr_processed": 3165, "pending": 5},
-        "streamer": {"frames_in": 3165, "zmq_sent": 3111, "unconfirmed": 48, "motion_generated": 3160, "pending": 1},
-        "viewer": {"viewer_received": 3159, "viewer_applied": 3159, "viewer_pending": 0},
+        "capture": published(CaptureCounts, **{**CAPTURE, "source_received": 3170, "human_frames_sent": 3170,
+                                               "source_unique_frames": 3170}),
+        "retarget": published(RetargetCounts, frames_in=3170, robot_frames_sent=3165, gmr_processed=3165, pending=5),
+        "streamer": published(StreamerCounts, frames_in=3165, zmq_sent=3111, unconfirmed=48, motion_generated=3160,
+                              pending=1),
+        "viewer": published(ViewerCounts, viewer_received=3159, viewer_applied=3159),
     }
-    outs = [row[2] for row in stage_rows(stages)]
+    outs = [row[2] for row in stage_rows(read_stages(stages))]
     assert outs == [3170, 3165, 3159, 3159]
-    assert "streamer 3159 " in format_line(stages)
+    assert "streamer 3159 " in format_line(read_stages(stages)) and "robot" not in format_line(read_stages(stages))
+    with_robot = read_stages({**stages, "robot": published(RobotCounts, robot_received=3150, robot_applied=3149)})
+    assert "viewer 3159 | robot 3149 | " in format_line(with_robot)
+    assert stage_rows(with_robot)[-1][:3] == ("robot", 3150, 3149)
     ledger = audit({"services": stages, "side": None}, final=False)
     assert ledger["state"] == "running, 11 in flight"
     print_ledger(readable(ledger))

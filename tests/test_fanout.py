@@ -14,6 +14,7 @@ import zmq
 
 from mocapline.client import ClientSettings, MocapClient
 from mocapline.core import pb
+from mocapline.core.counters import FanoutCounts, RobotConsumerCounts, from_parts
 from mocapline.core.fanout import FanoutSender
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.reliable import NO_EPOCH
@@ -107,6 +108,9 @@ def test_two_consumers_each_get_every_frame_and_a_raw_pull_gets_nothing(tmp_path
         assert pull.poll(200) == 0  # PULL cannot talk to a ROUTER: no frame, nothing taken
         snap = port.sender.snapshot()
         assert snap["sent"] <= 1.1 * 500 * 2
+        # the counter contract reads what the fan-out and a consumer report (core/counters/links.py)
+        assert from_parts(FanoutCounts, snap).consumers["a"].frames_sent == 500
+        assert from_parts(RobotConsumerCounts, a.snapshot()).delivered == 500
         a.commit()
         b.commit()
         deadline = time.monotonic() + 5

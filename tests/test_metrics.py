@@ -9,6 +9,15 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mocapline.core.counters import (
+    CaptureCounts,
+    DurableCounts,
+    LinkReceiverCounts,
+    LinkSenderCounts,
+    StreamerCounts,
+    ViewerCounts,
+    zero,
+)
 from mocapline.core.metrics import (
     DEFAULT_PORTS,
     LINK_REJECT_REASONS,
@@ -65,7 +74,7 @@ def test_published_histogram_changes_only_at_sync() -> None:
     m.end_to_end_seconds.observe(0.02)
     before = samples(m)
     assert before[("mocapline_stage_seconds_count", (("stage", "viewer"),))] == 0
-    m.sync({"viewer_received": 1, "viewer_applied": 1, "viewer_pending": 0})
+    m.sync(zero(ViewerCounts, viewer_received=1, viewer_applied=1))
     after = samples(m)
     assert after[("mocapline_stage_seconds_count", (("stage", "viewer"),))] == 1
     assert after[("mocapline_end_to_end_seconds_count", ())] == 1
@@ -87,11 +96,10 @@ def test_series_exist_at_zero_from_start_up() -> None:
         set(MISSING_CLASSES) == {MAIN_ONLY, BOTH, SIDE_ONLY, UNKNOWN, LATE}
 
 
-def capture_beat(received: int, unique: int, **extra) -> dict:
-    return {"source_received": received, "source_unique_frames": unique, "human_frames_sent": unique,
-            "input_pending": 0, "source_missing_indices": extra.get("missing", 0), "source_duplicate_indices": 0,
-            "source_backward_indices": 0, "cross_path_copies": 0, "late_frames": 0,
-            "last_posture_index": extra.get("last"), "rejected_by_reason": extra.get("rejected", {})}
+def capture_beat(received: int, unique: int, **extra) -> CaptureCounts:
+    return zero(CaptureCounts, source_received=received, source_unique_frames=unique, human_frames_sent=unique,
+                source_missing_indices=extra.get("missing", 0), last_posture_index=extra.get("last"),
+                rejected_by_reason=extra.get("rejected", {}))
 
 
 def test_counters_follow_the_ledger_across_resets() -> None:
@@ -116,14 +124,14 @@ def test_auditor_exports_the_verdict_and_missing_by_class() -> None:
     m = ServiceMetrics("auditor")
     verdict = {"unique_frames_conserved": 0, "source_unique_frames": 97, "gmr_processed": 97, "viewer_applied": None,
                "missing_by_path": {BOTH: [[5, 6]], MAIN_ONLY: [[9, 9]], SIDE_ONLY: [], UNKNOWN: []}}
-    m.sync(verdict)
+    m.sync_verdict(verdict)
     got = samples(m)
     assert got[("mocapline_unique_frames_conserved", ())] == 0
     assert got[("mocapline_missing_indices", (("classification", BOTH),))] == 2
     assert got[("mocapline_missing_indices", (("classification", MAIN_ONLY),))] == 1
     assert got[("mocapline_ledger", (("field", "gmr_processed"),))] == 97
     assert math.isnan(got[("mocapline_ledger", (("field", "viewer_applied"),))])
-    m.sync({**verdict, "unique_frames_conserved": 1, "missing_by_path": {}})
+    m.sync_verdict({**verdict, "unique_frames_conserved": 1, "missing_by_path": {}})
     got = samples(m)
     assert got[("mocapline_unique_frames_conserved", ())] == 1
     assert got[("mocapline_missing_indices", (("classification", BOTH),))] == 0
@@ -134,7 +142,7 @@ def test_serve_and_a_taken_port(caplog) -> None:
     port = free_tcp_port()
     assert m.serve(port, "127.0.0.1")
     try:
-        m.sync({"frames_in": 3, "zmq_sent": 2, "pending": 1, "last_posture_index": 41})
+        m.sync(zero(StreamerCounts, frames_in=3, zmq_sent=2, pending=1, last_posture_index=41))
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert 'mocapline_frames_total{direction="out",stage="streamer"} 2.0' in text
         assert "process_cpu_seconds_total" in text and "_created" not in text
@@ -162,12 +170,12 @@ def test_every_service_has_a_metrics_port_flag_and_env_var(service, monkeypatch)
 
 def test_durable_links_are_exported_when_the_stage_runs_durable() -> None:
     m = ServiceMetrics("streamer")
-    m.sync({"frames_in": 5, "zmq_sent": 5, "pending": 0})  # plain: the durable series stay at 0
+    m.sync(zero(StreamerCounts, frames_in=5, zmq_sent=5))  # plain: the durable series stay at 0
     stage = (("stage", "streamer"),)
     assert samples(m)[("mocapline_unacked", stage)] == 0
-    beat = {"frames_in": 9, "zmq_sent": 9, "pending": 0,
-            "durable": {"log_bytes": 4096, "input_link": {"duplicates": 3},
-                        "output_link": {"resent": 40, "unacked": 120}}}
+    beat = zero(StreamerCounts, frames_in=9, zmq_sent=9, durable=zero(
+        DurableCounts, log_bytes=4096, input_link=zero(LinkReceiverCounts, duplicates=3),
+        output_link=zero(LinkSenderCounts, resent=40, unacked=120)))
     m.sync(beat)
     got = samples(m)
     assert got[("mocapline_unacked", stage)] == 120

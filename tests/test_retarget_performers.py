@@ -70,8 +70,8 @@ def test_interleaved_performers_match_each_alone(takes, filter_name):
     for x, y in zip(got_a + got_b, alone_a + alone_b, strict=True):
         np.testing.assert_allclose(x.joint_pos, y.joint_pos, atol=1e-9)
     hb = service.heartbeat()
-    assert hb["gmr_processed"] == 2 * n
-    assert hb["performers"]["0"]["gmr_processed"] == n and hb["performers"]["2"]["robot_frames_sent"] == n
+    assert hb.gmr_processed == 2 * n
+    assert hb.performers["0"].gmr_processed == n and hb.performers["2"].robot_frames_sent == n
 
 
 def test_durable_state_restores_every_performer(takes):

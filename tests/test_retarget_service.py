@@ -102,7 +102,7 @@ def test_one_robot_frame_per_human_frame_and_end_forwarded(take, links, filter_n
         err = np.linalg.norm(truth_pos - synthetic.all_body_positions(model, got), axis=2)
         assert err[1:].max() < 0.005
     hb = service.heartbeat({})
-    assert hb["gmr_processed"] == 11 and hb["input_link"]["frame_id_missing_indices"] == 0
+    assert hb.gmr_processed == 11 and hb.input_link.missing_indices == 0
     assert "processed=11" in status_line(hb)
 
 

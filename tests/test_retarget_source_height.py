@@ -53,7 +53,7 @@ def test_the_source_height_scales_the_performer(setup) -> None:
     for f in frames(pos, quat, 1.8):
         service.on_frame(f)
     assert heights(service) == {0: 1.8}
-    assert service.tracks[0].counts()["human_height_m"] == 1.8
+    assert service.tracks[0].counts().human_height_m == 1.8
     service.on_frame(replace(frames(pos, quat, 1.62)[0], posture_index=10))  # MVN sent a new scaling
     assert heights(service) == {0: 1.62}
 

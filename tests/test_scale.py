@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_until
+from helpers import published, wait_until
 
 from mocapline.client import ClientSettings, MocapClient
 from mocapline.core.assign import Claim, Registry
+from mocapline.core.counters import RetargetCounts, WorkerInfo, read_stages, zero
 from mocapline.services.auditor.audit import with_workers
 from mocapline.services.retarget.worker import advertised_host, deal, rebalance
 from mocapline.tools.emitter.emitter import TakePlan, emit_take
-from mocapline.tools.pipeline.stack import Stack, format_table, local_config
+from mocapline.tools.pipeline.console import format_table
+from mocapline.tools.pipeline.stack import Stack, local_config
 
 RATE = 120.0
 FRAMES = 840  # 7 s at 120 Hz
@@ -67,17 +69,18 @@ def test_the_workers_heartbeats_make_the_retarget_line_and_say_who_owns_what() -
     """Each worker reports the performers it owns, their counts carried over from earlier owners:
     the ledger's retarget line is their sum (frames counted once), the table lists the workers."""
     def beat(owned: dict[str, int], own_frames: int, takeovers: int = 0) -> dict[str, Any]:
-        return {"gmr_processed": own_frames, "frames_in": own_frames, "robot_frames_sent": own_frames,
-                "ik_failed": 0, "pending": 0, "performers": {k: {"gmr_processed": n, "frames_in": n,
-                                                                 "robot_frames_sent": n} for k, n in owned.items()},
-                "worker": {"owned": [int(k) for k in owned], "takeovers": takeovers}}
+        return published(RetargetCounts, gmr_processed=own_frames, frames_in=own_frames,
+                         robot_frames_sent=own_frames,
+                         performers={k: {"gmr_processed": n, "frames_in": n, "robot_frames_sent": n}
+                                     for k, n in owned.items()},
+                         worker=zero(WorkerInfo, owned=[int(k) for k in owned], takeovers=takeovers))
     # w2 took performer 1 over at 100 frames and has redone 20 of them since (resends)
     services = {"capture": {}, "retarget.w1": beat({"0": 300}, 300), "retarget.w2": beat({"1": 300}, 220, 1)}
     ret = with_workers(services)["retarget"]
     assert ret["gmr_processed"] == 600 and ret["performers"]["1"]["gmr_processed"] == 300
     assert ret["workers"] == {"w1": {"owned": [0], "frames": 300, "takeovers": 0},
                               "w2": {"owned": [1], "frames": 220, "takeovers": 1}}
-    table = format_table(with_workers(services))
+    table = format_table(read_stages(with_workers(services)))
     assert "  w1: performers 0, 300 frames" in table and "  w2: performers 1, 220 frames, 1 taken over" in table
     assert with_workers({"retarget": {"gmr_processed": 5}}) == {"retarget": {"gmr_processed": 5}}
 
@@ -89,14 +92,18 @@ def test_the_auditor_takes_worker_heartbeats_and_forgets_a_silent_worker(monkeyp
     clock = [100.0]
     monkeypatch.setattr(auditor_service.time, "monotonic", lambda: clock[0])
     auditor = auditor_service.Auditor(None, ServiceMetrics("auditor"))
-    beat = {"gmr_processed": 5, "performers": {"0": {"gmr_processed": 5}}, "worker": {"owned": [0]}}
+    beat = published(RetargetCounts, gmr_processed=5, performers={"0": {"gmr_processed": 5}},
+                     worker=zero(WorkerInfo, owned=[0]))
     auditor.on_heartbeat("mocapline.heartbeat.retarget.w1", beat)
-    auditor.on_heartbeat("mocapline.heartbeat.retarget.w2", {**beat, "worker": {"owned": [1]}})
+    auditor.on_heartbeat("mocapline.heartbeat.retarget.w2", published(
+        RetargetCounts, gmr_processed=5, performers={"1": {"gmr_processed": 5}}, worker=zero(WorkerInfo, owned=[1])))
     assert set(auditor.snapshot()["services"]) == {"retarget.w1", "retarget.w2"}
     clock[0] += auditor_service.WORKER_GONE_S + 1  # w2 falls silent (killed)
     auditor.on_heartbeat("mocapline.heartbeat.retarget.w1", beat)
     assert set(auditor.snapshot()["services"]) == {"retarget.w1"}
     assert auditor.judge()["retarget_workers"] == {"w1": {"owned": [0], "frames": 5, "takeovers": 0}}
+    auditor.on_heartbeat("mocapline.heartbeat.retarget.w9", {**beat, "schema": 99})  # another version: left out
+    assert set(auditor.snapshot()["services"]) == {"retarget.w1"}
 
 
 def test_a_member_stays_known_after_its_announcement_expires(jetstream_nats) -> None:

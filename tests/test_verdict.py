@@ -1,3 +1,14 @@
+from helpers import published
+
+from mocapline.core.counters import (
+    CaptureCounts,
+    ConsumerCounts,
+    PathCounts,
+    RetargetCounts,
+    StreamerCounts,
+    ViewerCounts,
+    zero,
+)
 from mocapline.core.verdict import (
     BOTH,
     LEDGER_FIELDS,
@@ -56,20 +67,17 @@ def test_classification_without_side_data() -> None:
 
 
 def test_audit_from_service_heartbeats() -> None:
-    capture = {
-        "source_received": 200, "source_unique_frames": 100, "source_missing_indices": 0,
-        "source_duplicate_indices": 0, "source_backward_indices": 0, "rejected_datagrams": 3,
-        "first_posture_index": 0, "last_posture_index": 99, "input_pending": 0, "human_frames_sent": 100,
-        "paths": {
-            "7014": {"source_missing_ranges": [[20, 20]], "source_first_index": 0, "source_last_index": 99},
-            "7015": {"source_missing_ranges": [[40, 40]], "source_first_index": 0, "source_last_index": 99},
-        },
-    }
+    capture = published(
+        CaptureCounts, source_received=200, source_unique_frames=100, rejected_datagrams=3, first_posture_index=0,
+        last_posture_index=99, human_frames_sent=100, paths={
+            "7014": zero(PathCounts, role="main", missing_ranges=[[20, 20]], first_index=0, last_index=99),
+            "7015": zero(PathCounts, role="side", missing_ranges=[[40, 40]], first_index=0, last_index=99),
+        })
     snap = {"services": {
         "capture": capture,
-        "retarget": {"gmr_processed": 100, "frames_in": 100, "robot_frames_sent": 100},
-        "streamer": {"frames_in": 100, "motion_generated": 100, "zmq_sent": 100, "pending": 0},
-        "viewer": {"viewer_applied": 100},
+        "retarget": published(RetargetCounts, gmr_processed=100, frames_in=100, robot_frames_sent=100),
+        "streamer": published(StreamerCounts, frames_in=100, motion_generated=100, zmq_sent=100),
+        "viewer": published(ViewerCounts, viewer_applied=100),
     }}
     v = audit(snap)
     assert v["unique_frames_conserved"] == 1
@@ -127,13 +135,12 @@ def test_the_ledger_carries_rejects_merge_bridged_consumers_and_the_output_balan
     from mocapline.services.auditor.audit import audit
 
     services = {
-        "capture": {"source_unique_frames": 10, "source_missing_indices": 0, "source_backward_indices": 0,
-                    "rejected_by_reason": {"bad_token": 2}, "cross_path_copies": 9, "late_frames": 1,
-                    "late_ranges": [[4, 4]], "human_frames_sent": 10, "paths": {}},
-        "retarget": {"gmr_processed": 10, "frames_in": 10, "robot_frames_sent": 10},
-        "streamer": {"frames_in": 10, "motion_generated": 10, "zmq_sent": 7, "unconfirmed": 2, "pending": 1,
-                     "bridged_frames": 1, "consumers": {"robot": {"frames_acked": 7, "backlog": 3}},
-                     "rejected_by_reason": {"crc_mismatch": 1}},
+        "capture": published(CaptureCounts, source_unique_frames=10, rejected_by_reason={"bad_token": 2},
+                             cross_path_copies=9, late_frames=1, late_ranges=[[4, 4]], human_frames_sent=10),
+        "retarget": published(RetargetCounts, gmr_processed=10, frames_in=10, robot_frames_sent=10),
+        "streamer": published(StreamerCounts, frames_in=10, motion_generated=10, zmq_sent=7, unconfirmed=2, pending=1,
+                              bridged_frames=1, consumers={"robot": zero(ConsumerCounts, frames_acked=7, backlog=3)},
+                              rejected_by_reason={"crc_mismatch": 1}),
     }
     v = audit({"services": services, "side": None})
     assert v["rejected_by_reason"] == {"bad_token": 2}
@@ -144,3 +151,18 @@ def test_the_ledger_carries_rejects_merge_bridged_consumers_and_the_output_balan
     services["streamer"].update(zmq_sent=9, unconfirmed=0, pending=0)
     v = audit({"services": services, "side": None})
     assert v["output_balanced"] == 0  # 10 made, 9 accounted for: the ledger says so
+
+
+def test_the_robot_bridge_is_a_layer_when_it_runs_and_of_a_performer_only_when_it_is_alone() -> None:
+    from mocapline.core.counters import RobotCounts, Stages
+    from mocapline.core.verdict import performer_layers, pipeline_counts, stage_layers, stage_rows
+
+    robot = zero(RobotCounts, robot_received=6, robot_applied=5, bridge_pending=1, rejected_by_reason={"x": 1})
+    stages = Stages(robot=robot)
+    assert pipeline_counts(stage_layers(stages))["robot_applied"] == 5
+    assert "robot_applied" not in pipeline_counts(stage_layers(Stages()))
+    assert performer_layers(stages, "0", alone=True).robot is robot
+    assert performer_layers(stages, "0", alone=False).robot is None
+    assert stage_layers(stages).link_rejects == {"robot": {"x": 1}}
+    assert stage_rows(stages)[-1] == ("robot", 6, 5, 1, 1)
+    assert [row[0] for row in stage_rows(Stages())] == ["capture", "retarget", "streamer", "viewer"]

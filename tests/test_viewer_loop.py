@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mocapline.core import pb
+from mocapline.core.counters import to_json
 from mocapline.core.header import MessageType, decode_frame, encode_frame
 from mocapline.core.stage import Links
 from mocapline.core.transport import Received
@@ -92,7 +93,7 @@ def test_each_performer_has_its_own_robot_and_name() -> None:
     # frames 0..6 went to avatars 0, 1, 2, 0, 1, 2, 0: each robot holds its own latest frame
     assert [(k, i) for k, i, _ in update] == [(0, 1006), (1, 1004), (2, 1005)]
     assert all(z > 0.5 for _, _, z in update)  # every robot's pelvis was placed, not left at the origin
-    assert loop.counters.as_dict()["performers"] == {
+    assert to_json(loop.counters.counts())["performers"] == {
         "0": {"viewer_applied": 3, "avatar_name": "actor0"}, "1": {"viewer_applied": 2, "avatar_name": "actor1"},
         "2": {"viewer_applied": 2, "avatar_name": "actor2"}}
 
@@ -136,7 +137,7 @@ def test_with_no_page_open_no_lowstate_is_read() -> None:
     for _ in range(3):
         assert loop.step()
     assert fake.readers == 0 and fake.takes == 0
-    assert loop.heartbeat()["lowstate_reading"] is False and loop.heartbeat()["lowstate_received"] == 0
+    assert loop.heartbeat().lowstate_reading is False and loop.heartbeat().lowstate_received == 0
 
 
 def test_with_a_page_open_the_measured_robot_is_sent_with_its_error_then_the_reader_goes() -> None:
@@ -151,7 +152,7 @@ def test_with_a_page_open_the_measured_robot_is_sent_with_its_error_then_the_rea
         assert measured.errors is not None and measured.errors[group]["mean"] == pytest.approx(0.1, abs=1e-5)
     pelvis = loop.applier.performers[0].data.xpos[1]
     np.testing.assert_allclose(measured.xpos[1], pelvis)  # at the target's root
-    assert loop.heartbeat()["lowstate_received"] == 1 and loop.heartbeat()["lowstate_reading"] is True
+    assert loop.heartbeat().lowstate_received == 1 and loop.heartbeat().lowstate_reading is True
     web.watching = False
     robot = loop.measured
     assert robot is not None
@@ -193,4 +194,4 @@ def test_without_cyclonedds_the_page_goes_on_without_the_physics_robot(monkeypat
     assert loop.step() and loop.step()
     assert web.measured == [None, None] and loop.measured.unavailable is not None  # tried once, not again
     assert web.updates[0][0][:2] == (0, 1002)  # the target still drawn
-    assert loop.heartbeat()["lowstate_reader_opens"] == 0
+    assert loop.heartbeat().lowstate_reader_opens == 0

@@ -11,8 +11,10 @@ import urllib.request
 
 import numpy as np
 import pytest
+from helpers import published
 from websockets.sync.client import connect
 
+from mocapline.core.counters import CaptureCounts, RetargetCounts, SegmentCounts, StreamerCounts, ViewerCounts
 from mocapline.services.viewer import websocket
 from mocapline.services.viewer.scene import MeasuredPose, RobotScene
 from mocapline.services.viewer.web import LatencyHistory, WebView, page_data, readable_rows
@@ -34,13 +36,11 @@ def test_durable_state_reads_as_rows() -> None:
 
 def test_page_data_has_every_stage_and_the_verdict() -> None:
     stages = {
-        "capture": {"source_received": 5, "human_frames_sent": 5, "source_unique_frames": 5,
-                    "source_missing_indices": 0,
-                    "segments": 1, "per_segment": [{"segment": 0, "first_index": 0, "last_index": 4,
-                                                    "unique_frames": 5, "missing_indices": 0}]},
-        "retarget": {"frames_in": 5, "robot_frames_sent": 5, "gmr_processed": 5},
-        "streamer": {"frames_in": 5, "zmq_sent": 5, "motion_generated": 5},
-        "viewer": {"viewer_received": 5, "viewer_applied": 5},
+        "capture": published(CaptureCounts, source_received=5, human_frames_sent=5, source_unique_frames=5,
+                             segments=1, per_segment=[SegmentCounts(0, 0, 4, 5, 0)]),
+        "retarget": published(RetargetCounts, frames_in=5, robot_frames_sent=5, gmr_processed=5),
+        "streamer": published(StreamerCounts, frames_in=5, zmq_sent=5, motion_generated=5),
+        "viewer": published(ViewerCounts, viewer_received=5, viewer_applied=5),
         "auditor": {"verdict": {"missing_by_path": {"main_only": [], "both": [[7, 8]]}}},
     }
     d = page_data({"viewer_applied": 6, "durable": {"a": 1}}, stages, LatencyHistory(list))
@@ -53,17 +53,18 @@ def test_page_data_has_every_stage_and_the_verdict() -> None:
 
 def test_page_data_judges_each_performer_from_the_same_snapshot() -> None:
     stages = {
-        "capture": {"source_received": 12, "human_frames_sent": 12, "source_unique_frames": 12,
-                    "source_missing_indices": 2, "performers": {
-                        "0": {"avatar_name": "Ann", "source_unique_frames": 6, "source_missing_indices": 0},
-                        "1": {"avatar_name": "Bo", "source_unique_frames": 6, "source_missing_indices": 2}}},
-        "retarget": {"frames_in": 12, "gmr_processed": 12,
-                     "performers": {"0": {"gmr_processed": 6}, "1": {"gmr_processed": 6}}},
-        "streamer": {"frames_in": 12, "zmq_sent": 11, "motion_generated": 12,
-                     "performers": {"0": {"zmq_sent": 5, "motion_generated": 6},
-                                    "1": {"zmq_sent": 6, "motion_generated": 6}}},
-        "viewer": {"viewer_applied": 11, "performers": {"0": {"viewer_applied": 5, "avatar_name": "Ann"},
-                                                        "1": {"viewer_applied": 6, "avatar_name": "Bo"}}},
+        "capture": published(CaptureCounts, source_received=12, human_frames_sent=12, source_unique_frames=12,
+                             source_missing_indices=2, performers={
+                                 "0": {"avatar_name": "Ann", "source_unique_frames": 6, "source_missing_indices": 0},
+                                 "1": {"avatar_name": "Bo", "source_unique_frames": 6, "source_missing_indices": 2}}),
+        "retarget": published(RetargetCounts, frames_in=12, gmr_processed=12,
+                              performers={"0": {"gmr_processed": 6}, "1": {"gmr_processed": 6}}),
+        "streamer": published(StreamerCounts, frames_in=12, zmq_sent=11, motion_generated=12,
+                              performers={"0": {"zmq_sent": 5, "motion_generated": 6},
+                                          "1": {"zmq_sent": 6, "motion_generated": 6}}),
+        "viewer": published(ViewerCounts, viewer_applied=11,
+                            performers={"0": {"viewer_applied": 5, "avatar_name": "Ann"},
+                                        "1": {"viewer_applied": 6, "avatar_name": "Bo"}}),
     }
     rows = page_data({"viewer_applied": 11}, stages, LatencyHistory(list))["performers"]
     assert [(r["performer"], r["name"], r["unique"], r["applied"], r["missing"]) for r in rows] == [
@@ -73,7 +74,7 @@ def test_page_data_judges_each_performer_from_the_same_snapshot() -> None:
 
 
 def test_poses_stream_only_to_an_open_page() -> None:
-    view = WebView("127.0.0.1", 0, lambda: {"viewer_applied": 1}, fps=60)
+    view = WebView("127.0.0.1", 0, lambda: published(ViewerCounts, viewer_applied=1), fps=60)
     view.start()
     try:
         assert not view.watching  # nobody: the viewer's loop packs nothing

@@ -14,10 +14,11 @@ import json
 import sys
 import timeit
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from mocapline.core.counters import CaptureCounts, zero
 from mocapline.core.metrics import STAGE_BUCKETS, FastHistogram, ServiceMetrics
 
 
@@ -31,14 +32,12 @@ def measure(number: int) -> dict[str, float]:
     counter = Counter("c_total", "c", ["stage"], registry=registry).labels(stage="x")
     fast = FastHistogram(STAGE_BUCKETS)
     metrics = ServiceMetrics("capture", reasons=("a", "b", "c"))
-    beat: dict[str, Any] = {"source_received": 0, "human_frames_sent": 0, "input_pending": 0, "last_posture_index": 0,
-            "source_unique_frames": 0, "source_missing_indices": 0, "source_duplicate_indices": 0,
-            "source_backward_indices": 0, "cross_path_copies": 0, "late_frames": 0,
-            "rejected_by_reason": {"a": 1, "b": 0, "c": 2}}
+    beat = zero(CaptureCounts, last_posture_index=0, rejected_by_reason={"a": 1, "b": 0, "c": 2})
 
     def sync() -> None:
-        beat["source_received"] += 60
-        beat["human_frames_sent"] += 60
+        nonlocal beat
+        beat = replace(beat, source_received=beat.source_received + 60,
+                       human_frames_sent=beat.human_frames_sent + 60)
         metrics.sync(beat)
 
     observe, inc, fobserve = hist.observe, counter.inc, fast.observe

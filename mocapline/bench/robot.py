@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from mocapline.core.counters import RobotCounts, as_published, decode, read_stages
 from mocapline.core.paths import DEMO_TAKE
 from mocapline.tools.emitter.emitter import replay
 from mocapline.tools.pipeline.stack import Stack, local_config
@@ -59,21 +60,23 @@ def run_take(name: str, extra: list[str], domain: int) -> dict[str, Any]:
         finals = stack.drain()
         wall = time.monotonic() - t0
         cpu = {n: round(100 * (cpu_seconds(p) - before[n]) / wall, 1) for n, p in pids.items()}
-        status = stack.ask("robot", "status")
+        status = decode(RobotCounts, stack.ask("robot", "status"))
         verdict = stack.verdict(finals)
     finally:
         stack.stop()
-    view = finals.get("viewer", {})
+    stages = read_stages(finals)
+    view, st = stages.viewer, stages.streamer
     return {
         "config": name,
-        "frames_applied": status.get("robot_applied"), "frames_streamed": finals.get("streamer", {}).get("zmq_sent"),
+        "frames_applied": status.robot_applied, "frames_streamed": st.zmq_sent if st else None,
         "verdict": verdict.get("state"),
-        "command_rate_hz": status.get("command_rate_mean_hz"), "period_p99_ms": status.get("period_p99_ms"),
-        "deadline_misses": status.get("deadline_misses"), "commands_sent": status.get("commands_sent"),
-        "latency_p50_ms": status.get("latency_p50_ms"), "latency_p99_ms": status.get("latency_p99_ms"),
-        "viewer_latency_p50_ms": view.get("latency_p50_ms"), "viewer_latency_p99_ms": view.get("latency_p99_ms"),
-        "tracking_error_rad": status.get("tracking_error_rad"), "clamps_by_reason": status.get("clamps_by_reason"),
-        "catchup_ticks": status.get("catchup_ticks"), "stalls": status.get("stalls"),
+        "command_rate_hz": status.command_rate_mean_hz, "period_p99_ms": status.period_p99_ms,
+        "deadline_misses": status.deadline_misses, "commands_sent": status.commands_sent,
+        "latency_p50_ms": status.latency_p50_ms, "latency_p99_ms": status.latency_p99_ms,
+        "viewer_latency_p50_ms": view.latency_p50_ms if view else None,
+        "viewer_latency_p99_ms": view.latency_p99_ms if view else None,
+        "tracking_error_rad": as_published(status.tracking_error_rad), "clamps_by_reason": status.clamps_by_reason,
+        "catchup_ticks": status.catchup_ticks, "stalls": status.stalls,
         "cpu_pct_of_one_core": cpu, "load_average": os.getloadavg()[0],
     }
 

@@ -9,7 +9,8 @@ against it by tests/test_dashboard.py.
 How the values get there, at no cost to the frame path:
 
 - **Counters mirror the counts the services already keep** (capture's ledger, the stage counters:
-  the same heartbeat dicts the auditor judges). ``ServiceMetrics.sync(heartbeat)`` adds to each
+  the same typed records the auditor judges, mocapline/core/counters; which field feeds which series
+  is in the field's metadata). ``ServiceMetrics.sync(counts)`` adds to each
   counter what its source grew by since the previous sync. Services call ``maybe_sync`` from their
   loop (at most every ``SYNC_INTERVAL_S``) and ``sync`` before they answer a drain, status or reset
   request and at exit, so after a drain every scraped count equals the ledger exactly.
@@ -29,13 +30,16 @@ classes, ledger fields) is created then, so its series exist at 0 before the fir
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import threading
 import time
+import types
+import typing
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -48,6 +52,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import HistogramMetricFamily
 
+from mocapline.core.counters import STAGE_TYPES, StageCounts
+from mocapline.core.counters.codec import Metric, field_metrics, fields_of
 from mocapline.core.header import REJECT_REASONS as HEADER_REJECT_REASONS
 from mocapline.core.options import port_number
 
@@ -132,7 +138,8 @@ FAMILIES: tuple[Family, ...] = (
            "Frames per performer (Axis avatar_index / Xsens character ID) and stage: capture unique frames "
            "released, retarget frames through the IK, streamer MocapFrames sent, viewer frames applied. "
            "Performers beyond the first MAX_PERFORMER_LABELS indices are summed under performer=\"other\".",
-           ("stage", "performer")),
+           ("stage", "performer"),
+           ("capture", "retarget", "streamer", "viewer")),  # the robot bridge follows one performer
     Family("mocapline_ik_failed_total", "counter",
            "Frames whose IK solve failed (sent with the last good pose, flagged).", services=("retarget",)),
     Family("mocapline_link_frame_id_gaps_total", "counter",
@@ -187,55 +194,11 @@ FAMILIES: tuple[Family, ...] = (
            ("field",), ("auditor",)),
 )
 FAMILY_BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
+_Counts = TypeVar("_Counts", bound=StageCounts)
 
-# From each stage's heartbeat dict (the counts the auditor judges) to the metric keys.
-_HEARTBEAT_FIELDS: dict[str, dict[str, str]] = {
-    "capture": {
-        "in": "source_received", "out": "human_frames_sent", "pending": "input_pending",
-        "mocapline_source_unique_frames_total": "source_unique_frames",
-        "mocapline_source_missing_indices_total": "source_missing_indices",
-        "mocapline_source_duplicate_indices_total": "source_duplicate_indices",
-        "mocapline_source_backward_indices_total": "source_backward_indices",
-        "mocapline_source_cross_path_copies_total": "cross_path_copies",
-        "mocapline_source_late_frames_total": "late_frames",
-        "mocapline_source_connects_total": "tcp.connects",
-    },
-    "retarget": {
-        "in": "frames_in", "out": "robot_frames_sent", "pending": "pending", "last": "last_sent_posture_index",
-        "mocapline_ik_failed_total": "ik_failed",
-        "mocapline_link_frame_id_gaps_total": "input_link.frame_id_missing_indices",
-    },
-    "streamer": {"in": "frames_in", "out": "zmq_sent", "pending": "pending"},
-    "viewer": {
-        "in": "viewer_received", "out": "viewer_applied", "pending": "viewer_pending",
-        "mocapline_link_frame_id_gaps_total": "frame_id_gaps",
-    },
-    "robot": {
-        "in": "robot_received", "out": "robot_applied", "pending": "bridge_pending",
-        "mocapline_robot_commands_total": "commands_sent",
-        "mocapline_robot_deadline_misses_total": "deadline_misses",
-        "mocapline_robot_stalls_total": "stalls",
-        "mocapline_robot_catchup_ticks_total": "catchup_ticks",
-        "mocapline_robot_estops_total": "estops",
-    },
-}
-# Durable mode's counts, in the heartbeat's "durable" part (mocapline/core/durable.py snapshot()).
-_DURABLE_COUNTERS: dict[str, str] = {
-    "mocapline_link_resent_total": "durable.output_link.resent",
-    "mocapline_link_duplicates_total": "durable.input_link.duplicates",
-}
-_DURABLE_GAUGES: dict[str, str] = {
-    "mocapline_unacked": "durable.output_link.unacked",
-    "mocapline_durable_log_bytes": "durable.log_bytes",
-}
-# The source's connection (capture over TCP; absent over UDP: the gauge stays unset).
-_SOURCE_GAUGES: dict[str, str] = {"mocapline_source_connected": "tcp.connected"}
-# Per performer: which count of each stage's ``performers`` entries the performer counter mirrors,
-# and how many performer label values there are at most (bounded cardinality).
-_PERFORMER_FIELDS: dict[str, str] = {
-    "capture": "source_unique_frames", "retarget": "gmr_processed", "streamer": "zmq_sent",
-    "viewer": "viewer_applied", "robot": "robot_applied",
-}
+# Which count each series mirrors is in the counters' field metadata (mocapline/core/counters):
+# ``series`` walks a stage's record and yields every value with its family and labels.
+# Performers beyond the first MAX_PERFORMER_LABELS indices share one label (bounded cardinality).
 MAX_PERFORMER_LABELS = 16
 
 
@@ -252,13 +215,73 @@ LEDGER_GAUGE_FIELDS: tuple[str, ...] = (
 )
 
 
-def _lookup(snapshot: dict[str, Any], key: str) -> Any:
-    value: Any = snapshot
-    for part in key.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (family, label pairs without the stage)
+
+
+def series(counts: Any) -> dict[SeriesKey, float]:
+    """Every value of a counters record that a metric mirrors, by (family, labels); the per
+    performer counts summed by label."""
+    out: dict[SeriesKey, float] = {}
+    _collect(counts, (), out)
+    return out
+
+
+def _collect(counts: Any, labels: tuple[tuple[str, str], ...], out: dict[SeriesKey, float]) -> None:
+    for name, metrics, per_performer, nested in _plan(type(counts)):
+        value = getattr(counts, name)
+        for m in metrics:
+            if m.derive is not None:
+                out[(m.family, (*labels, *m.labels))] = float(m.derive(value))
+            elif m.key_label:
+                for key, n in (value or {}).items():
+                    out[(m.family, (*labels, *m.labels, (m.key_label, str(key))))] = float(n)
+            elif value is not None:
+                key = (m.family, (*labels, *m.labels))
+                out[key] = out.get(key, 0.0) + float(value)
+        if per_performer:
+            for key, per in (value or {}).items():
+                _collect(per, (*labels, ("performer", performer_label(str(key)))), out)
+        elif nested and value is not None:
+            _collect(value, labels, out)
+
+
+_Plan = tuple[tuple[str, tuple[Metric, ...], bool, bool], ...]
+_PLANS: dict[type, _Plan] = {}
+
+
+def _plan(cls: type) -> _Plan:
+    """Per field of a counters record: its metrics, whether it is the per-performer map, whether
+    it holds a nested record (worked out once per class: sync runs several times a second)."""
+    if cls in _PLANS:
+        return _PLANS[cls]
+    out = []
+    for f, tp in fields_of(cls):
+        options = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+        nested = any(dataclasses.is_dataclass(a) for a in options)
+        per_performer = bool(f.metadata.get("per_performer"))
+        if field_metrics(f) or per_performer or nested:
+            out.append((f.name, field_metrics(f), per_performer, nested))
+    plan = _PLANS[cls] = tuple(out)
+    return plan
+
+
+def static_series(cls: type, labels: tuple[tuple[str, str], ...] = ()) -> dict[SeriesKey, float | None]:
+    """The series a counters record always has (created at start-up, at 0 or their initial value):
+    the fixed-label ones, the first performer's, those of its nested parts."""
+    out: dict[SeriesKey, float | None] = {}
+    for f, tp in fields_of(cls):
+        for m in field_metrics(f):
+            if not m.key_label:
+                out[(m.family, (*labels, *m.labels))] = m.initial
+        parts = [a for a in (typing.get_args(tp) or (tp,)) if dataclasses.is_dataclass(a)]
+        if f.metadata.get("per_performer"):
+            parts = [a for a in typing.get_args(tp)[1:] if dataclasses.is_dataclass(a)]
+            labels_in = (*labels, ("performer", "0"))  # the first performer's series exists from the start
+        else:
+            labels_in = labels
+        for part in parts:
+            out.update(static_series(typing.cast(type, part), labels_in))
+    return out
 
 
 class FastHistogram:
@@ -339,7 +362,7 @@ class _Mirror:
 
 
 class ServiceMetrics:
-    """The metrics of one service, bound once: counters and gauges mirror its heartbeat dict
+    """The metrics of one service, bound once: counters and gauges mirror its typed counts
     (``sync``), ``stage_seconds`` / ``end_to_end_seconds`` are observed per frame."""
 
     def __init__(
@@ -368,9 +391,9 @@ class ServiceMetrics:
             else:
                 cls = Counter if fam.kind == "counter" else Gauge
                 self._families[fam.name] = cls(fam.name, fam.doc, list(fam.labels), registry=self.registry)
-        self._mirrors: dict[str, _Mirror] = {}
-        self._rejects: dict[str, _Mirror] = {}
-        self._gauges: dict[str, Any] = {}
+        self._mirrors: dict[SeriesKey, _Mirror] = {}
+        self._gauges: dict[SeriesKey, Any] = {}
+        self._verdict_gauges: dict[str, Any] = {}
         self.stage_seconds: FastHistogram | None = None
         self.end_to_end_seconds: FastHistogram | None = None
         self._histograms: list[FastHistogram] = []
@@ -386,49 +409,49 @@ class ServiceMetrics:
     # -- binding (start-up) -------------------------------------------------------------------
 
     def _bind_stage(self, stage: str, reasons: Iterable[str]) -> None:
-        frames = self._families["mocapline_frames_total"]
-        for direction in DIRECTIONS:
-            self._mirrors[direction] = _Mirror(frames.labels(stage=stage, direction=direction))
         for reason in reasons:
             self._reject(reason)
-        for name in _HEARTBEAT_FIELDS[stage]:
-            if name.startswith(PREFIX):
-                fam = self._families[name]
-                child = fam.labels(stage=stage) if FAMILY_BY_NAME[name].labels else fam
-                self._mirrors[name] = _Mirror(child)
-        for name in (*_DURABLE_COUNTERS, *_DURABLE_GAUGES, *_SOURCE_GAUGES):
-            if name in self._families:
-                fam = self._families[name]
-                child = fam.labels(stage=stage) if FAMILY_BY_NAME[name].labels else fam
-                if name in _DURABLE_COUNTERS:
-                    self._mirrors[name] = _Mirror(child)
-                else:
-                    self._gauges[name] = child
-        self._performer_mirror("0")  # the first performer's series exists from the start
-        self._gauges["pending"] = self._families["mocapline_pending"].labels(stage=stage)
-        self._gauges["last_posture_index"] = self._families["mocapline_last_posture_index"].labels(stage=stage)
-        self._gauges["last_posture_index"].set(-1)
+        for (family, labels), initial in static_series(STAGE_TYPES[stage]).items():
+            if family in self._families:
+                self._series(family, labels, initial)
         self.stage_seconds = self._families["mocapline_stage_seconds"].child(stage)
         self._histograms.append(self.stage_seconds)
         if "mocapline_end_to_end_seconds" in self._families:
             self.end_to_end_seconds = self._families["mocapline_end_to_end_seconds"].child()
             self._histograms.append(self.end_to_end_seconds)
 
+    def _series(self, family: str, labels: tuple[tuple[str, str], ...], initial: float | None = None) -> Any:
+        """The mirror (counters) or the gauge child of one series, created on first use."""
+        key = (family, labels)
+        if key in self._mirrors:
+            return self._mirrors[key]
+        if key in self._gauges:
+            return self._gauges[key]
+        fam = self._families[family]
+        names = dict(labels)
+        if "stage" in FAMILY_BY_NAME[family].labels:
+            names["stage"] = self.service
+        child = fam.labels(**names) if names else fam
+        if FAMILY_BY_NAME[family].kind == "counter":
+            mirror = self._mirrors[key] = _Mirror(child)
+            return mirror
+        self._gauges[key] = child
+        if initial is not None:
+            child.set(initial)
+        return child
+
     def _reject(self, reason: str) -> _Mirror:
-        mirror = self._rejects.get(reason)
-        if mirror is None:
-            child = self._families["mocapline_rejected_total"].labels(stage=self.service, reason=reason)
-            mirror = self._rejects[reason] = _Mirror(child)
+        mirror: _Mirror = self._series("mocapline_rejected_total", (("reason", reason),))
         return mirror
 
     def _bind_auditor(self) -> None:
-        self._gauges["conserved"] = self._families["mocapline_unique_frames_conserved"]
+        self._verdict_gauges["conserved"] = self._families["mocapline_unique_frames_conserved"]
         missing = self._families["mocapline_missing_indices"]
         for cls in MISSING_CLASSES:
-            self._gauges[f"missing:{cls}"] = missing.labels(classification=cls)
+            self._verdict_gauges[f"missing:{cls}"] = missing.labels(classification=cls)
         ledger = self._families["mocapline_ledger"]
         for name in LEDGER_GAUGE_FIELDS:
-            self._gauges[f"ledger:{name}"] = ledger.labels(field=name)
+            self._verdict_gauges[f"ledger:{name}"] = ledger.labels(field=name)
 
     # -- exporter -----------------------------------------------------------------------------
 
@@ -463,89 +486,47 @@ class ServiceMetrics:
 
     # -- updates ------------------------------------------------------------------------------
 
-    def maybe_sync(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+    def maybe_sync(self, snapshot: Callable[[], StageCounts]) -> None:
         """sync(snapshot()) if SYNC_INTERVAL_S passed since the last sync (cheap to call per loop)."""
         now = time.monotonic()
         if now >= self._next_sync:
             self.sync(snapshot())
 
-    def sync(self, snapshot: dict[str, Any]) -> None:
-        """Bring every counter and gauge up to the service's counts (its heartbeat dict; the
-        auditor's verdict dict for the auditor) and publish the histograms."""
+    def sync(self, counts: StageCounts) -> None:
+        """Bring every counter and gauge up to the stage's counts and publish the histograms."""
         with self._lock:
             self._next_sync = time.monotonic() + SYNC_INTERVAL_S
-            if self.service == "auditor":
-                self._sync_verdict(snapshot)
-            else:
-                self._sync_stage(snapshot)
-            for hist in self._histograms:
-                hist.publish()
+            for (family, labels), value in series(counts).items():
+                if family not in self._families:
+                    continue  # a count this service does not export (FAMILIES' services)
+                target = self._series(family, labels)
+                if isinstance(target, _Mirror):
+                    target.update(value)
+                else:
+                    target.set(value)
+            self._publish()
 
-    def synced(self, snapshot: dict[str, Any]) -> dict[str, Any]:
-        """``sync(snapshot)`` and return it: an answer sent with it and a scrape after it agree."""
-        self.sync(snapshot)
-        return snapshot
+    def synced(self, counts: _Counts) -> _Counts:
+        """``sync(counts)`` and return them: an answer sent with them and a scrape after it agree."""
+        self.sync(counts)
+        return counts
 
-    def _sync_stage(self, hb: dict[str, Any]) -> None:
-        fields = _HEARTBEAT_FIELDS[self.service]
-        self._mirrors["in"].update(_lookup(hb, fields["in"]))
-        self._mirrors["out"].update(_lookup(hb, fields["out"]))
-        for name, key in fields.items():
-            if name.startswith(PREFIX):
-                self._mirrors[name].update(_lookup(hb, key))
-        rejected = dict(hb.get("rejected_by_reason") or {})
-        if "decode_errors" in hb:  # retarget: a valid envelope with a payload that does not decode
-            rejected["decode"] = hb["decode_errors"]
-        for reason, n in rejected.items():
-            self._reject(str(reason)).update(n)
-        for name, key in _DURABLE_COUNTERS.items():
-            if name in self._mirrors:
-                self._mirrors[name].update(_lookup(hb, key))
-        for name, key in {**_DURABLE_GAUGES, **_SOURCE_GAUGES}.items():
-            value = _lookup(hb, key)
-            if name in self._gauges and value is not None:
-                self._gauges[name].set(value)
-        self._sync_performers(hb)
-        pending = _lookup(hb, fields["pending"])
-        if pending is not None:
-            self._gauges["pending"].set(pending)
-        if self.service == "streamer":
-            self._families["mocapline_unconfirmed"].set(hb.get("unconfirmed") or 0)
-            consumers = (hb.get("consumers") or {}).values()
-            self._families["mocapline_consumer_backlog_max"].set(max((c.get("backlog", 0) for c in consumers),
-                                                                     default=0))
-            self._families["mocapline_consumers_evicted"].set(sum(bool(c.get("evicted")) for c in consumers))
-        last = _lookup(hb, fields.get("last", "last_posture_index"))
-        if last is not None:  # kept after an end of stream (which some stages mark with None)
-            self._gauges["last_posture_index"].set(last)
+    def _publish(self) -> None:
+        for hist in self._histograms:
+            hist.publish()
 
-    def _sync_performers(self, hb: dict[str, Any]) -> None:
-        performers = hb.get("performers")
-        if not isinstance(performers, dict):
-            return
-        totals: dict[str, int] = {}
-        field_name = _PERFORMER_FIELDS[self.service]
-        for key, counts in performers.items():
-            label = performer_label(str(key))
-            totals[label] = totals.get(label, 0) + int((counts or {}).get(field_name) or 0)
-        for label, value in totals.items():
-            self._performer_mirror(label).update(value)
-
-    def _performer_mirror(self, label: str) -> _Mirror:
-        mirror = self._mirrors.get(f"performer:{label}")
-        if mirror is None:
-            child = self._families["mocapline_performer_frames_total"].labels(stage=self.service, performer=label)
-            mirror = self._mirrors[f"performer:{label}"] = _Mirror(child)
-        return mirror
-
-    def _sync_verdict(self, verdict: dict[str, Any]) -> None:
-        self._gauges["conserved"].set(int(verdict.get("unique_frames_conserved") or 0))
-        by_class = verdict.get("missing_by_path") or {}
-        for cls in MISSING_CLASSES:
-            self._gauges[f"missing:{cls}"].set(sum(hi - lo + 1 for lo, hi in by_class.get(cls, [])))
-        for name in LEDGER_GAUGE_FIELDS:
-            value = verdict.get(name)
-            self._gauges[f"ledger:{name}"].set(float("nan") if value is None else value)
+    def sync_verdict(self, verdict: dict[str, Any]) -> dict[str, Any]:
+        """The auditor: its verdict's gauges (the current take's ledger, missing by class); returns it."""
+        with self._lock:
+            self._verdict_gauges["conserved"].set(int(verdict.get("unique_frames_conserved") or 0))
+            by_class = verdict.get("missing_by_path") or {}
+            for cls in MISSING_CLASSES:
+                self._verdict_gauges[f"missing:{cls}"].set(sum(hi - lo + 1 for lo, hi in by_class.get(cls, [])))
+            for name in LEDGER_GAUGE_FIELDS:
+                value = verdict.get(name)
+                self._verdict_gauges[f"ledger:{name}"].set(float("nan") if value is None else value)
+            self._publish()
+        return verdict
 
 
 AUTO_PORT = -1  # --metrics-port auto: a free port the system picks, told in the heartbeat

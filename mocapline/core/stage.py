@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ import zmq
 
 from mocapline.core import durable
 from mocapline.core.bus import DEFAULT_URL, Bus, ControlRequest
+from mocapline.core.counters import RetargetCounts, StageCounts, StreamerCounts, durable_counts, to_json
 from mocapline.core.lifecycle import add_service_arguments, setup_logging, stop_on_signals
 from mocapline.core.metrics import ServiceMetrics
 from mocapline.core.metrics import add_arguments as add_metrics_arguments
@@ -144,7 +145,7 @@ class StageHandler(Protocol):
         """Take and process what is waiting, blocking a few ms at most; False ends the run."""
         ...
 
-    def heartbeat(self) -> dict[str, Any]:
+    def heartbeat(self) -> StageCounts:
         """The stage's counters (the 1 Hz heartbeat, the control answers, the final line)."""
         ...
 
@@ -169,7 +170,7 @@ class Stage:
     """A running stage's resources; see the module docstring."""
 
     def __init__(self, name: str, settings: StageSettings, *, reasons: Iterable[str] = (),
-                 status_interval: float = 0.0, status_line: Callable[[dict[str, Any]], str] | None = None,
+                 status_interval: float = 0.0, status_line: Callable[[Any], str] | None = None,
                  bus_name: str = "", advertise_host: str = "") -> None:
         """``bus_name``: the name on NATS (heartbeat and control subjects) when it is not ``name``
         (retarget workers: ``retarget.<worker>``; the metrics keep the stage's name).
@@ -249,21 +250,22 @@ class Stage:
 
     # --- the loop ---
 
-    def heartbeat(self, handler: StageHandler) -> dict[str, Any]:
+    def heartbeat(self, handler: StageHandler) -> StageCounts:
         hb = handler.heartbeat()
         if self.metrics.auto_port:  # where Prometheus finds this replica (the auditor's --sd-port)
-            hb["metrics_port"] = self.metrics.port
             host = self.advertise_host or self.settings.metrics_host
             if host not in ("", "0.0.0.0", "::"):  # else the auditor's own idea (one host: loopback)
-                hb["metrics_host"] = host
+                hb = replace(hb, metrics_port=self.metrics.port, metrics_host=host)
+            else:
+                hb = replace(hb, metrics_port=self.metrics.port)
         stage = self.links.durable
-        if stage is not None and "durable" not in hb:
-            hb["durable"] = stage.snapshot()
-            if "pending" in hb:
-                hb["pending"] += stage.unacked
+        if stage is not None and hb.durable is None:
+            hb = replace(hb, durable=durable_counts(stage.snapshot()))
+            if isinstance(hb, RetargetCounts | StreamerCounts):
+                hb = replace(hb, pending=hb.pending + stage.unacked)
         return hb
 
-    def _answer(self, req: ControlRequest, handler: StageHandler, counts: Callable[[], dict[str, Any]]) -> None:
+    def _answer(self, req: ControlRequest, handler: StageHandler, counts: Callable[[], StageCounts]) -> None:
         """A control request other than drain: do it, answer with the counts after it."""
         if req.cmd == "reset":
             self.metrics.sync(counts())  # the take's counts into the counters first
@@ -276,17 +278,17 @@ class Stage:
                 req.answer({"error": f"{self.name} has nothing to e-stop"})
                 return
             estop(str(req.args.get("reason", "nats")))
-        req.answer(self.metrics.synced(counts()))
+        req.answer(to_json(self.metrics.synced(counts())))
 
     def run(self, handler: StageHandler) -> int:
         """Step the handler until stopped (signal, ``shutdown``, or the handler), answering
         control requests between steps; then finish and print the final counts as one JSON line."""
 
-        def counts() -> dict[str, Any]:
+        def counts() -> StageCounts:
             return self.heartbeat(handler)
 
         if self.settings.nats:
-            self.bus = Bus(self.settings.nats, self.bus_name, counts).start()
+            self.bus = Bus(self.settings.nats, self.bus_name, lambda: to_json(counts())).start()
             self.exits.callback(self.bus.stop)
         drains: list[ControlRequest] = []
         deadline = 0.0
@@ -312,7 +314,7 @@ class Stage:
                     else:
                         self._answer(req, handler, counts)
                 if drains and (handler.drained() or time.monotonic() > deadline):
-                    final = self.metrics.synced(counts())
+                    final = to_json(self.metrics.synced(counts()))
                     for req in drains:
                         req.answer(final)
                     drains.clear()
@@ -327,6 +329,6 @@ class Stage:
                 handler.finish()
             except SendInterrupted as exc:  # (plain link: what was not sent is not sent)
                 log.warning("stopping while the output had no consumer (%s)", exc)
-            print(json.dumps(self.metrics.synced(counts())), flush=True)
+            print(json.dumps(to_json(self.metrics.synced(counts()))), flush=True)
             profile.stop()
         return 0

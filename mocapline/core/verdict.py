@@ -25,9 +25,24 @@ not handed to anyone yet. ``delivery`` says which: ``acknowledged`` when nothing
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from mocapline.core.counters import (
+    CaptureCounts,
+    CapturePerformerCounts,
+    RetargetCounts,
+    RetargetPerformerCounts,
+    RetargetTotals,
+    RobotCounts,
+    Stages,
+    StreamerCounts,
+    StreamerPerformerCounts,
+    ViewerCounts,
+    ViewerPerformerCounts,
+    as_published,
+)
 from mocapline.core.ledger import index_ranges
 
 # The ledger fields capture owns, then the whole ledger in its documented order.
@@ -146,78 +161,109 @@ def with_verdict(counts: dict[str, Any], *, final: bool = True) -> dict[str, Any
     return {**out, **extra}
 
 
-def pipeline_counts(services: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The ledger fields (docs/ledger.md) from the services' own counters."""
-    cap = services.get("capture", {})
-    ret = services.get("retarget", {})
-    st = services.get("streamer", {})
-    view = services.get("viewer")
-    counts: dict[str, Any] = {key: cap.get(key) for key in CAPTURE_FIELDS}
-    counts["gmr_processed"] = ret.get("gmr_processed")
-    counts["motion_generated"] = st.get("motion_generated")
-    counts["zmq_sent"] = st.get("zmq_sent")
-    counts["viewer_applied"] = view.get("viewer_applied") if view else None
-    if services.get("robot"):  # the robot bridge (`mocapline robot`): a layer of the verdict when it runs
-        counts["robot_applied"] = services["robot"].get("robot_applied")
+CaptureLayer = CaptureCounts | CapturePerformerCounts
+RetargetLayer = RetargetCounts | RetargetTotals | RetargetPerformerCounts
+StreamerLayer = StreamerCounts | StreamerPerformerCounts
+ViewerLayer = ViewerCounts | ViewerPerformerCounts
+
+
+@dataclass(frozen=True)
+class Layers:
+    """One take's counts layer by layer: the stages' own (``stage_layers``), or one performer's
+    part of them (``performer_layers``); None where a layer has no count."""
+
+    capture: CaptureLayer | None = None
+    retarget: RetargetLayer | None = None
+    streamer: StreamerLayer | None = None
+    viewer: ViewerLayer | None = None
+    robot: RobotCounts | None = None  # the robot bridge (`mocapline robot`), a layer when it runs
+    link_rejects: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def stage_layers(stages: Stages) -> Layers:
+    links: list[tuple[str, RetargetCounts | RetargetTotals | StreamerCounts | ViewerCounts | RobotCounts | None]] = [
+        *stages.workers.items(), ("retarget", stages.retarget), ("streamer", stages.streamer),
+        ("viewer", stages.viewer), ("robot", stages.robot)]
+    rejects = {name: dict(c.rejected_by_reason) for name, c in links
+               if isinstance(c, RetargetCounts | StreamerCounts | ViewerCounts | RobotCounts) and c.rejected_by_reason}
+    return Layers(stages.capture, stages.retarget, stages.streamer, stages.viewer, stages.robot, rejects)
+
+
+def performer_layers(stages: Stages, key: str, alone: bool) -> Layers:
+    """Each layer's counts for one performer: its ``performers`` entry; the stage's own counts when
+    the performer is the only one and the stage does not split them; else None (the robot bridge
+    follows one performer and does not split its counts: a layer only when the performer is alone)."""
+    whole = stage_layers(stages)
+
+    def part(counts: Any) -> Any:
+        if counts is None:
+            return None
+        return counts.performers.get(key, counts if alone else None)
+
+    return Layers(part(stages.capture), part(stages.retarget), part(stages.streamer), part(stages.viewer),
+                  stages.robot if alone else None, whole.link_rejects if alone else {})
+
+
+def pipeline_counts(layers: Layers) -> dict[str, Any]:
+    """The ledger fields (docs/ledger.md) from the stages' own counters."""
+    cap, ret, st, view = layers.capture, layers.retarget, layers.streamer, layers.viewer
+    whole = cap if isinstance(cap, CaptureCounts) else None
+    counts: dict[str, Any] = {
+        "source_received": cap.source_received if cap else None,
+        "source_unique_frames": cap.source_unique_frames if cap else None,
+        "source_missing_indices": cap.source_missing_indices if cap else None,
+        "source_duplicate_indices": cap.source_duplicate_indices if cap else None,
+        "source_backward_indices": cap.source_backward_indices if cap else None,
+        "rejected_datagrams": whole.rejected_datagrams if whole else None,
+        "first_posture_index": cap.first_posture_index if cap else None,
+        "last_posture_index": cap.last_posture_index if cap else None,
+        "gmr_processed": ret.gmr_processed if ret else None,
+        "motion_generated": st.motion_generated if st else None,
+        "zmq_sent": st.zmq_sent if st else None,
+        "viewer_applied": view.viewer_applied if view else None,
+    }
+    if layers.robot is not None:
+        counts["robot_applied"] = layers.robot.robot_applied
     # Frames between capture's FIFO and the IK: capture's own queue plus those on the wire.
-    counts["input_pending"] = (cap.get("input_pending") or 0) + max(
-        0, (cap.get("human_frames_sent") or 0) - (ret.get("frames_in") or 0)
-    )
+    counts["input_pending"] = (cap.input_pending if cap else 0) + max(
+        0, (whole.human_frames_sent if whole else 0) - (ret.frames_in if ret else 0))
     # Robot frames produced but not yet sent on by the streamer.
-    counts["robot_pending"] = max(0, (ret.get("robot_frames_sent") or 0) - (st.get("frames_in") or 0)) + (
-        st.get("pending") or 0
-    )
-    counts["missing_ranges"] = cap.get("missing_ranges", [])
+    counts["robot_pending"] = max(0, (ret.robot_frames_sent if ret else 0) - (st.frames_in if st else 0)) + (
+        st.pending if st else 0)
+    counts["missing_ranges"] = cap.missing_ranges if cap else []
     # Where every produced frame is (issue 12): acknowledged by a consumer (zmq_sent), handed to the
     # wire without an acknowledgement yet or ever (unconfirmed), or still waiting (pending).
-    counts["unconfirmed"] = st.get("unconfirmed", 0) if st else None
-    counts["streamer_pending"] = st.get("pending") if st else None
-    counts["rejected_by_reason"] = cap.get("rejected_by_reason", {}) if cap else None
-    counts["link_rejected_by_reason"] = {
-        name: dict(body.get("rejected_by_reason") or {}) for name, body in services.items()
-        if name != "capture" and body.get("rejected_by_reason")}
-    counts["cross_path_copies"] = cap.get("cross_path_copies")
-    counts["late_frames"] = cap.get("late_frames")
-    counts["late_ranges"] = cap.get("late_ranges", [])
-    counts["bridged_frames"] = st.get("bridged_frames")
-    counts["consumers"] = st.get("consumers", {})
-    counts["segments"] = cap.get("segments")
-    counts["per_segment"] = cap.get("per_segment")
+    stream = st if isinstance(st, StreamerCounts) else None
+    counts["unconfirmed"] = None if st is None else stream.unconfirmed if stream else 0
+    counts["streamer_pending"] = st.pending if st else None
+    counts["rejected_by_reason"] = None if cap is None else dict(whole.rejected_by_reason) if whole else {}
+    counts["link_rejected_by_reason"] = layers.link_rejects
+    counts["cross_path_copies"] = cap.cross_path_copies if cap else None
+    counts["late_frames"] = cap.late_frames if cap else None
+    counts["late_ranges"] = cap.late_ranges if cap else []
+    counts["bridged_frames"] = stream.bridged_frames if stream else None
+    counts["consumers"] = as_published(stream.consumers or {}) if stream else {}
+    counts["segments"] = cap.segments if cap else None
+    counts["per_segment"] = as_published(cap.per_segment) if cap else None
     return counts
 
 
-def performer_services(services: dict[str, dict[str, Any]], key: str, alone: bool) -> dict[str, dict[str, Any]]:
-    """Each stage's counts for one performer: its ``performers`` entry; the stage's own counts when
-    the performer is the only one and the stage does not split them; else nothing (None counts)."""
-    out: dict[str, dict[str, Any]] = {}
-    for name, hb in services.items():
-        per = (hb or {}).get("performers")
-        if isinstance(per, dict) and key in per:
-            out[name] = per[key]
-        elif alone or name not in ("capture", "retarget", "streamer", "viewer"):
-            out[name] = hb
-        else:
-            out[name] = {}
-    return out
-
-
-def stage_rows(stages: dict[str, dict[str, Any]]) -> list[tuple[str, Any, Any, Any, Any]]:
+def stage_rows(stages: Stages) -> list[tuple[str, int | None, int | None, int | None, int | None]]:
     """(stage, in, out, pending, rejected) per stage from the stages' status or heartbeats: the
-    rows of the live table (`mocapline up`) and of the web viewer's ledger."""
-    cap, ret = stages.get("capture", {}), stages.get("retarget", {})
-    st, view = stages.get("streamer", {}), stages.get("viewer", {})
-    robot = stages.get("robot")
-    rows: list[tuple[str, Any, Any, Any, Any]] = [
-        ("capture", cap.get("source_received"), cap.get("human_frames_sent"), cap.get("input_pending"),
-         cap.get("rejected_datagrams")),
-        ("retarget", ret.get("frames_in"), ret.get("robot_frames_sent"), ret.get("pending"), ret.get("ik_failed")),
-        ("streamer", st.get("frames_in"), on_the_wire(st), st.get("pending"), None),
-        ("viewer", view.get("viewer_received"), view.get("viewer_applied"), view.get("viewer_pending"),
-         sum((view.get("rejected_by_reason") or {}).values()) if view else None),
+    rows of the live table (`mocapline up`) and of the web viewer's ledger (None: not there)."""
+    cap, ret, st, view = stages.capture, stages.retarget, stages.streamer, stages.viewer
+    rows: list[tuple[str, int | None, int | None, int | None, int | None]] = [
+        ("capture", *((cap.source_received, cap.human_frames_sent, cap.input_pending, cap.rejected_datagrams)
+                      if cap else (None,) * 4)),
+        ("retarget", *((ret.frames_in, ret.robot_frames_sent, ret.pending, ret.ik_failed) if ret else (None,) * 4)),
+        ("streamer", *((st.frames_in, st.on_the_wire, st.pending) if st else (None,) * 3), None),
+        ("viewer", *((view.viewer_received, view.viewer_applied, view.viewer_pending,
+                      sum(view.rejected_by_reason.values())) if view else (None,) * 4)),
     ]
-    if robot:
-        rows.append(("robot", robot.get("robot_received"), robot.get("robot_applied"), robot.get("bridge_pending"),
-                     sum((robot.get("rejected_by_reason") or {}).values())))
+    if stages.robot is not None:
+        robot = stages.robot
+        rows.append(("robot", robot.robot_received, robot.robot_applied, robot.bridge_pending,
+                     sum(robot.rejected_by_reason.values())))
     return rows
 
 

@@ -9,6 +9,7 @@ import json
 import sys
 
 from mocapline.core.bus import DEFAULT_URL, request
+from mocapline.core.counters import RobotCounts, decode
 from mocapline.core.options import EnvArgumentParser
 
 
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if "error" in answer:
         print(f"mocapline estop: {answer['error']}", file=sys.stderr)
         return 1
-    print(json.dumps({"estop": args.service, "robot_state": answer.get("robot_state")}))
+    print(json.dumps({"estop": args.service, "robot_state": decode(RobotCounts, answer).robot_state}))
     return 0
 
 

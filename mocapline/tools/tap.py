@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.client import ClientSettings, Frame, MocapClient
+from mocapline.core.counters import RobotConsumerCounts, as_published, from_parts
 from mocapline.core.header import HEADER_SIZE
 from mocapline.core.lifecycle import stop_on_signals
 from mocapline.core.options import EnvArgumentParser
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
         if recording is not None:
             recording.close()
-        print(json.dumps({"tap": snap}), file=sys.stderr, flush=True)
+        print(json.dumps({"tap": as_published(from_parts(RobotConsumerCounts, snap))}), file=sys.stderr, flush=True)
     return 0
 
 

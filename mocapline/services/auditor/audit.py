@@ -15,84 +15,81 @@ from __future__ import annotations
 
 from typing import Any
 
-from mocapline.core.verdict import classify_missing, performer_services, pipeline_counts, with_verdict
+from mocapline.core.counters import (
+    PathCounts,
+    RetargetCounts,
+    RetargetTotals,
+    SideLedger,
+    SidePathCounts,
+    as_published,
+    decode,
+    from_parts,
+    read_stages,
+    sum_workers,
+    to_json,
+)
+from mocapline.core.verdict import (
+    Layers,
+    classify_missing,
+    performer_layers,
+    pipeline_counts,
+    stage_layers,
+    with_verdict,
+)
 
 
-def _path_ledgers(capture: dict[str, Any]) -> list[dict[str, Any]]:
-    """Capture's per-path ledgers, main first (capture lists them in --ports order)."""
-    paths = list((capture.get("paths") or {}).values())
-    return sorted(paths, key=lambda p: {"main": 0, "side": 1}.get(p.get("role", ""), 2))
+def _side_path(side: SideLedger | None, paths: list[PathCounts]) -> SideLedger | PathCounts | None:
+    """The side path: the auditor's own listener, else capture's second path, else none."""
+    return side if side is not None else paths[1] if len(paths) > 1 else None
 
 
-def judge(services: dict[str, dict[str, Any]], side: dict[str, Any] | None, *, final: bool = True) -> dict[str, Any]:
+def judge(layers: Layers, side: SideLedger | None, *, final: bool = True) -> dict[str, Any]:
     """Verdict plus the dual-path classification of every missing index, for one set of counts.
     ``final``: the counts are a drained take's (unequal layers are then a loss; before that, frames
     in flight)."""
-    counts = pipeline_counts(services)
-    paths = _path_ledgers(services.get("capture", {}))
-    main = paths[0] if paths else None
-    side = side or (paths[1] if len(paths) > 1 else None)
-    if main is not None:
+    counts = pipeline_counts(layers)
+    cap = layers.capture
+    # capture lists its paths in --ports order: main first
+    paths = sorted(cap.paths.values(), key=lambda p: {"main": 0, "side": 1}.get(p.role, 2)) if cap else []
+    if paths:
+        seen = _side_path(side, paths)
         span = None
-        if side is not None and side.get("source_first_index") is not None:
-            span = (side["source_first_index"], side["source_last_index"])
+        if seen is not None and seen.first_index is not None and seen.last_index is not None:
+            span = (seen.first_index, seen.last_index)
         counts["missing_by_path"] = classify_missing(
-            main.get("source_missing_ranges", []),
-            side.get("source_missing_ranges", []) if side is not None else None,
-            span,
-            late=services.get("capture", {}).get("late_ranges", []),
+            paths[0].missing_ranges, seen.missing_ranges if seen is not None else None, span,
+            late=cap.late_ranges if cap else [],
         )
         counts["merge_on"] = len(paths) > 1
     return with_verdict(counts, final=final)
 
 
-WORKER_SUMS = ("frames_in", "gmr_processed", "robot_frames_sent")
-
-
 def with_workers(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Retarget as workers (services ``retarget.<name>``): the ledger's retarget line is the sum of
-    their per-performer counts (a worker reports the performers it owns; their counts go with the
-    claim from owner to owner, so a takeover's resends are not counted twice), and ``workers``
-    says which worker owns which performers and how many frames each retargeted itself."""
-    workers = {n: hb or {} for n, hb in services.items() if n.startswith("retarget.")}
+    """Retarget as workers (services ``retarget.<name>``): the ledger's retarget line is their sum
+    (mocapline.core.counters.sum_workers), published beside them as ``retarget``."""
+    workers = {n: hb for n, hb in services.items() if n.startswith("retarget.") and hb}
     if not workers or "retarget" in services:
         return services
-    performers: dict[str, dict[str, Any]] = {}
-    for w in workers.values():
-        for key, counts in (w.get("performers") or {}).items():
-            into = performers.setdefault(key, {})
-            for field, value in counts.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    into[field] = into.get(field, 0) + value
-    combined: dict[str, Any] = {key: sum(int(p.get(key) or 0) for p in performers.values()) for key in WORKER_SUMS}
-    for key in ("ik_failed", "pending"):
-        combined[key] = sum(int(w.get(key) or 0) for w in workers.values())
-    combined["performers"] = performers
-    combined["workers"] = {n.partition(".")[2]: {"owned": (w.get("worker") or {}).get("owned", []),
-                                                 "frames": int(w.get("gmr_processed") or 0),
-                                                 "takeovers": (w.get("worker") or {}).get("takeovers", 0)}
-                           for n, w in sorted(workers.items())}
-    return {**services, "retarget": combined}
+    totals = sum_workers({n: decode(RetargetCounts, hb) for n, hb in workers.items()})
+    return {**services, "retarget": to_json(totals)}
 
 
 def audit(snapshot: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
     """The overall verdict, and with performers in capture's ledger one verdict per performer."""
-    services = with_workers(snapshot.get("services", {}))
-    side = snapshot.get("side")
-    verdict = judge(services, side, final=final)
-    if "workers" in services.get("retarget", {}):
-        verdict["retarget_workers"] = services["retarget"]["workers"]
-    keys = list(services.get("capture", {}).get("performers") or {})
-    if not keys:
+    stages = read_stages(snapshot.get("services", {}))
+    side = from_parts(SidePathCounts, snapshot["side"]) if snapshot.get("side") else None
+    verdict = judge(stage_layers(stages), side, final=final)
+    if isinstance(stages.retarget, RetargetTotals):
+        verdict["retarget_workers"] = as_published(stages.retarget.workers)
+    performers = stages.capture.performers if stages.capture else {}
+    if not performers:
         return verdict
-    side_performers = (side or {}).get("performers") or {}
-    performers = {}
-    for key in keys:
-        per = judge(performer_services(services, key, len(keys) == 1), side_performers.get(key), final=final)
-        per["avatar_name"] = services["capture"]["performers"][key].get("avatar_name", "")
-        performers[key] = per
-    verdict["performers"] = performers
-    verdict["unique_frames_conserved"] = int(
-        bool(verdict["unique_frames_conserved"]) and all(p["unique_frames_conserved"] for p in performers.values())
-    )
+    side_performers = side.performers if side is not None else {}
+    verdict["performers"] = {}
+    for key, mine in performers.items():
+        per = judge(performer_layers(stages, key, len(performers) == 1), side_performers.get(key), final=final)
+        per["avatar_name"] = mine.avatar_name
+        verdict["performers"][key] = per
+    verdict["unique_frames_conserved"] = int(bool(verdict["unique_frames_conserved"]) and all(
+        p["unique_frames_conserved"] for p in verdict["performers"].values()))
     return verdict

@@ -14,21 +14,27 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from mocapline.core.counters import CounterSchemaError, decode_stage
+
 PATH = "/targets"
 
 
 def targets(services: dict[str, dict[str, Any]], host: str) -> list[dict[str, Any]]:
-    """One target group per service whose heartbeat tells a ``metrics_port``, labelled with the
+    """One target group per stage whose heartbeat tells a ``metrics_port``, labelled with the
     stage and, for a worker (``retarget.w1``), the worker's name. The target's host is the one the
-    heartbeat tells (``metrics_host``: a worker's ``--advertise-host``, on another box), else ``host``."""
+    heartbeat tells (``metrics_host``: a worker's ``--advertise-host``, on another box), else ``host``.
+    A heartbeat the counter contract cannot read (not a stage's, another schema version) is left out."""
     groups = []
     for name, hb in sorted(services.items()):
-        port = (hb or {}).get("metrics_port")
-        if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+        try:
+            counts = decode_stage(name, hb)
+        except CounterSchemaError:
+            continue
+        port = counts.metrics_port
+        if port is not None and 0 < port < 65536:
             stage, _, worker = name.partition(".")
             labels = {"service": stage, **({"worker": worker} if worker else {})}
-            where = hb.get("metrics_host") if isinstance(hb.get("metrics_host"), str) and hb["metrics_host"] else host
-            groups.append({"targets": [f"{where}:{port}"], "labels": labels})
+            groups.append({"targets": [f"{counts.metrics_host or host}:{port}"], "labels": labels})
     return groups
 
 

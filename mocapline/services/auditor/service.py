@@ -17,6 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import GAPS_SUBJECT, HEARTBEAT_PREFIX, VERDICT_SUBJECT, Bus, ControlRequest, performer_token
+from mocapline.core.counters import (
+    STAGE_TYPES,
+    AuditorBeat,
+    CounterSchemaError,
+    SidePathCounts,
+    as_published,
+    decode_stage,
+    from_parts,
+    to_json,
+)
 from mocapline.core.ledger import SequenceLedger, combine
 from mocapline.core.lifecycle import (
     add_service_arguments,
@@ -99,12 +109,16 @@ class SidePath:
                     ledger = self.performers[header.avatar_index] = SequenceLedger()
                 ledger.observe(header.posture_index)
 
-    def as_dict(self) -> dict[str, Any]:
+    def counts(self) -> SidePathCounts:
         """The side path's ledger (performers combined) and each performer's."""
         performers = {str(k): led.as_dict("source_") for k, led in self.performers.items()}
         overall = combine(list(performers.values())) if performers else SequenceLedger().as_dict("source_")
         rejected = self.rejected + sum(self.split.rejected.values())
-        return {**overall, "rejected_datagrams": rejected, "performers": performers}
+        return from_parts(SidePathCounts, {**overall, "rejected_datagrams": rejected, "performers": performers})
+
+    def as_dict(self) -> dict[str, Any]:
+        published: dict[str, Any] = as_published(self.counts())
+        return published
 
 
 class Auditor:
@@ -119,6 +133,7 @@ class Auditor:
         self._services: dict[str, dict[str, Any]] = {}
         self._heard: dict[str, float] = {}
         self._gap_reports: list[dict[str, Any]] = []
+        self._unreadable: set[str] = set()
         # The stages' final counts came with a drain (`up`, `demo`, `record` hand over each
         # stage's drain answer): the verdict is final, and later heartbeats do not change it.
         self.drained = False
@@ -129,9 +144,23 @@ class Auditor:
             services = json.loads(json.dumps(self._services))
         return {"services": services, "side": self.side.as_dict() if self.side else None}
 
+    def readable(self, name: str, body: dict[str, Any]) -> bool:
+        """A stage's counts this auditor can read (the counter contract's version and keys); what
+        it cannot is said once per service and left out of the verdict."""
+        if name.partition(".")[0] not in STAGE_TYPES or (name == "retarget" and "workers" in body):
+            return True
+        try:
+            decode_stage(name, body)
+        except CounterSchemaError as exc:
+            if name not in self._unreadable:
+                log.error("%s: its counts cannot be read, left out of the verdict: %s", name, exc)
+                self._unreadable.add(name)
+            return False
+        return True
+
     def on_heartbeat(self, subject: str, body: dict[str, Any]) -> None:
         name = subject.removeprefix(HEARTBEAT_PREFIX)  # "retarget.w1" for a worker
-        if name != "auditor" and not self.drained:
+        if name != "auditor" and not self.drained and self.readable(name, body):
             with self._lock:
                 self._services[name] = body
                 self._heard[name] = time.monotonic()
@@ -151,13 +180,13 @@ class Auditor:
         """Take in what the side path received, then compute (and export) the verdict."""
         if self.side is not None:
             self.side.drain()
-        self.verdict = self.metrics.synced(audit(self.snapshot(), final=self.drained))
+        self.verdict = self.metrics.sync_verdict(audit(self.snapshot(), final=self.drained))
         return self.verdict
 
     def answer(self, req: ControlRequest) -> None:
         if req.cmd == "drain" and req.args.get("services"):
             with self._lock:
-                self._services.update(req.args["services"])
+                self._services.update({n: b for n, b in req.args["services"].items() if self.readable(n, b)})
             self.drained = True
         verdict = self.judge()
         if req.cmd == "reset":
@@ -214,35 +243,45 @@ class AuditorSettings:
         return argv(build_parser(), {f: getattr(self, f) for f in self.__dataclass_fields__})
 
 
+def replay(path: Path) -> int:
+    """--replay: the verdict recomputed from a saved snapshot, printed as one JSON line."""
+    try:
+        snapshot = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"mocapline auditor: --replay {path}: not a readable snapshot ({exc})", file=sys.stderr)
+        return 2
+    print(json.dumps(audit(snapshot)))
+    return 0
+
+
+def start_discovery(settings: AuditorSettings, auditor: Auditor) -> DiscoveryServer | None:
+    """--sd-port: Prometheus service discovery of the replicas' /metrics (off when the port is taken)."""
+    if not settings.sd_port:
+        return None
+    try:
+        return DiscoveryServer(settings.sd_host, settings.sd_port, lambda: auditor.snapshot()["services"]).start()
+    except OSError as exc:  # like /metrics: the verdict never depends on it
+        log.warning("service discovery: cannot serve on %s:%d (%s); it is off", settings.sd_host, settings.sd_port,
+                    exc)
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = settings_from(AuditorSettings, build_parser().parse_args(argv))
     if settings.replay is not None:
-        try:
-            snapshot = json.loads(settings.replay.read_text())
-        except (OSError, ValueError) as exc:
-            print(f"mocapline auditor: --replay {settings.replay}: not a readable snapshot ({exc})", file=sys.stderr)
-            return 2
-        print(json.dumps(audit(snapshot)))
-        return 0
+        return replay(settings.replay)
     setup_logging(settings.log_level)
     side = SidePath(settings.side_host, settings.side_port, settings.side_fd) if settings.side_port else None
     # the verdict, the current take's ledger, missing by class
     auditor = Auditor(side, start_metrics("auditor", settings.metrics_port, settings.metrics_host))
-    bus = Bus(settings.nats, "auditor", lambda: {"verdict": auditor.verdict.get("unique_frames_conserved")})
+    bus = Bus(settings.nats, "auditor", lambda: to_json(AuditorBeat(auditor.verdict.get("unique_frames_conserved"))))
     bus.subscribe(f"{HEARTBEAT_PREFIX}>", auditor.on_heartbeat)
     bus.subscribe(f"{GAPS_SUBJECT}.>", auditor.on_gap)  # every performer's
     if side is not None:
         side.start()
     bus.start()
-    discovery = None
+    discovery = start_discovery(settings, auditor)
     try:
-        if settings.sd_port:
-            try:
-                discovery = DiscoveryServer(settings.sd_host, settings.sd_port,
-                                            lambda: auditor.snapshot()["services"]).start()
-            except OSError as exc:  # like /metrics: the verdict never depends on it
-                log.warning("service discovery: cannot serve on %s:%d (%s); it is off",
-                            settings.sd_host, settings.sd_port, exc)
         auditor.run(bus, stop_on_signals(), settings.interval)
     finally:
         if discovery is not None:

@@ -20,6 +20,7 @@ from typing import Any
 from mocapline.core import durable
 from mocapline.core.bodies import GMR_BODIES
 from mocapline.core.bus import Bus, gaps_subject
+from mocapline.core.counters import CaptureCounts, durable_counts, from_parts
 from mocapline.core.durable import DurableStage
 from mocapline.core.frames import HumanFrame
 from mocapline.core.header import MessageType
@@ -207,22 +208,22 @@ def source_reject_reasons(source: str) -> tuple[str, ...]:
     return (*AXIS_REASONS, *SPLIT_REASONS)
 
 
-def status_line(ledger: dict[str, Any]) -> str:
+def status_line(ledger: CaptureCounts) -> str:
     extra = ""
-    if len(ledger.get("performers") or {}) > 1:
-        extra += f" performers={len(ledger['performers'])}"
-    if ledger.get("split_frames"):
-        extra += f" split_frames={ledger['split_frames']}"
-    if ledger.get("props"):
-        extra += f" props={sum(p['samples'] for p in ledger['props'].values())}"
-    tcp = ledger.get("tcp")
+    if len(ledger.performers) > 1:
+        extra += f" performers={len(ledger.performers)}"
+    if ledger.split_frames:
+        extra += f" split_frames={ledger.split_frames}"
+    if ledger.props:
+        extra += f" props={sum(p.samples for p in ledger.props.values())}"
+    tcp = ledger.tcp
     if tcp is not None:
-        extra += f" tcp={'connected' if tcp['connected'] else 'reconnecting'} connects={tcp['connects']}"
+        extra += f" tcp={'connected' if tcp.connected else 'reconnecting'} connects={tcp.connects}"
     return (
-        f"capture received={ledger['source_received']} unique={ledger['source_unique_frames']} "
-        f"missing={ledger['source_missing_indices']} dup={ledger['source_duplicate_indices']} "
-        f"backward={ledger['source_backward_indices']} rejected={ledger['rejected_datagrams']} "
-        f"last={ledger['last_posture_index']} pending={ledger['input_pending']}{extra}"
+        f"capture received={ledger.source_received} unique={ledger.source_unique_frames} "
+        f"missing={ledger.source_missing_indices} dup={ledger.source_duplicate_indices} "
+        f"backward={ledger.source_backward_indices} rejected={ledger.rejected_datagrams} "
+        f"last={ledger.last_posture_index} pending={ledger.input_pending}{extra}"
     )
 
 
@@ -379,17 +380,16 @@ class CaptureService:
             self.start_take()
             self._remember()
 
-    def ledger(self) -> dict[str, Any]:
-        led = self.source.ledger()
-        led["human_frames_sent"] = self.frames_sent
-        led["session_id"] = self.source.core.session_id
+    def ledger(self) -> CaptureCounts:
+        led = from_parts(CaptureCounts, self.source.ledger())
+        led = replace(led, human_frames_sent=self.frames_sent, session_id=self.source.core.session_id)
         if self.stage is not None:
             journal = self.source.journal
-            snapshot = self.stage.snapshot()
-            snapshot["log_bytes"] += journal.log.disk_bytes()
-            led["durable"] = {**snapshot, "journal_next": journal.next_seq, "take_start": self.take_start,
-                              "resumed": self.restarts, "checkpoints": self.checkpoints}
-            led["input_pending"] += self.stage.unacked
+            assert journal is not None
+            snapshot = durable_counts(self.stage.snapshot())
+            led = replace(led, input_pending=led.input_pending + self.stage.unacked, durable=replace(
+                snapshot, log_bytes=snapshot.log_bytes + journal.log.disk_bytes(), journal_next=journal.next_seq,
+                take_start=self.take_start, resumed=self.restarts, checkpoints=self.checkpoints))
         return led
 
     def report_gaps(self, bus: Bus) -> None:
@@ -426,7 +426,7 @@ class CaptureLoop:
         idle = time.monotonic() - service.source.last_datagram
         return not (self.exit_on_idle > 0 and service.started and idle > self.exit_on_idle)
 
-    def heartbeat(self) -> dict[str, Any]:
+    def heartbeat(self) -> CaptureCounts:
         return self.service.ledger()
 
     def reset(self) -> None:

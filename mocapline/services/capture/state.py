@@ -44,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from mocapline.core.counters import CounterSchemaError, UnitCheck, from_parts
 from mocapline.core.ledger import Segment, SequenceLedger
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_split import AxisSplitState, HeldFrame
@@ -162,8 +163,11 @@ def _capture(obj: Any) -> CaptureState:
     allowed = _get(obj, "allowed_sources", (list, type(None)), where)
     decoder = _get(obj, "decoder", dict, where)
     unit_check = _get(decoder, "unit_check", (dict, type(None)), "decoder")
-    if unit_check is not None and not all(isinstance(v, JsonScalar) for v in unit_check.values()):
-        raise StateError("decoder.unit_check: a value is not a number, text or null")
+    if unit_check is not None:
+        try:  # the check as the ledger publishes it: every key, each of its type
+            from_parts(UnitCheck, unit_check, "decoder.unit_check")
+        except CounterSchemaError as exc:
+            raise StateError(str(exc)) from None
     performers = _get(obj, "performers", list, where)
     assemblers = _get(obj, "assemblers", list, where)
     return CaptureState(

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
+from mocapline.core.counters import FrameIdCounts, RetargetCounts, RetargetPerformerCounts, from_parts
 from mocapline.core.frames import HumanFrame
 from mocapline.core.header import MessageType
 from mocapline.core.ledger import SequenceLedger
@@ -124,15 +125,17 @@ class RetargetCounters:
         """Every counter but the input ledger, as a dict (asdict copied the ledger each frame to drop it)."""
         return {name: getattr(self, name) for name in _SCALAR_FIELDS}
 
-    def snapshot(self, pending: int, rejects: dict[str, int]) -> dict[str, Any]:
-        out = self.scalars()
-        out.pop("ik_ms_total")
-        out["ik_ms_mean"] = round(self.ik_ms_mean, 4)
-        out["ik_ms_max"] = round(self.ik_ms_max, 4)
-        out["pending"] = pending
-        out["rejected_by_reason"] = dict(rejects)
-        out["input_link"] = self.input_frame_ids.as_dict("frame_id_")
-        return out
+    def snapshot(self, pending: int, rejects: dict[str, int],
+                 performers: dict[str, RetargetPerformerCounts]) -> RetargetCounts:
+        return RetargetCounts(
+            frames_in=self.frames_in, gmr_processed=self.gmr_processed, robot_frames_sent=self.robot_frames_sent,
+            ik_failed=self.ik_failed, decode_errors=self.decode_errors, ends_forwarded=self.ends_forwarded,
+            takes=self.takes, last_posture_index=self.last_posture_index,
+            last_sent_posture_index=self.last_sent_posture_index, ik_ms_max=round(self.ik_ms_max, 4),
+            last_error=self.last_error, ik_ms_mean=round(self.ik_ms_mean, 4), pending=pending,
+            rejected_by_reason=dict(rejects), performers=performers,
+            input_link=from_parts(FrameIdCounts, self.input_frame_ids.as_dict("frame_id_")),
+        )
 
 
 _SCALAR_FIELDS = tuple(f.name for f in fields(RetargetCounters) if f.name != "input_frame_ids")
@@ -153,11 +156,11 @@ class PerformerTrack:
     gmr_processed: int = 0
     robot_frames_sent: int = 0
 
-    def counts(self) -> dict[str, Any]:
-        return {"avatar_name": self.name, "human_height_m": self.retargeter.human_height,
-                "frames_in": self.frames_in, "gmr_processed": self.gmr_processed,
-                "robot_frames_sent": self.robot_frames_sent, "pending": int(self.smoother is not None
-                                                                             and self.smoother.pending)}
+    def counts(self) -> RetargetPerformerCounts:
+        return RetargetPerformerCounts(avatar_name=self.name, human_height_m=self.retargeter.human_height,
+                                       frames_in=self.frames_in, gmr_processed=self.gmr_processed,
+                                       robot_frames_sent=self.robot_frames_sent,
+                                       pending=int(self.smoother is not None and self.smoother.pending))
 
 
 class RetargetService:
@@ -315,10 +318,9 @@ class RetargetService:
         self.counters = RetargetCounters()
         self.ended = False
 
-    def heartbeat(self, rejects: dict[str, int] | None = None) -> dict[str, Any]:
-        hb = self.counters.snapshot(self.pending, rejects or {})
-        hb["performers"] = {str(k): t.counts() for k, t in self.tracks.items()}
-        return hb
+    def heartbeat(self, rejects: dict[str, int] | None = None) -> RetargetCounts:
+        return self.counters.snapshot(self.pending, rejects or {},
+                                      {str(k): t.counts() for k, t in self.tracks.items()})
 
     def durable_state(self) -> dict[str, Any]:
         """What a restarted retarget needs: the counters, and per performer the take's position,
@@ -357,12 +359,12 @@ class RetargetService:
                 track.retargeter.reset(track.qpos, saved.get("branches"))
 
 
-def status_line(hb: dict[str, Any]) -> str:
+def status_line(hb: RetargetCounts) -> str:
     return (
-        f"retarget in={hb['frames_in']} processed={hb['gmr_processed']} sent={hb['robot_frames_sent']} "
-        f"ik_failed={hb['ik_failed']} pending={hb['pending']} rejected={sum(hb['rejected_by_reason'].values())} "
-        f"decode_errors={hb['decode_errors']} last={hb['last_posture_index']} "
-        f"ik_ms={hb['ik_ms_mean']:.2f}/{hb['ik_ms_max']:.2f}"
+        f"retarget in={hb.frames_in} processed={hb.gmr_processed} sent={hb.robot_frames_sent} "
+        f"ik_failed={hb.ik_failed} pending={hb.pending} rejected={sum(hb.rejected_by_reason.values())} "
+        f"decode_errors={hb.decode_errors} last={hb.last_posture_index} "
+        f"ik_ms={hb.ik_ms_mean:.2f}/{hb.ik_ms_max:.2f}"
     )
 
 
@@ -450,7 +452,7 @@ class RetargetLoop:
                 return False
         return True
 
-    def heartbeat(self) -> dict[str, Any]:
+    def heartbeat(self) -> RetargetCounts:
         return self.service.heartbeat(self.links.rx.rejects)
 
     def reset(self) -> None:

@@ -51,6 +51,7 @@ import zmq
 from mocapline.core import durable, pb
 from mocapline.core.assign import Claim, Registry
 from mocapline.core.bodies import GMR_BODIES
+from mocapline.core.counters import RetargetCounts, WorkerInfo
 from mocapline.core.fanout import FanoutSender
 from mocapline.core.frames import HumanFrame
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
@@ -381,13 +382,11 @@ class WorkerLoop:
 
     # --- the rest of the StageHandler ---
 
-    def heartbeat(self) -> dict[str, Any]:
-        hb = self.service.heartbeat(self.links.rx.rejects)
-        hb["worker"] = {"name": self.name, "endpoint": self.endpoint, "owned": sorted(self.owned),
-                        "live_workers": sorted(self.live), "takeovers": self.takeovers,
-                        "handovers": self.handovers, "releasing": sorted(self.releasing),
-                        "forgotten": self.forgotten, "skipped": self.skipped}
-        return hb
+    def heartbeat(self) -> RetargetCounts:
+        return replace(self.service.heartbeat(self.links.rx.rejects), worker=WorkerInfo(
+            name=self.name, endpoint=self.endpoint, owned=sorted(self.owned), live_workers=sorted(self.live),
+            takeovers=self.takeovers, handovers=self.handovers, releasing=sorted(self.releasing),
+            forgotten=self.forgotten, skipped=self.skipped))
 
     def reset(self) -> None:
         self._state = None

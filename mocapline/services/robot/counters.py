@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from mocapline.core.counters import RobotCounts, TrackingError
 from mocapline.robot.unitree.g1 import GROUPS
 
 WINDOW_TICKS = 5000  # the percentiles are over the last 10 s at 500 Hz
@@ -112,29 +113,33 @@ class RobotCounters:
             self._stats_at = wall
         return self._stats
 
-    def as_dict(self, now: float) -> dict[str, Any]:
+    def record(self, now: float, *, bridge_pending: int, lag_s: float, ended: bool) -> RobotCounts:
+        """The heartbeat: these counts with the bridge's timeline state."""
         stats = self.stats()
-        return {
-            "robot_received": self.robot_received,
-            "robot_applied": self.robot_applied,
-            "rejected_by_reason": dict(sorted(self.rejected.copy().items())),
-            "commands_sent": self.commands_sent,
-            "command_rate_hz": self.rate_hz(now),
-            "command_rate_mean_hz": self.mean_rate_hz(),
-            "period_p99_ms": stats["period_p99_ms"],
-            "deadline_misses": self.deadline_misses,
-            "clamps_by_reason": dict(sorted(self.clamps.copy().items())),
-            "stalls": self.stalls,
-            "damped_s": round(self.damped_s, 3),
-            "catchup_ticks": self.catchup_ticks,
-            "estops": self.estops,
-            "transitions": dict(sorted(self.transitions.copy().items())),
-            "lowstate_received": self.lowstate_received,
-            "lowstate_rejected_by_reason": dict(sorted(self.lowstate_rejected.copy().items())),
-            "lowstate_unsealed": self.lowstate_unsealed,
-            "tracking_error_rad": stats["tracking_error_rad"],
-            "latency_p50_ms": stats["latency_p50_ms"],
-            "latency_p99_ms": stats["latency_p99_ms"],
-            "last_posture_index": self.last_posture_index,
-            "robot_state": self.state,
-        }
+        return RobotCounts(
+            robot_received=self.robot_received,
+            robot_applied=self.robot_applied,
+            rejected_by_reason=dict(sorted(self.rejected.copy().items())),
+            commands_sent=self.commands_sent,
+            command_rate_hz=self.rate_hz(now),
+            command_rate_mean_hz=self.mean_rate_hz(),
+            period_p99_ms=stats["period_p99_ms"],
+            deadline_misses=self.deadline_misses,
+            clamps_by_reason=dict(sorted(self.clamps.copy().items())),
+            stalls=self.stalls,
+            damped_s=round(self.damped_s, 3),
+            catchup_ticks=self.catchup_ticks,
+            estops=self.estops,
+            transitions=dict(sorted(self.transitions.copy().items())),
+            lowstate_received=self.lowstate_received,
+            lowstate_rejected_by_reason=dict(sorted(self.lowstate_rejected.copy().items())),
+            lowstate_unsealed=self.lowstate_unsealed,
+            tracking_error_rad={name: TrackingError(**e) for name, e in stats["tracking_error_rad"].items()},
+            latency_p50_ms=stats["latency_p50_ms"],
+            latency_p99_ms=stats["latency_p99_ms"],
+            last_posture_index=self.last_posture_index,
+            robot_state=self.state,
+            bridge_pending=bridge_pending,
+            lag_s=lag_s,
+            ended=ended,
+        )

@@ -22,6 +22,7 @@ import numpy as np
 import zmq
 
 from mocapline.core import durable
+from mocapline.core.counters import RobotCounts
 from mocapline.core.frames import FrameFieldError, ProtobufDecodeError, parse_mocap_frame
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS
@@ -279,9 +280,9 @@ class RobotLoop:
         if self.estop_until is None:
             self.estop_until = now + self.settings.estop_damp_s
 
-    def heartbeat(self) -> dict[str, Any]:
-        return {**self.counters.as_dict(time.monotonic()), "bridge_pending": self.controller.timeline.pending(),
-                "lag_s": round(self.controller.timeline.lag_s, 4), "ended": self.ended}
+    def heartbeat(self) -> RobotCounts:
+        return self.counters.record(time.monotonic(), bridge_pending=self.controller.timeline.pending(),
+                                    lag_s=round(self.controller.timeline.lag_s, 4), ended=self.ended)
 
     def reset(self) -> None:
         keep = self.counters.clamps

@@ -18,13 +18,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import zmq
 
 from mocapline.client import ClientSettings, MemoryPosition, MocapClient
 from mocapline.core.assign import Registry
+from mocapline.core.counters import FanInInfo, StreamerCounts
 from mocapline.core.frames import RobotFrame
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.transport import Received
@@ -174,13 +175,11 @@ class FanInLoop(StreamerLoop):
         assert self.fanin is not None
         return dict(self.fanin.rejects)
 
-    def heartbeat(self) -> dict[str, Any]:
+    def heartbeat(self) -> StreamerCounts:
         assert self.fanin is not None
-        hb = super().heartbeat()
-        hb["fan_in"] = {"workers": sorted(self.fanin.inputs), "live": sorted(self.fanin.live),
-                        "duplicates": self.duplicates,
-                        "positions": {w: p[1] for w, p in self.fanin.positions().items()}}
-        return hb
+        return replace(super().heartbeat(), fan_in=FanInInfo(
+            workers=sorted(self.fanin.inputs), live=sorted(self.fanin.live), duplicates=self.duplicates,
+            positions={w: p[1] for w, p in self.fanin.positions().items()}))
 
     def reset(self) -> None:
         super().reset()

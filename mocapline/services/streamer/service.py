@@ -22,10 +22,18 @@ import argparse
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from mocapline.core.counters import (
+    FanoutCounts,
+    FanoutTotals,
+    StreamerCounts,
+    StreamerPerformerCounts,
+    durable_counts,
+    from_parts,
+)
 from mocapline.core.fanout import DEFAULT_MAX_BACKLOG, FanoutSender
 from mocapline.core.frames import RobotFrame
 from mocapline.core.header import MessageType
@@ -92,9 +100,10 @@ class PerformerStream:
     motion_generated: int = 0
     zmq_sent: int = 0
 
-    def counts(self) -> dict[str, Any]:
-        return {"avatar_name": self.name, "frames_in": self.frames_in, "motion_generated": self.motion_generated,
-                "zmq_sent": self.zmq_sent, "pending": self.interp.pending}
+    def counts(self) -> StreamerPerformerCounts:
+        return StreamerPerformerCounts(avatar_name=self.name, frames_in=self.frames_in,
+                                       motion_generated=self.motion_generated, zmq_sent=self.zmq_sent,
+                                       pending=self.interp.pending)
 
 
 class Streamer:
@@ -215,10 +224,16 @@ class Streamer:
         queued = sum(1 for entry in self.outbox if entry[1] >= 0)
         return queued + sum(p.interp.pending for p in self.performers.values())
 
-    def heartbeat(self) -> dict[str, Any]:
-        return {**vars(self.counters), "pending": self.pending, "ended": self.ended,
-                "input_fps": self.input_fps, "output_fps": self.output_fps,
-                "performers": {str(k): p.counts() for k, p in self.performers.items()}}
+    def heartbeat(self, rejects: dict[str, int] | None = None) -> StreamerCounts:
+        c = self.counters
+        return StreamerCounts(
+            frames_in=c.frames_in, ik_failed_in=c.ik_failed_in, motion_generated=c.motion_generated,
+            zmq_sent=c.zmq_sent, takes_ended=c.takes_ended, out_base=c.out_base, bridged_frames=c.bridged_frames,
+            last_posture_index=c.last_posture_index, pending=self.pending, ended=self.ended,
+            input_fps=self.input_fps, output_fps=self.output_fps,
+            performers={str(k): p.counts() for k, p in self.performers.items()},
+            rejected_by_reason=dict(rejects or {}),
+        )
 
     def reset(self) -> None:
         self.counters = StreamerCounters()
@@ -316,17 +331,18 @@ class StreamerLoop:
     def rejects(self) -> dict[str, int]:
         return dict(self.links.rx.rejects)
 
-    def heartbeat(self) -> dict[str, Any]:
-        hb = {**self.streamer.heartbeat(), "rejected_by_reason": self.rejects(), "unconfirmed": 0}
+    def heartbeat(self) -> StreamerCounts:
+        hb = self.streamer.heartbeat(self.rejects())
         stage = self.links.durable
         if stage is not None and isinstance(stage.sender, FanoutSender):
             # where every frame of the take is: acknowledged by a consumer, handed out without an
             # acknowledgement, or waiting (motion_generated == zmq_sent + unconfirmed + pending)
             base = self.streamer.counters.out_base
-            counts = stage.sender.counts(base)
-            hb.update(zmq_sent=counts["delivered"], unconfirmed=counts["unconfirmed"],
-                      pending=hb["pending"] + counts["pending"],
-                      consumers=stage.sender.snapshot(base)["consumers"], durable=stage.snapshot())
+            counts = from_parts(FanoutTotals, stage.sender.counts(base))
+            fanout = from_parts(FanoutCounts, stage.sender.snapshot(base))
+            hb = replace(hb, zmq_sent=counts.delivered, unconfirmed=counts.unconfirmed,
+                         pending=hb.pending + counts.pending, consumers=fanout.consumers,
+                         durable=durable_counts(stage.snapshot()))
         return hb
 
     def reset(self) -> None:

@@ -16,6 +16,7 @@ import mujoco
 import numpy as np
 
 from mocapline.core import pb
+from mocapline.core.counters import ViewerCounts, ViewerPerformerCounts
 from mocapline.core.frames import (
     FrameFieldError,
     ProtobufDecodeError,
@@ -107,22 +108,26 @@ class ViewerCounters:
     def crc_invalid(self) -> int:
         return self.rejected["crc_mismatch"]
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "viewer_received": self.viewer_received,
-            "viewer_applied": self.viewer_applied,
-            "crc_invalid": self.crc_invalid,
-            "rejected_by_reason": dict(sorted(self.rejected.items())),
-            "frame_id_gaps": self.frame_ids.missing,
-            "frame_id_duplicates": self.frame_ids.duplicates,
-            "frame_id_backward": self.frame_ids.backward,
-            "frame_id_missing_ranges": [list(r) for r in self.frame_ids.missing_ranges],
-            "sender_restarts": self.sender_restarts,
-            "last_posture_index": self.last_posture_index,
-            **self.latency_percentiles_ms(),
-            "performers": {str(k): {"viewer_applied": n, "avatar_name": self.performer_names.get(k, "")}
-                           for k, n in sorted(self.applied_by_performer.items())},
-        }
+    def counts(self, pending: int = 0, ended: bool = False) -> ViewerCounts:
+        latency = self.latency_percentiles_ms()
+        return ViewerCounts(
+            viewer_received=self.viewer_received,
+            viewer_applied=self.viewer_applied,
+            crc_invalid=self.crc_invalid,
+            rejected_by_reason=dict(sorted(self.rejected.items())),
+            frame_id_gaps=self.frame_ids.missing,
+            frame_id_duplicates=self.frame_ids.duplicates,
+            frame_id_backward=self.frame_ids.backward,
+            frame_id_missing_ranges=[list(r) for r in self.frame_ids.missing_ranges],
+            sender_restarts=self.sender_restarts,
+            last_posture_index=self.last_posture_index,
+            latency_p50_ms=latency["latency_p50_ms"],
+            latency_p99_ms=latency["latency_p99_ms"],
+            performers={str(k): ViewerPerformerCounts(viewer_applied=n, avatar_name=self.performer_names.get(k, ""))
+                        for k, n in sorted(self.applied_by_performer.items())},
+            viewer_pending=pending,
+            ended=ended,
+        )
 
 
 class QposWriter:

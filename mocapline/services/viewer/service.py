@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import mujoco
 import zmq
 
 from mocapline.core import durable
+from mocapline.core.counters import ViewerCounts, to_json
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS
 from mocapline.core.modes import Display
@@ -224,10 +225,9 @@ class ViewerLoop:
         self._next_batch = max(now, self._next_batch) + self.idle_batch_s
         return 0
 
-    def heartbeat(self) -> dict[str, Any]:
-        measured = self.measured.as_dict() if self.measured is not None else {}
-        return {**self.counters.as_dict(), "viewer_pending": len(self.validator.pending), "ended": self.ended,
-                **measured}
+    def heartbeat(self) -> ViewerCounts:
+        counts = self.counters.counts(pending=len(self.validator.pending), ended=self.ended)
+        return counts if self.measured is None else replace(counts, **self.measured.as_dict())
 
     def reset(self) -> None:
         counters = ViewerCounters(rejected=self.counters.rejected)
@@ -297,7 +297,7 @@ def open_display(stage: Stage, settings: ViewerSettings, model: mujoco.MjModel, 
         from mocapline.services.viewer.scene import RobotAssets
         from mocapline.services.viewer.web import WebView
 
-        web = WebView(settings.web_host, settings.web_port, lambda: stage.heartbeat(loop), settings.fps,
+        web = WebView(settings.web_host, settings.web_port, lambda: to_json(stage.heartbeat(loop)), settings.fps,
                       plots_dir=settings.plots_dir, assets=RobotAssets(), nats_url=settings.stage.nats,
                       latencies=loop.counters.take_recent_latencies)
         web.start()

@@ -20,6 +20,7 @@ GET /plots/NAME    one of them
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import mimetypes
 import threading
@@ -35,7 +36,8 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from mocapline.core.verdict import performer_services, pipeline_counts, stage_rows, with_verdict
+from mocapline.core.counters import Stages, read_stages
+from mocapline.core.verdict import performer_layers, pipeline_counts, stage_layers, stage_rows, with_verdict
 from mocapline.services.viewer import websocket
 from mocapline.services.viewer.scene import MeasuredPose, RobotAssets, RobotScene
 
@@ -130,16 +132,16 @@ class PipelineView:
             return self.stages
 
 
-def performer_rows(stages: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def performer_rows(stages: Stages) -> list[dict[str, Any]]:
     """One row per performer, each judged like a whole take from the same snapshot as the stage
     rows (so no performer's applied count is above its unique frames)."""
-    named = {**(stages.get("viewer", {}).get("performers") or {}),
-             **(stages.get("capture", {}).get("performers") or {})}
+    named = {**{k: p.avatar_name for k, p in (stages.viewer.performers if stages.viewer else {}).items()},
+             **{k: p.avatar_name for k, p in (stages.capture.performers if stages.capture else {}).items()}}
     keys = sorted(named, key=int)
     rows = []
     for key in keys:
-        v = with_verdict(pipeline_counts(performer_services(stages, key, len(keys) == 1)), final=False)
-        rows.append({"performer": int(key), "name": named[key].get("avatar_name") or "",
+        v = with_verdict(pipeline_counts(performer_layers(stages, key, len(keys) == 1)), final=False)
+        rows.append({"performer": int(key), "name": named[key] or "",
                      "applied": v["viewer_applied"], "state": v["state"], "conserved": v["unique_frames_conserved"],
                      "unique": v["source_unique_frames"], "missing": v["source_missing_indices"]})
     return rows
@@ -149,26 +151,28 @@ def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency
     """Everything the page shows, in one answer."""
     # The stage rows come from one snapshot (read downstream first); the viewer's own counters,
     # newer than that snapshot, only where there is none.
-    stages = dict(stages) if stages else {"viewer": viewer}
-    auditor = stages.pop("auditor", {}).get("verdict") or {}
+    answers = dict(stages) if stages else {"viewer": viewer}
+    auditor = answers.pop("auditor", {}).get("verdict") or {}
+    typed = read_stages(answers)
     verdict = None
-    if "capture" in stages:
-        verdict = with_verdict(pipeline_counts(stages), final=False)
+    if typed.capture is not None:
+        verdict = with_verdict(pipeline_counts(stage_layers(typed)), final=False)
         verdict["missing_by_path"] = auditor.get("missing_by_path")
         verdict["per_segment"] = (verdict.get("per_segment") or [])[-6:]
     viewer_rows = {k: v for k, v in viewer.items() if k != "durable" and not isinstance(v, (list, dict))}
-    bridge = stages.get("robot") or {}
+    bridge = typed.robot
     return {
         "stages": [dict(zip(("stage", "in", "out", "pending", "rejected"), row, strict=True))
-                   for row in stage_rows(stages)],
+                   for row in stage_rows(typed)],
         "verdict": verdict,
         "viewer": viewer_rows,
         "latency": latency.as_dict(),
         "durable": readable_rows(viewer.get("durable") or {}),
-        "performers": performer_rows(stages),
+        "performers": performer_rows(typed),
         # the bridge's own tracking error (measured minus commanded, last 10 s), where it runs
-        "robot": {k: bridge.get(k) for k in ("robot_state", "tracking_error_rad", "command_rate_hz")} if bridge
-        else None,
+        "robot": None if bridge is None else {
+            "robot_state": bridge.robot_state, "command_rate_hz": bridge.command_rate_hz,
+            "tracking_error_rad": {group: dataclasses.asdict(e) for group, e in bridge.tracking_error_rad.items()}},
     }
 
 

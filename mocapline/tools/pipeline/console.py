@@ -1,4 +1,4 @@
-"""What `mocapline up` shows in the terminal while it runs.
+"""What the pipeline commands show in the terminal: `mocapline up`'s live table, the final ledger.
 
 The start-up lines (URL, logs, state folder, ports) are printed once and stay; below them the live
 table is redrawn in place (cursor up over the last table, clear to the end of the screen), so
@@ -12,16 +12,19 @@ The table is one consistent picture: the stages are asked downstream first
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from mocapline.core.bus import request_in_order
+from mocapline.core.counters import RetargetTotals, Stages, WorkerShare, from_parts, read_stages
+from mocapline.core.verdict import stage_rows
 from mocapline.services.auditor.audit import audit, with_workers
-from mocapline.tools.pipeline.stack import format_line, format_table
 
 # A service's log line (core/lifecycle.LOG_FORMAT) at WARNING or above.
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (\S+) (WARNING|ERROR|CRITICAL) (.*)$")
@@ -114,12 +117,12 @@ class LiveConsole:
         with self._lock:
             notices, self._notices = self._notices, []
         if self.interactive:
-            text = format_table(stages) + "\n" + verdict_line(stages) + "\n" + self.FOOTER
+            text = format_table(read_stages(stages)) + "\n" + verdict_line(stages) + "\n" + self.FOOTER
             erase = f"\x1b[{self._lines_drawn}F\x1b[J" if self._lines_drawn else ""
             self.out.write(erase + "".join(n + "\n" for n in notices) + text + "\n")
             self._lines_drawn = text.count("\n") + 1
         else:
-            self.out.write("".join(n + "\n" for n in notices) + format_line(stages) + "\n")
+            self.out.write("".join(n + "\n" for n in notices) + format_line(read_stages(stages)) + "\n")
         self.out.flush()
 
     def release(self) -> None:
@@ -130,3 +133,70 @@ class LiveConsole:
             self.out.write("".join(n + "\n" for n in notices))
             self.out.flush()
         self._lines_drawn = 0
+
+
+def format_table(stages: Stages) -> str:
+    """Per-stage counts for the live terminal display."""
+    cap = stages.capture
+    lines = [f"{'stage':<9} {'in':>9} {'out':>9} {'pending':>8} {'rejected':>9}"]
+    for name, a, b, c, d in stage_rows(stages):
+        lines.append(f"{name:<9} {_n(a):>9} {_n(b):>9} {_n(c):>8} {_n(d):>9}")
+        if name == "retarget" and isinstance(stages.retarget, RetargetTotals):
+            lines += worker_lines(stages.retarget.workers)
+    lines.append(
+        f"missing={_n(cap and cap.source_missing_indices)} duplicate={_n(cap and cap.source_duplicate_indices)} "
+        f"backward={_n(cap and cap.source_backward_indices)} "
+        f"last_posture_index={_n(cap.last_posture_index if cap else None)}"
+    )
+    return "\n".join(lines)
+
+
+def worker_lines(workers: Mapping[str, WorkerShare]) -> list[str]:
+    """Retarget as workers: which worker owns which performers, and the frames each retargeted."""
+    return [f"  {name}: performers {','.join(map(str, w.owned)) or '-'}, {w.frames} frames"
+            + (f", {w.takeovers} taken over" if w.takeovers else "")
+            for name, w in workers.items()]
+
+
+def format_line(stages: Stages) -> str:
+    """One line of per-stage counts, for logs and terminals that are not interactive."""
+    cap, ret, st, view = stages.capture, stages.retarget, stages.streamer, stages.viewer
+    return (
+        f"capture {_n(cap and cap.source_unique_frames)} (rejected {_n(cap and cap.rejected_datagrams)}, "
+        f"missing {_n(cap and cap.source_missing_indices)}) | retarget {_n(ret and ret.gmr_processed)} | "
+        f"streamer {_n(st and st.on_the_wire)} (pending {_n(st and st.pending)}) | "
+        f"viewer {_n(view and view.viewer_applied)} | "
+        + (f"robot {stages.robot.robot_applied} | " if stages.robot else "")
+        + f"last_posture_index {_n(cap.last_posture_index if cap else None)}"
+    )
+
+
+def _n(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def print_ledger(ledger: dict[str, Any], *, segments_shown: int = 3) -> None:
+    """The ledger, one field a line; per_segment as one line per segment (the latest few)."""
+    width = max(len(k) for k in ledger)
+    for key, value in ledger.items():
+        if key == "per_segment" and isinstance(value, list):
+            earlier = max(0, (ledger.get("segments") or len(value)) - segments_shown)
+            print(f"{key:<{width}}  " + (f"({earlier} earlier segments not shown)" if earlier else ""))
+            for seg in value[-segments_shown:]:
+                print(f"  segment {seg['segment']}: {seg['first_index']}-{seg['last_index']}, "
+                      f"unique {seg['unique_frames']}, missing {seg['missing_indices']}")
+            continue
+        if key == "performers" and isinstance(value, dict):
+            if len(value) > 1:  # one performer's ledger is the ledger above
+                print(key)
+                for name, led in value.items():
+                    print(f"  performer {name} ({led.get('avatar_name', '')}): {led.get('state')}, unique "
+                          f"{led.get('source_unique_frames')}, missing {led.get('source_missing_indices')}")
+            continue
+        if key == "retarget_workers" and isinstance(value, dict):
+            print(key)
+            print("\n".join(worker_lines({k: from_parts(WorkerShare, w) for k, w in value.items()})))
+            continue
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value)
+        print(f"{key:<{width}}  {value}")

@@ -35,8 +35,9 @@ from mocapline.core.options import (
 from mocapline.core.verdict import conserved
 from mocapline.tools.emitter.emitter import TakePlan, emit_take, parse_performer_skip, split_size
 from mocapline.tools.emitter.tcp_server import AxisTcpServer
+from mocapline.tools.pipeline.console import print_ledger
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Phase, SignalGuard
-from mocapline.tools.pipeline.stack import Stack, StackConfig, local_config, print_ledger, run_stack
+from mocapline.tools.pipeline.stack import Stack, StackConfig, local_config, run_stack
 
 
 def build_parser() -> EnvArgumentParser:

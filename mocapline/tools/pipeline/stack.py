@@ -5,7 +5,6 @@ streamer, viewer, auditor. Pre-flight checks, start, drain (end of a take, stage
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import nats_server_binary, request
-from mocapline.core.verdict import on_the_wire, stage_rows
+from mocapline.core.counters import STAGE_TYPES, decode_stage
 from mocapline.services.auditor.audit import audit, with_workers
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.plan import Planned, StackConfig, as_worker, capture_ports, plan
@@ -258,9 +257,10 @@ class Stack:
                     status = asyncio.run(request(self.config.nats_url, name, "status", timeout=1.0))
                 except Exception:  # noqa: BLE001 - not up yet
                     continue
-                link = (status.get("durable") or {}).get("input_link")
-                if link is None or link.get("welcomed"):  # durable: its sender has answered too
-                    pending.discard(name)
+                # a stage's durable part: its own typed counts (the auditor and the sim, tools, just answer)
+                durable = decode_stage(name, status).durable if name.partition(".")[0] in STAGE_TYPES else None
+                if durable is None or durable.input_link is None or durable.input_link.welcomed:
+                    pending.discard(name)  # durable: its sender has answered too
             if pending and time.monotonic() > deadline:
                 raise PreflightError(f"not ready after {timeout:.0f} s: {sorted(pending)}")
             time.sleep(0.1)
@@ -358,72 +358,3 @@ def run_stack(stack: Stack, prog: str, body: Callable[[SignalGuard], int], *, pr
                 print(f"{prog}: {closing}; every process it started has exited ({total})", file=sys.stderr, flush=True)
             elif code == EXIT_INTERRUPTED:
                 print(f"{prog}: {closing}; nothing had been started yet", file=sys.stderr, flush=True)
-
-
-def format_table(beats: dict[str, dict[str, Any]]) -> str:
-    """Per-stage counts for the live terminal display."""
-    cap = beats.get("capture", {})
-    lines = [f"{'stage':<9} {'in':>9} {'out':>9} {'pending':>8} {'rejected':>9}"]
-    for name, a, b, c, d in stage_rows(beats):
-        lines.append(f"{name:<9} {_n(a):>9} {_n(b):>9} {_n(c):>8} {_n(d):>9}")
-        if name == "retarget":
-            lines += worker_lines(beats.get("retarget", {}).get("workers") or {})
-    lines.append(
-        f"missing={_n(cap.get('source_missing_indices'))} duplicate={_n(cap.get('source_duplicate_indices'))} "
-        f"backward={_n(cap.get('source_backward_indices'))} last_posture_index={_n(cap.get('last_posture_index'))}"
-    )
-    return "\n".join(lines)
-
-
-def worker_lines(workers: dict[str, dict[str, Any]]) -> list[str]:
-    """Retarget as workers: which worker owns which performers, and the frames each retargeted."""
-    return [f"  {name}: performers {','.join(map(str, w.get('owned') or [])) or '-'}, {_n(w.get('frames'))} frames"
-            + (f", {w['takeovers']} taken over" if w.get("takeovers") else "")
-            for name, w in workers.items()]
-
-
-def format_line(beats: dict[str, dict[str, Any]]) -> str:
-    """One line of per-stage counts, for logs and terminals that are not interactive."""
-    cap = beats.get("capture", {})
-    ret = beats.get("retarget", {})
-    st = beats.get("streamer", {})
-    view = beats.get("viewer", {})
-    return (
-        f"capture {_n(cap.get('source_unique_frames'))} (rejected {_n(cap.get('rejected_datagrams'))}, "
-        f"missing {_n(cap.get('source_missing_indices'))}) | retarget {_n(ret.get('gmr_processed'))} | "
-        f"streamer {_n(on_the_wire(st))} (pending {_n(st.get('pending'))}) | "
-        f"viewer {_n(view.get('viewer_applied'))} | "
-        + (f"robot {_n(beats['robot'].get('robot_applied'))} | " if beats.get("robot") else "")
-        + f"last_posture_index {_n(cap.get('last_posture_index'))}"
-    )
-
-
-def _n(value: Any) -> str:
-    return "-" if value is None else str(value)
-
-
-def print_ledger(ledger: dict[str, Any], *, segments_shown: int = 3) -> None:
-    """The ledger, one field a line; per_segment as one line per segment (the latest few)."""
-    width = max(len(k) for k in ledger)
-    for key, value in ledger.items():
-        if key == "per_segment" and isinstance(value, list):
-            earlier = max(0, (ledger.get("segments") or len(value)) - segments_shown)
-            print(f"{key:<{width}}  " + (f"({earlier} earlier segments not shown)" if earlier else ""))
-            for seg in value[-segments_shown:]:
-                print(f"  segment {seg['segment']}: {seg['first_index']}-{seg['last_index']}, "
-                      f"unique {seg['unique_frames']}, missing {seg['missing_indices']}")
-            continue
-        if key == "performers" and isinstance(value, dict):
-            if len(value) > 1:  # one performer's ledger is the ledger above
-                print(key)
-                for name, led in value.items():
-                    print(f"  performer {name} ({led.get('avatar_name', '')}): {led.get('state')}, unique "
-                          f"{led.get('source_unique_frames')}, missing {led.get('source_missing_indices')}")
-            continue
-        if key == "retarget_workers" and isinstance(value, dict):
-            print(key)
-            print("\n".join(worker_lines(value)))
-            continue
-        if isinstance(value, (dict, list)):
-            value = json.dumps(value)
-        print(f"{key:<{width}}  {value}")

@@ -19,11 +19,11 @@ import sys
 from typing import Any
 
 from mocapline.core.bus import DEFAULT_URL, request
+from mocapline.core.counters import read_stages
 from mocapline.core.options import EnvArgumentParser
 from mocapline.core.verdict import on_the_wire
 from mocapline.services.auditor.audit import audit
-from mocapline.tools.pipeline.console import snapshot
-from mocapline.tools.pipeline.stack import print_ledger
+from mocapline.tools.pipeline.console import print_ledger, snapshot
 
 
 def build_parser() -> EnvArgumentParser:
@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(Exception):
         side = asyncio.run(request(args.nats, "auditor", "status", timeout=3.0)).get("side")
     # Mid-take unequal counts are frames in flight; once the viewer has seen the end of the take, final.
-    ended = bool(stages.get("viewer", {}).get("ended"))
+    viewer = read_stages(stages).viewer
+    ended = viewer is not None and viewer.ended
     verdict = audit({"services": stages, "side": side}, final=ended)
     if args.json:
         print(json.dumps(verdict))

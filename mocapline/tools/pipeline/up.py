@@ -20,10 +20,10 @@ from mocapline.core.modes import Display, Source, Transport
 from mocapline.core.options import EnvArgumentParser, choices, port_number, positive_float
 from mocapline.core.segmentlog import FSYNC_POLICIES
 from mocapline.services.capture.tcp import parse_endpoint
-from mocapline.tools.pipeline.console import LiveConsole, LogWatch, snapshot
+from mocapline.tools.pipeline.console import LiveConsole, LogWatch, print_ledger, snapshot
 from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.procs import Service
-from mocapline.tools.pipeline.stack import Stack, StackConfig, print_ledger, run_stack
+from mocapline.tools.pipeline.stack import Stack, StackConfig, run_stack
 
 
 def add_stack_options(p: EnvArgumentParser) -> None:

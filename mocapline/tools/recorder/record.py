@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mocapline.core.counters import CaptureCounts, decode
 from mocapline.core.modes import Display
 from mocapline.core.options import EnvArgumentParser, choices, non_negative_float, non_negative_int, port_number
 
@@ -141,7 +142,8 @@ def record(stack: Any, args: Any, guard: Any) -> int:
             break
         if args.frames:
             try:
-                if int(stack.ask("capture", "status", timeout=2.0).get("source_unique_frames") or 0) >= args.frames:
+                capture = decode(CaptureCounts, stack.ask("capture", "status", timeout=2.0))
+                if capture.source_unique_frames >= args.frames:
                     break
             except Exception:  # noqa: BLE001 - ask again on the next tick
                 pass
