@@ -186,9 +186,15 @@ def test_a_browser_shows_the_sim_robot_over_the_target_with_the_tracking_error(p
         browser.wait_for("window.__viewer.measured.mean.arms !== null && window.__viewer.measured.mean.arms < 0.2",
                          timeout=90)
         time.sleep(1.0)  # the camera settled
-        over = json.loads(browser.eval("JSON.stringify([window.__viewer.measured, window.__viewer.robotBox(),"
-                                       " window.__viewer.measuredBox(),"
-                                       " document.getElementById('tracking').innerText])"))
+        deadline = time.monotonic() + 60
+        while True:  # a snapshot taken while it tracks (under load the bridge falls behind now and then)
+            over = json.loads(browser.eval("JSON.stringify([window.__viewer.measured, window.__viewer.robotBox(),"
+                                           " window.__viewer.measuredBox(),"
+                                           " document.getElementById('tracking').innerText])"))
+            arms = over[0]["mean"]["arms"]
+            if (arms is not None and arms < 0.3) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         browser.screenshot(tmp_path / "robot-over.png")
         browser.eval("document.getElementById('beside').click(), true")
         time.sleep(1.5)

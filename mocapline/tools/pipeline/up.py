@@ -125,7 +125,8 @@ def startup_lines(config: StackConfig, args: Any) -> list[str]:
         f"robots/viewers -> tcp://{config.bind_host}:{config.output_port}; logs in {config.log_dir}",
         "mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
                          if config.state_dir is not None else "plain links (--plain): nothing kept on disk"),
-        f"mocapline: NATS {config.nats_url}; /metrics on 9101-9105 (capture, retarget, streamer, viewer, auditor)",
+        f"mocapline: NATS {config.nats_url}; /metrics on 9101-9105 (capture, retarget, streamer, viewer, auditor)"
+        + (", 9107 (robot)" if config.robot else ""),
     ]
     if config.bind_host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("MOCAPLINE_CURVE_SERVER_KEY"):
         lines.append(f"mocapline: WARNING: the robot port is bound on {config.bind_host}, reachable from other "
