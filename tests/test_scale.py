@@ -83,6 +83,11 @@ def test_the_workers_heartbeats_make_the_retarget_line_and_say_who_owns_what() -
     table = format_table(read_stages(with_workers(services)))
     assert "  w1: performers 0, 300 frames" in table and "  w2: performers 1, 220 frames, 1 taken over" in table
     assert with_workers({"retarget": {"gmr_processed": 5}}) == {"retarget": {"gmr_processed": 5}}
+    # at a drain the live workers' sum is handed over; a lost worker's last heartbeat beside it
+    # (performer 1, whose count went on with the claim to w2) is not counted again
+    drained = {**with_workers({"capture": {}, "retarget.w2": beat({"0": 300, "1": 300}, 520, 1)}),
+               "retarget.w1": beat({"1": 100}, 100)}
+    assert read_stages(drained).retarget.gmr_processed == 600
 
 
 def test_the_auditor_takes_worker_heartbeats_and_forgets_a_silent_worker(monkeypatch) -> None:

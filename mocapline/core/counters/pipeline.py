@@ -66,12 +66,17 @@ def read_stages(answers: Mapping[str, Any]) -> Stages:
     the workers' sum is made here from their own answers."""
     found: dict[str, Any] = {}
     workers: dict[str, RetargetCounts] = {}
+    summed = answers.get("retarget")
+    # A summed line names the workers it was made of (the live ones at a drain): a worker's older
+    # heartbeat beside it (one lost for good, its performers taken over with their counts) is left out.
+    chosen = set(summed["workers"]) if isinstance(summed, dict) and isinstance(summed.get("workers"), dict) else None
     for name, body in answers.items():
         if not body or "error" in body or name == "auditor" or (name == "retarget" and "workers" in body):
             continue
         stage = name.partition(".")[0]
         if name.startswith("retarget."):
-            workers[name] = decode(RetargetCounts, body)
+            if chosen is None or name.partition(".")[2] in chosen:
+                workers[name] = decode(RetargetCounts, body)
         elif stage in ("capture", "retarget", "streamer", "viewer", "robot"):
             found[stage] = body
     return Stages(
