@@ -33,10 +33,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mocapline.core.frames import RobotFrame
 from mocapline.core.header import MessageType
@@ -78,38 +78,39 @@ def thread_cpu(pid: int) -> dict[str, float]:
     """A process's CPU seconds by kind of thread: ``main`` (the stage loop), ``zmq`` (ZeroMQ's I/O
     threads) and ``other`` (the bus, the metrics server, capture's receiver, ...). Threads that
     ended are not counted (the whole is ``cpu_seconds``)."""
-    out = {"main": 0.0, "zmq": 0.0, "other": 0.0}
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return out
-    for task in tasks:
-        try:
-            text = (task / "stat").read_text()
-        except OSError:
-            continue
-        comm = text[text.index("(") + 1:text.rindex(")")]
-        kind = "main" if task.name == str(pid) else "zmq" if comm.startswith("ZMQbg") else "other"
-        out[kind] += cpu_seconds_of(text)
-    return out
+    def read(text: str) -> tuple[str, float]:
+        return text[text.index("(") + 1:text.rindex(")")], cpu_seconds_of(text)
+
+    return {kind: float(seconds) for kind, seconds in _by_thread_kind(pid, "stat", read).items()}
 
 
 def wakeups(pid: int) -> dict[str, int]:
     """Voluntary context switches (a thread blocked, then woken) by kind of thread, live threads."""
-    out = {"main": 0, "zmq": 0, "other": 0}
+    def read(status: str) -> tuple[str, int]:
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        return fields.get("Name", "").strip(), int(fields.get("voluntary_ctxt_switches", "0"))
+
+    return _by_thread_kind(pid, "status", read)
+
+
+N = TypeVar("N", int, float)
+
+
+def _by_thread_kind(pid: int, filename: str, read: Callable[[str], tuple[str, N]]) -> dict[str, N]:
+    """``read`` (thread name, value) of each live thread's /proc file, summed by kind of thread:
+    ``main`` (the process's own), ``zmq`` (ZeroMQ's I/O threads, named ZMQbg...), ``other``."""
+    out: dict[str, Any] = {"main": 0, "zmq": 0, "other": 0}
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return out
     for task in tasks:
         try:
-            status = (task / "status").read_text()
+            name, value = read((task / filename).read_text())
         except OSError:
             continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        name = fields.get("Name", "").strip()
         kind = "main" if task.name == str(pid) else "zmq" if name.startswith("ZMQbg") else "other"
-        out[kind] += int(fields.get("voluntary_ctxt_switches", "0"))
+        out[kind] += value
     return out
 
 
