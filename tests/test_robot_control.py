@@ -170,3 +170,67 @@ def test_the_band_pulls_along_itself_and_damps_only_along_itself() -> None:
     assert np.allclose(sideways, at_rest)
     up = (BAND_ANCHOR - pelvis) / np.linalg.norm(BAND_ANCHOR - pelvis)
     assert np.allclose(band_force(pelvis, up), at_rest - BAND_D * up)
+
+
+class _Port:
+    """The robot port's receiving end, scripted: each ``recv`` that waits returns the next of
+    ``replies`` (None: nothing came within the wait) and records the wait; a look without a wait
+    finds nothing."""
+
+    def __init__(self, replies: list[object | None]) -> None:
+        self.replies = replies
+        self.waits: list[int] = []
+
+    def recv(self, timeout_ms: int) -> object | None:
+        if timeout_ms <= 0:
+            return None
+        self.waits.append(timeout_ms)
+        return self.replies.pop(0) if self.replies else None
+
+
+class _Dds:
+    def command_writer(self) -> object:
+        return self
+
+    def state_reader(self) -> object:
+        return self
+
+    def take(self, n: int) -> list[object]:
+        return []
+
+
+def _loop(port: _Port, rate_hz: float) -> object:
+    import dataclasses
+    from types import SimpleNamespace
+
+    from mocapline.services.robot.service import RobotLoop, RobotSettings
+
+    control = ControlSettings(rate_hz=rate_hz, bias=False)
+    settings = dataclasses.replace(RobotSettings.defaults(), control=control)
+    counters = RobotCounters()
+    controller = Controller(control, SafetyFilter(_limits()), counters)
+    return RobotLoop(settings, SimpleNamespace(rx=port, durable=None), controller, counters, _Dds())
+
+
+def test_a_frame_arriving_between_ticks_brings_the_tick_forward() -> None:
+    message = object()
+    port = _Port([message])
+    loop = _loop(port, rate_hz=2.0)  # a 500 ms period: the frame surely comes before the grid's tick
+    taken: list[object] = []
+    loop._frame = taken.append
+    loop.step()  # the first tick is due at once
+    scheduled = loop.next_tick
+    loop.step()
+    assert taken == [message] and len(port.waits) == 1  # it waited on the port, and the frame came
+    assert loop.last_tick < scheduled  # the tick came with the frame, not on the grid
+    assert loop.counters.early_ticks == 1
+    assert loop.next_tick == pytest.approx(loop.last_tick + 0.5)  # the grid moved with it
+
+
+def test_with_no_frame_the_tick_waits_for_the_grid() -> None:
+    port = _Port([])
+    loop = _loop(port, rate_hz=20.0)
+    loop.step()
+    scheduled = loop.next_tick
+    loop.step()
+    assert port.waits and loop.last_tick >= scheduled and loop.counters.early_ticks == 0
