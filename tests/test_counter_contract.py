@@ -227,7 +227,7 @@ DATA_KEYED = {"rcvbuf_granted", "paths", "positions", "rejected_by_reason", "con
 # The robot bridge's heartbeat as it was published before it became a typed record (issue 22).
 ROBOT_KEYS = ("robot_received", "robot_applied", "rejected_by_reason", "commands_sent", "command_rate_hz",
               "command_rate_mean_hz", "period_p99_ms", "deadline_misses", "clamps_by_reason", "stalls", "damped_s",
-              "catchup_ticks", "early_ticks", "estops", "transitions", "lowstate_received", "lowstate_rejected_by_reason",
+              "catchup_ticks", "estops", "transitions", "lowstate_received", "lowstate_rejected_by_reason",
               "lowstate_unsealed",
               "tracking_error_rad", "latency_p50_ms", "latency_p99_ms", "last_posture_index", "robot_state",
               "bridge_pending", "lag_s", "ended")

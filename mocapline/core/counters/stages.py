@@ -395,7 +395,6 @@ class RobotCounts:
     stalls: int = wire(metric=Metric("mocapline_robot_stalls_total"))
     damped_s: float = wire()
     catchup_ticks: int = wire(metric=Metric("mocapline_robot_catchup_ticks_total"))
-    early_ticks: int = wire()
     estops: int = wire(metric=Metric("mocapline_robot_estops_total"))
     transitions: dict[str, int] = wire()
     lowstate_received: int = wire()

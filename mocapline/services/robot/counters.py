@@ -51,7 +51,6 @@ class RobotCounters:
     stalls: int = 0  # times the stream ran dry while tracking (hold)
     damped_s: float = 0.0  # time in damping (stall past --stall-damp-ms, e-stop)
     catchup_ticks: int = 0  # commands played faster than 1x to make up lag
-    early_ticks: int = 0  # ticks brought forward by an arriving frame (its first command at once)
     transitions: Counter[str] = field(default_factory=Counter)  # "tracking->holding": n
     estops: int = 0
     lowstate_received: int = 0
@@ -130,7 +129,6 @@ class RobotCounters:
             stalls=self.stalls,
             damped_s=round(self.damped_s, 3),
             catchup_ticks=self.catchup_ticks,
-            early_ticks=self.early_ticks,
             estops=self.estops,
             transitions=dict(sorted(self.transitions.copy().items())),
             lowstate_received=self.lowstate_received,

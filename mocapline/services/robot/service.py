@@ -219,28 +219,11 @@ class RobotLoop:
 
     # --- the tick ---
 
-    def _wait(self) -> None:
-        """Until the next tick, unless a frame arrives first: then the tick comes at once, and the
-        next ones a period after it. A frame's first command leaves as it arrives instead of up to
-        a period later (0-2 ms at 500 Hz, the largest part of the bridge's own latency)."""
-        rx = self.links.rx
-        while True:
-            remaining = self.next_tick - time.monotonic()
-            whole_ms = int(remaining * 1000)  # ZeroMQ waits whole milliseconds: the rest is slept
-            if whole_ms <= 0 or self.controller.state == "estop":
-                if remaining > 0:
-                    time.sleep(remaining)
-                return
-            msg = rx.recv(timeout_ms=whole_ms)
-            if msg is not None:
-                self._frame(msg)
-                self.next_tick = time.monotonic()
-                self.counters.early_ticks += 1
-                return
-
     def step(self) -> bool:
-        self._wait()
         now = time.monotonic()
+        if now < self.next_tick:
+            time.sleep(self.next_tick - now)
+            now = time.monotonic()
         late = now - self.next_tick
         if late > self.period / 2:
             self.counters.deadline_misses += 1
