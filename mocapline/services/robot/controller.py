@@ -44,7 +44,7 @@ class ControlSettings:
     damping_kd: float = 2.0
     rest_after_end: bool = False
     max_speed: float = 1.25
-    lag_target_s: float = 0.005  # stream time queued beyond one frame interval and this: play faster
+    lag_target_s: float = 0.001  # stream time queued beyond one frame interval and this: play faster
 
 
 @dataclass

@@ -75,7 +75,7 @@ def build_parser() -> EnvArgumentParser:
                    help="rad kept from each joint's end stops")
     p.add_argument("--max-speed", type=positive_float, default=1.25,
                    help="fastest playback while catching up with the stream (1 = never faster)")
-    p.add_argument("--lag-target-ms", type=non_negative_float, default=5.0,
+    p.add_argument("--lag-target-ms", type=non_negative_float, default=1.0,
                    help="stream time queued ahead of the playback, beyond one frame interval, from which it "
                         "plays faster (up to --max-speed)")
     p.add_argument("--damping-kd", type=positive_float, default=2.0, help="kd while damping (kp 0)")

@@ -41,7 +41,7 @@ class Step:
 @dataclass
 class Timeline:
     max_speed: float = 1.25
-    lag_target_s: float = 0.005  # queued stream time beyond one frame interval that makes playback speed up
+    lag_target_s: float = 0.001  # queued stream time beyond one frame interval that makes playback speed up
     max_gap_s: float = 0.5  # a jump in stream time beyond this (or backwards) is not waited through
     velocity_limits: np.ndarray | None = None
     queue: deque[StreamFrame] = field(default_factory=deque)

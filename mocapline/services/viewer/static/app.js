@@ -38,6 +38,9 @@ scene.add(everyone);
 // performer on the left as the camera starts), each labelled with its avatar name: the performers'
 // own positions are kept, shifted by their slot.
 const SPACING_M = 1.3;
+// The physics robot 'beside' its target: far enough that two robots with their arms out sideways
+// do not overlap on the screen from the starting camera's diagonal view.
+const BESIDE_M = 1.8;
 const robots = new Map(); // avatar_index -> { group, bodies, label, posture }
 let template = null; // robot.json, its geometries and materials, shared by every robot
 
@@ -132,7 +135,7 @@ function placeGhost() {
   if (!ghost) return;
   const target = robots.get(ghost.avatar);
   ghost.group.position.copy(target ? target.group.position : new THREE.Vector3());
-  if ($('beside').checked) ghost.group.position.y += SPACING_M;
+  if ($('beside').checked) ghost.group.position.y += BESIDE_M;
 }
 
 // One update: [performers, then per performer: avatar_index, posture_index (-1: none), bodies x y z qw qx qy qz],
