@@ -197,3 +197,41 @@ def test_the_playback_sheds_the_lag_late_frames_leave() -> None:
     default = float(np.median(_start_delays(Timeline().lag_target_s)))
     loose = float(np.median(_start_delays(0.005)))
     assert default < 0.0025 < loose  # the default target keeps a frame's start near its arrival
+
+
+def _held_error(support: str | None, base: str, seconds: float = 3.0) -> dict[str, float]:
+    """The G1 in physics held at a bent pose (waist pitched, arms forward, elbows bent) by
+    Unitree's gains with the bias torque of ``support`` (None: no bias): mean |error| by group over
+    the last half."""
+    from mocapline.services.robot.bias import BiasTorque
+    from mocapline.tools.sim.physics import G1Physics, MotorCommand
+
+    bias = BiasTorque(support) if support else None
+    pose = STAND.copy()
+    pose[12:15] = (0.3, 0.2, 0.3)
+    pose[[15, 22]], pose[[18, 25]] = -1.0, 1.0
+    sim = G1Physics(base)
+    steps = int(seconds / sim.model.opt.timestep)
+    errors = []
+    for k in range(steps):
+        q = sim.data.qpos[sim.qadr].copy()
+        tau = bias(q, sim.data.qpos[3:7].copy()) if bias else np.zeros(29)
+        sim.command = MotorCommand(np.ones(29, dtype=bool), pose, np.zeros(29), tau, KP.astype(float),
+                                   KD.astype(float))
+        sim.step()
+        if k >= steps // 2:
+            errors.append(np.abs(sim.data.qpos[sim.qadr] - pose))
+    e = np.mean(errors, axis=0)
+    return {"legs": float(e[:12].mean()), "waist": float(e[12:15].mean()), "arms": float(e[15:].mean())}
+
+
+def test_the_bias_torque_holds_what_its_support_leaves_to_the_joints() -> None:
+    # on the band (a rope at the torso) the waist carries the pelvis and legs, not the torso: the
+    # bias of a held pelvis pulls the waist off; either bias takes the arms' weight off the gains
+    band = {s: _held_error(s, "band") for s in (None, "torso", "pelvis")}
+    assert band["torso"]["waist"] < 0.5 * band["pelvis"]["waist"], band
+    assert band["torso"]["arms"] < 0.2 * band[None]["arms"], band
+    # with the pelvis held still, MuJoCo's bias as it is: the waist and arms track almost exactly
+    fixed = {s: _held_error(s, "fixed") for s in ("torso", "pelvis")}
+    assert fixed["pelvis"]["waist"] < 0.01 < fixed["torso"]["waist"], fixed
+    assert fixed["pelvis"]["arms"] < 0.01, fixed

@@ -171,7 +171,7 @@ def test_a_browser_shows_the_sim_robot_over_the_target_with_the_tracking_error(p
     domain = private_domain()
     parts["sim"] = start_sim(domain, base="fixed")
     port = parts["port"] = Port(tmp_path / "port")
-    parts["robot"] = start_robot(domain, port, tmp_path / "robot", "--nats", "")
+    parts["robot"] = start_robot(domain, port, tmp_path / "robot", "--nats", "", "--support", "pelvis")
     web_port = free_tcp_port()
     parts["viewer"] = start_viewer(domain, port, web_port, tmp_path / "viewer")
     swing = motion(50 * 60)  # a minute of arm swing at 50 Hz (the test stops it sooner)

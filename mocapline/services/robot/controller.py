@@ -28,6 +28,7 @@ from mocapline.services.robot.timeline import Step, StreamFrame, Timeline
 log = logging.getLogger("mocapline.robot")
 
 BIAS_EVERY = 4
+SUPPORTS = ("torso", "pelvis")  # what holds the robot up (bias.py)
 STATES = ("waiting", "ramp_in", "tracking", "holding", "damping", "ended", "resting", "estop")
 
 

@@ -38,7 +38,7 @@ from mocapline.core.options import (
 from mocapline.core.stage import Links, Stage, StageError, StageSettings, add_stage_arguments
 from mocapline.core.transport import Received, add_curve_client_options, client_link
 from mocapline.core.udp import raise_priority
-from mocapline.services.robot.controller import Command, Controller, ControlSettings, Measured
+from mocapline.services.robot.controller import SUPPORTS, Command, Controller, ControlSettings, Measured
 from mocapline.services.robot.counters import RobotCounters
 from mocapline.services.robot.timeline import StreamFrame
 
@@ -65,6 +65,10 @@ def build_parser() -> EnvArgumentParser:
                    help="send no joint velocity feed-forward (dq = 0)")
     p.add_argument("--no-bias", dest="bias", action="store_false",
                    help="send no gravity/bias torque from the G1 model (tau = 0)")
+    p.add_argument("--support", choices=SUPPORTS, default="torso",
+                   help="what holds the robot up, for the bias torque: torso = a rope at the torso (Unitree's "
+                        "elastic band, `mocapline sim --base band`, a gantry), pelvis = the pelvis held still (a "
+                        "test stand, `mocapline sim --base fixed`); standing on its feet: --no-bias")
     p.add_argument("--stall-ms", type=positive_float, default=100.0,
                    help="no frame to play for this long while tracking: a stall (hold the last target)")
     p.add_argument("--stall-damp-ms", type=positive_float, default=1000.0,
@@ -96,6 +100,7 @@ class RobotSettings:
     domain: int
     interface: str
     require_lowstate_crc: bool
+    support: str
     range_margin: float
     estop_damp_s: float
     curve_client_key: str
@@ -345,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         links.rx.rejects = counters.rejected
         if links.durable is not None and links.durable.restored is not None:
             counters.restore(links.durable.restored)
-        controller = Controller(settings.control, SafetyFilter(limits), counters, BiasTorque())
+        controller = Controller(settings.control, SafetyFilter(limits), counters, BiasTorque(settings.support))
         dds = LowLevel(DdsSettings(settings.domain, settings.interface))
         stage.exits.callback(dds.close)
         loop = RobotLoop(settings, links, controller, counters, dds)
