@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -159,6 +160,7 @@ def run_clip(take: str, name: str, extra: list[str], domain: int, fps: float = S
     if final is None:
         raise RuntimeError(f"bench robot: the bridge left no final counts (see {work / 'robot.err'})")
     status = decode(RobotCounts, final)
+    shutil.rmtree(work, ignore_errors=True)  # kept only when something failed: its logs
     return {
         "take": take, "config": name, "source": "retargeted offline, played through a port",
         "stream_fps": fps, "retarget": summary,
