@@ -1,6 +1,7 @@
 """A rig for the robot bridge's tests: `mocapline sim` and `mocapline robot` as real processes on a
-private DDS domain restricted to loopback, the robot port played in this process (a FanoutSender
-fed frames at the stream's rate, as the streamer would), and a DDS spy on both topics."""
+private DDS domain restricted to loopback, the robot port played in this process
+(`mocapline.tools.port_player`: the streamer's FanoutSender fed frames at the stream's rate), and a
+DDS spy on both topics."""
 
 from __future__ import annotations
 
@@ -16,17 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import zmq
 
-from mocapline.core import pb
-from mocapline.core.fanout import FanoutSender
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
-from mocapline.core.reliable import NO_EPOCH
-from mocapline.core.segmentlog import LogConfig
-from mocapline.core.stagelog import Output, StageLog, StageRecord
-from mocapline.core.transport import lossless_socket
 from mocapline.robot.unitree.g1 import ARMS, STAND
-from mocapline.tools.pipeline.procs import free_tcp_port
+from mocapline.tools.port_player import PortPlayer, joint_frame
 
 _domains = itertools.count((os.getpid() * 7) % 100)
 
@@ -51,62 +44,13 @@ def motion(n: int, rate: float = 50.0, amplitude: float = 0.6, hz: float = 0.5) 
     return out
 
 
-def mocap_frame(i: int, q: np.ndarray, dq: np.ndarray, t: float) -> bytes:
-    return pb.MocapFrame(index=i, body_pos_w=[0.0, 0.0, 1.0], body_lin_vel_w=[0.0] * 3, body_quat_w=[1.0, 0, 0, 0],
-                         body_ang_vel_w=[0.0] * 3, joint_pos=list(q), joint_vel=list(dq), left_hand=[0.0] * 7,
-                         right_hand=[0.0] * 7, posture_index=1000 + i, posture_index_first=1000 + i,
-                         posture_index_last=1000 + i, capture_timestamp_us=time.time_ns() // 1000,
-                         source_time_s=t).SerializeToString()
+class Port(PortPlayer):
+    """The robot port, fed from this process: ``play`` sends (q, dq) frames at their stream rate."""
 
-
-class Port:
-    """The robot port, fed from this process: ``play`` sends frames at their stream rate."""
-
-    def __init__(self, state: Path) -> None:
-        self.endpoint = f"tcp://127.0.0.1:{free_tcp_port()}"
-        self.ctx = zmq.Context()
-        sock = lossless_socket(self.ctx, zmq.ROUTER, self.endpoint, bind=True)
-        self.log = StageLog(state, "stage", LogConfig(fsync="never"))
-        self.sender = FanoutSender(sock, self.log, G1_JOINT_COUNT, window=256)
-        self.lock = threading.Lock()
-        self.halt = threading.Event()
-        self.produced = 0
-        self.thread = threading.Thread(target=self._pump, daemon=True)
-        self.thread.start()
-
-    def _pump(self) -> None:
-        while not self.halt.is_set():
-            with self.lock:
-                self.sender.pump()
-            self.sender.sock.poll(2)
-
-    def play(self, frames: list[tuple[np.ndarray, np.ndarray]], rate: float = 50.0, start: int = 0,
-             end: bool = False) -> None:
-        t0 = time.monotonic()
-        for k, (q, dq) in enumerate(frames):
-            i = start + k
-            wait = t0 + k / rate - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            with self.lock:
-                self.sender.commit(StageRecord(NO_EPOCH, i, b"", [
-                    Output(MessageType.MOTION_FRAME, mocap_frame(i, q, dq, i / rate), time.time_ns() // 1000)]))
-                self.produced += 1
-        if end:
-            with self.lock:
-                self.sender.commit(StageRecord(NO_EPOCH, -1, b"", [Output(MessageType.END_OF_STREAM, b"", 0)]))
-
-    def counts(self) -> dict[str, int]:
-        with self.lock:
-            return self.sender.counts()
-
-    def close(self) -> None:
-        self.halt.set()
-        self.thread.join(5)
-        self.sender.close()
-        self.sender.sock.close(linger=0)
-        self.log.close()
-        self.ctx.term()
+    def play(self, frames: list[tuple[np.ndarray, np.ndarray]], rate: float = 50.0,  # type: ignore[override]
+             start: int = 0, end: bool = False) -> None:
+        super().play([joint_frame(start + k, q, dq, (start + k) / rate) for k, (q, dq) in enumerate(frames)],
+                     rate, start=start, end=end)
 
 
 class Spy:
