@@ -423,7 +423,8 @@ def check_viewer_draws_the_sim(stack: Stack) -> None:
              until=lambda health: health == "healthy")
         idle = viewer_counts()
         assert idle["lowstate_reading"] is False, idle  # no page open: no DDS reader
-        with connect(f"ws://127.0.0.1:{port}/ws", open_timeout=10) as ws:
+        # no keepalive pings: the viewer's server does not answer them while it streams poses
+        with connect(f"ws://127.0.0.1:{port}/ws", open_timeout=10, ping_interval=None) as ws:
             def measured_update() -> bool:
                 a = np.frombuffer(ws.recv(timeout=10), dtype="<f4")
                 rest = len(a) - 1 - int(a[0]) * (2 + 7 * nbody)  # after the performers: the measured robot
