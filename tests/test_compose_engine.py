@@ -8,7 +8,8 @@ packages (deploy/local-images.sh, then `docker compose build`: no image registry
 `docker compose --profile demo up -d --scale retarget=3` with capture, three retarget workers,
 streamer, viewer, auditor, emitter, NATS and Prometheus (Grafana, the collector and Jaeger have no
 local image: deploy/compose.local.yml) on free ports, under a project name of its own, so that it
-runs beside anything else on the host. The emitter plays a take of several performers.
+runs beside anything else on the host. The emitter plays a take of several performers. Then
+profile robot's sim: the viewer container reads its LowState for a page (issue 22).
 Where no engine can run it says why in one line and fails, unless MOCAPLINE_SKIP_ENGINE=1.
 """
 
