@@ -27,6 +27,15 @@ def test_accept_key_and_frame_lengths_follow_rfc_6455() -> None:
     assert websocket.frame(b"x" * 70000)[:10] == bytes([0x82, 127]) + struct.pack("!Q", 70000)
 
 
+def test_client_frames_are_unmasked_and_a_cut_off_one_is_dropped() -> None:
+    key = b"\x01\x02\x03\x04"
+    ping = bytes([0x89, 0x80 | 5]) + key + bytes(b ^ key[i % 4] for i, b in enumerate(b"hello"))
+    close = bytes([0x88, 0x80]) + key
+    assert websocket.client_frames(ping + close) == [(0x9, b"hello"), (0x8, b"")]
+    assert websocket.client_frames(ping[:-1]) == []
+    assert websocket.client_frames(bytes([0x82, 0x80 | 126, 0, 200]) + key + bytes(200)) == [(0x2, key * 50)]
+
+
 def test_durable_state_reads_as_rows() -> None:
     rows = readable_rows({"input_link": {"welcomed": True, "last": 41}, "log_bytes": 1024, "lag_s": 0.12345,
                           "acked": list(range(12))})
@@ -84,6 +93,7 @@ def test_poses_stream_only_to_an_open_page() -> None:
                     break
                 time.sleep(0.05)
             assert view.watching
+            assert ws.ping(b"alive").wait(10)  # a client's keep-alive is answered
             xpos, xquat = np.arange(9.0).reshape(3, 3), np.tile([1.0, 0, 0, 0], (3, 1))
             view.publish_poses([(0, 1234, xpos, xquat), (2, None, xpos + 1, xquat)])
             pose = np.frombuffer(ws.recv(timeout=10), "<f4")

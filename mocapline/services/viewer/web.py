@@ -272,7 +272,7 @@ class WebView:
         try:
             while not self._stopping.is_set():
                 new_seq, data = self.poses.next_after(seq, timeout=1.0)
-                if websocket.peer_closed(sock):
+                if websocket.serve_control(sock):
                     break
                 if new_seq != seq and data:
                     sock.sendall(websocket.frame(data))

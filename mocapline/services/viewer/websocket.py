@@ -1,7 +1,8 @@
 """The server side of RFC 6455 WebSockets, as much as the web viewer needs: the handshake on an
 http.server request, binary frames out, and noticing that the page went away. The page never
-sends data (only close and pong frames, which are read and discarded), so no message reassembly
-or unmasking of payloads is needed.
+sends data, only control frames: a close ends the connection, a ping is answered with its pong
+(clients that keep their connections alive with pings, as Python's `websockets` does by default,
+drop a server that never answers), anything else is discarded. No message reassembly is needed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 OP_BINARY = 0x2
 OP_CLOSE = 0x8
+OP_PING = 0x9
+OP_PONG = 0xA
 
 
 def accept_key(key: str) -> str:
@@ -49,8 +52,31 @@ def frame(payload: bytes, opcode: int = OP_BINARY) -> bytes:
     return head + payload
 
 
-def peer_closed(sock: socket.socket) -> bool:
-    """True when the page closed the socket (EOF or a close frame); anything else it sent is dropped."""
+def client_frames(data: bytes) -> list[tuple[int, bytes]]:
+    """The whole frames in ``data`` as (opcode, unmasked payload); a cut-off frame at the end is
+    dropped (control frames are at most 125 bytes: they come in one piece)."""
+    frames, at = [], 0
+    while at + 2 <= len(data):
+        opcode, masked, n = data[at] & 0x0F, data[at + 1] & 0x80, data[at + 1] & 0x7F
+        at += 2
+        if n >= 126:
+            width = 2 if n == 126 else 8
+            if at + width > len(data):
+                break
+            n = int.from_bytes(data[at:at + width], "big")
+            at += width
+        key = data[at:at + 4] if masked else b"\0\0\0\0"
+        at += 4 if masked else 0
+        if at + n > len(data):
+            break
+        payload = bytes(b ^ key[i % 4] for i, b in enumerate(data[at:at + n]))
+        frames.append((opcode, payload))
+        at += n
+    return frames
+
+
+def serve_control(sock: socket.socket) -> bool:
+    """Read what the page sent, answer its pings; True when it closed the socket (EOF or a close frame)."""
     readable, _, _ = select.select([sock], [], [], 0)
     if not readable:
         return False
@@ -58,4 +84,11 @@ def peer_closed(sock: socket.socket) -> bool:
         data = sock.recv(4096)
     except OSError:
         return True
-    return not data or (data[0] & 0x0F) == OP_CLOSE
+    if not data:
+        return True
+    for opcode, payload in client_frames(data):
+        if opcode == OP_CLOSE:
+            return True
+        if opcode == OP_PING:
+            sock.sendall(frame(payload, OP_PONG))
+    return False
