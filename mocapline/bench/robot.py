@@ -81,6 +81,7 @@ def run_take(name: str, extra: list[str], domain: int) -> dict[str, Any]:
         verdict = stack.verdict(finals)
     finally:
         stack.stop()
+    shutil.rmtree(state, ignore_errors=True)  # kept only when something failed: its logs
     stages = read_stages(finals)
     view, st = stages.viewer, stages.streamer
     return {
