@@ -133,3 +133,16 @@ def test_a_new_header_epoch_is_a_sender_restart_not_a_backward_jump() -> None:
     assert c.sender_restarts == 1 and c.frame_ids.backward == 0 and c.frame_ids.missing == 0
     c.observe_frame_id(SimpleNamespace(frame_id=3, epoch=9))
     assert c.frame_ids.backward == 1
+
+
+def test_latency_percentiles_are_not_held_from_an_empty_window() -> None:
+    """The percentiles are cached for a second, but a short take right after a reset is not
+    answered with the None its empty window gave a moment before (bench e2e's flat-out take)."""
+    from mocapline.services.viewer.apply import ViewerCounters
+
+    counters = ViewerCounters()
+    assert counters.latency_percentiles_ms() == {"latency_p50_ms": None, "latency_p99_ms": None}
+    for ms in (1, 2, 3, 4, 100):
+        counters.record_latency(ms / 1000)
+    got = counters.latency_percentiles_ms()
+    assert got["latency_p50_ms"] == pytest.approx(3.0) and got["latency_p99_ms"] > 90

@@ -116,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print("end-to-end latency, UDP arrival at capture -> qpos applied in the viewer (no rendering)")
     for name, r in result["latency"].items():
-        print(f"  {name:<9} p50 {r['p50_ms']:8.2f} ms   p99 {r['p99_ms']:8.2f} ms   ({r['applied']} frames)")
+        p50, p99 = (f"{v:8.2f}" if v is not None else "       -" for v in (r["p50_ms"], r["p99_ms"]))
+        print(f"  {name:<9} p50 {p50} ms   p99 {p99} ms   ({r['applied']} frames)")
     t = result["transport"]
     print("transport streamer -> viewer, same-size messages")
     print(f"  envelope (header + CRC + validation) {t['envelope_msgs_per_s']:>10.0f} msg/s")

@@ -52,6 +52,8 @@ class ViewerCounters:
     recent_latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=2_000))
     _percentiles: dict[str, float | None] | None = field(default=None, repr=False)
     _percentiles_at: float = field(default=0.0, repr=False)
+    _latencies_seen: int = field(default=0, repr=False)  # latencies recorded, ever
+    _percentiles_of: int = field(default=0, repr=False)  # ... when the percentiles were computed
 
     def observe_frame_id(self, header: Any) -> None:
         """Count the frame_id's continuity. A new header epoch is a sender that started its
@@ -65,6 +67,7 @@ class ViewerCounters:
 
     def record_latency(self, seconds: float) -> None:
         self.last_latency_s = seconds
+        self._latencies_seen += 1
         self.latencies_s.append(seconds)
         self.recent_latencies_s.append(seconds)
 
@@ -78,16 +81,20 @@ class ViewerCounters:
         return out
 
     def latency_percentiles_ms(self) -> dict[str, float | None]:
-        """p50 / p99 over the latest frames; computed at most once a second (the heartbeat, the
-        metrics sync and the web page all ask, and each answer would sort the whole window)."""
+        """p50 / p99 over the latest frames; computed again at most once a second (the heartbeat,
+        the metrics sync and the web page all ask, and each answer would sort the whole window),
+        but at once when the window has grown by a tenth since: a take of a fraction of a second
+        after a reset is not reported with the empty window's None."""
         now = time.monotonic()
-        if self._percentiles is None or now - self._percentiles_at >= 1.0:
+        seen = self._latencies_seen
+        grown = seen - self._percentiles_of > 0.1 * max(self._percentiles_of, 1)
+        if self._percentiles is None or grown or (seen != self._percentiles_of and now - self._percentiles_at >= 1.0):
             if not self.latencies_s:
                 self._percentiles = {"latency_p50_ms": None, "latency_p99_ms": None}
             else:
                 p50, p99 = np.percentile(np.fromiter(self.latencies_s, float), [50, 99]) * 1000.0
                 self._percentiles = {"latency_p50_ms": round(float(p50), 3), "latency_p99_ms": round(float(p99), 3)}
-            self._percentiles_at = now
+            self._percentiles_at, self._percentiles_of = now, seen
         return self._percentiles
 
     def durable_state(self, applied: int | None) -> dict[str, object]:
