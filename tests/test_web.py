@@ -5,19 +5,30 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 import time
 import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
-from helpers import published
+from helpers import published, wait_until
 from websockets.sync.client import connect
 
-from mocapline.core.counters import CaptureCounts, RetargetCounts, SegmentCounts, StreamerCounts, ViewerCounts
+from mocapline.core.bus import Bus
+from mocapline.core.counters import (
+    CaptureCounts,
+    FanInInfo,
+    RetargetCounts,
+    SegmentCounts,
+    StreamerCounts,
+    ViewerCounts,
+    WorkerInfo,
+    zero,
+)
 from mocapline.services.viewer import websocket
 from mocapline.services.viewer.scene import MeasuredPose, RobotScene
-from mocapline.services.viewer.web import LatencyHistory, WebView, page_data, readable_rows
+from mocapline.services.viewer.web import LatencyHistory, PipelineView, WebView, page_data, readable_rows
 
 
 def test_accept_key_and_frame_lengths_follow_rfc_6455() -> None:
@@ -58,6 +69,59 @@ def test_page_data_has_every_stage_and_the_verdict() -> None:
     assert d["verdict"]["state"] == "conserved" and d["verdict"]["missing_by_path"]["both"] == [[7, 8]]
     assert d["durable"] == [["a", "1"]] and d["viewer"] == {"viewer_applied": 6}
     assert d["performers"] == []
+
+
+def worker_answers() -> dict[str, dict[str, object]]:
+    """A take retargeted by two workers (no ``retarget`` service): w1 owns performer 0, w2 none."""
+    return {
+        "capture": published(CaptureCounts, source_received=5, human_frames_sent=5, source_unique_frames=5),
+        "retarget.w1": published(RetargetCounts, frames_in=5, robot_frames_sent=5, gmr_processed=5, pending=1,
+                                 performers={"0": {"frames_in": 5, "robot_frames_sent": 5, "gmr_processed": 5}},
+                                 worker=zero(WorkerInfo, name="w1", owned=[0])),
+        "retarget.w2": published(RetargetCounts, ik_failed=2, worker=zero(WorkerInfo, name="w2")),
+        "streamer": published(StreamerCounts, frames_in=5, zmq_sent=5, motion_generated=5,
+                              fan_in=zero(FanInInfo, workers=["w1", "w2"], live=["w1", "w2"])),
+        "viewer": published(ViewerCounts, viewer_received=5, viewer_applied=5),
+    }
+
+
+def test_page_data_sums_retarget_workers_into_the_retarget_row_and_lists_them() -> None:
+    d = page_data({"viewer_applied": 5}, worker_answers(), LatencyHistory(list))
+    assert d["stages"][1] == {"stage": "retarget", "in": 5, "out": 5, "pending": 1, "rejected": 2}
+    assert d["workers"] == [{"worker": "w1", "performers": [0], "frames": 5, "takeovers": 0},
+                            {"worker": "w2", "performers": [], "frames": 0, "takeovers": 0}]
+    assert d["verdict"]["gmr_processed"] == 5 and d["verdict"]["state"] == "conserved"
+
+
+def test_the_page_asks_the_workers_the_streamer_names(nats_server) -> None:
+    """Under compose (or `up --retarget-workers N`) no service answers as ``retarget``: the page
+    reads the workers the streamer's fan-in names, as `mocapline up`'s table does."""
+    answers = worker_answers()
+    buses = [Bus(nats_server.url, name, lambda: {}, interval_s=60).start() for name in answers]
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            for bus, name in zip(buses, answers, strict=True):
+                for req in bus.poll_requests():
+                    req.answer(answers[name])
+            time.sleep(0.01)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        assert all(bus.connected.wait(5) for bus in buses)
+        view = PipelineView(nats_server.url)
+        stages = wait_until(lambda: got if "capture" in (got := view.refresh()) else None, 10,
+                            interval=1.0, what="the stages to answer")
+        assert {"retarget.w1", "retarget.w2"} <= set(stages)
+        d = page_data({}, stages, LatencyHistory(list))
+        assert d["stages"][1]["out"] == 5 and [w["worker"] for w in d["workers"]] == ["w1", "w2"]
+    finally:
+        stop.set()
+        server.join(5)
+        for bus in buses:
+            bus.stop()
 
 
 def test_page_data_judges_each_performer_from_the_same_snapshot() -> None:

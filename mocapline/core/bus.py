@@ -382,3 +382,14 @@ async def request_in_order(url: str, services: list[str], cmd: str = "status",
         return out
 
     return await asyncio.wait_for(ask_all(), timeout * (len(services) + 1) + 5)
+
+
+async def request_stages(url: str, timeout: float = 2.0, also: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """Every stage's status, downstream first (``request_in_order``): what `mocapline up`'s table,
+    `status` and the web viewer's ledger read. Retarget as workers (``retarget.<name>``, no
+    ``retarget``): the streamer names the live ones (its fan-in), and each is asked after it and
+    before capture. ``also``: services asked last (the web viewer's auditor)."""
+    below = await request_in_order(url, ["robot", "viewer", "streamer"], "status", timeout)
+    workers = [f"retarget.{w}" for w in (below.get("streamer", {}).get("fan_in") or {}).get("live", [])]
+    above = await request_in_order(url, [*workers, "retarget", "capture", *also], "status", timeout)
+    return {**below, **above}

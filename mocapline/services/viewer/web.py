@@ -11,7 +11,8 @@ GET /robot.json    bodies, visual geoms and mesh layout (scene.RobotScene.descri
 GET /robot.bin     the meshes, gzip-encoded (scene.RobotScene.mesh_bytes, via scene.RobotAssets)
 GET /ws            WebSocket: one binary message per pose update (scene.RobotScene.pose_bytes), with the
                    measured robot (LowState, measured.py) where the viewer was given --robot-domain
-GET /ledger.json   the page's data: stage rows, verdict, viewer counters, latency history, durable rows
+GET /ledger.json   the page's data: stage rows (retarget's workers summed, and listed), verdict, viewer
+                   counters, latency history, durable rows
 GET /healthz       "ok" (compose healthchecks)
 GET /plots.json    the PNGs under --plots-dir (`mocapline plot` output), linked from the page
 GET /plots/NAME    one of them
@@ -36,13 +37,12 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from mocapline.core.counters import Stages, read_stages
+from mocapline.core.counters import RetargetTotals, Stages, read_stages
 from mocapline.core.verdict import performer_layers, pipeline_counts, stage_layers, stage_rows, with_verdict
 from mocapline.services.viewer import websocket
 from mocapline.services.viewer.scene import MeasuredPose, RobotAssets, RobotScene
 
 STATIC = resources.files("mocapline.services.viewer") / "static"
-STAGES_DOWNSTREAM_FIRST = ("robot", "viewer", "streamer", "retarget", "capture", "auditor")
 HISTORY_S = 60
 
 
@@ -107,8 +107,8 @@ def readable_rows(value: Any, prefix: str = "") -> list[list[str]]:
 
 
 class PipelineView:
-    """The stages' counts, read downstream first (one consistent picture), at most once a second
-    and only when a page asks."""
+    """The stages' counts, read downstream first (one consistent picture; retarget's workers
+    included, as `mocapline up`'s table reads them), at most once a second and only when a page asks."""
 
     def __init__(self, nats_url: str | None) -> None:
         self.nats_url = nats_url
@@ -122,11 +122,10 @@ class PipelineView:
         with self._lock:
             if time.monotonic() - self._asked >= 1.0:
                 self._asked = time.monotonic()
-                from mocapline.core.bus import request_in_order
+                from mocapline.core.bus import request_stages
 
                 try:
-                    self.stages = asyncio.run(request_in_order(self.nats_url, list(STAGES_DOWNSTREAM_FIRST),
-                                                               "status", timeout=1.0))
+                    self.stages = asyncio.run(request_stages(self.nats_url, timeout=1.0, also=("auditor",)))
                 except Exception:  # noqa: BLE001 - NATS down: the page shows the viewer's own counts
                     self.stages = {}
             return self.stages
@@ -147,6 +146,15 @@ def performer_rows(stages: Stages) -> list[dict[str, Any]]:
     return rows
 
 
+def worker_rows(stages: Stages) -> list[dict[str, Any]]:
+    """Retarget as workers (the retarget row is their sum, made by read_stages): who owns which
+    performers and the frames each retargeted, as `mocapline up`'s table lists them."""
+    if not isinstance(stages.retarget, RetargetTotals):
+        return []
+    return [{"worker": name, "performers": w.owned, "frames": w.frames, "takeovers": w.takeovers}
+            for name, w in stages.retarget.workers.items()]
+
+
 def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency: LatencyHistory) -> dict[str, Any]:
     """Everything the page shows, in one answer."""
     # The stage rows come from one snapshot (read downstream first); the viewer's own counters,
@@ -164,6 +172,7 @@ def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency
     return {
         "stages": [dict(zip(("stage", "in", "out", "pending", "rejected"), row, strict=True))
                    for row in stage_rows(typed)],
+        "workers": worker_rows(typed),
         "verdict": verdict,
         "viewer": viewer_rows,
         "latency": latency.as_dict(),

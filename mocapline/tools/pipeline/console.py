@@ -6,7 +6,7 @@ nothing above it is ever wiped. Notices (a service's warning or error from its l
 printed once, between the two, where they scroll up with the start-up lines.
 
 The table is one consistent picture: the stages are asked downstream first
-(``bus.request_in_order``), so no stage shows more frames than the one that feeds it.
+(``bus.request_stages``), so no stage shows more frames than the one that feeds it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from mocapline.core.bus import request_in_order
+from mocapline.core.bus import request_stages
 from mocapline.core.counters import RetargetTotals, Stages, WorkerShare, from_parts, read_stages
 from mocapline.core.verdict import stage_rows
 from mocapline.services.auditor.audit import audit, with_workers
@@ -33,16 +33,14 @@ _SERVICE_SAYS = re.compile(r"^(mocapline \w+: .*)$")
 
 
 def snapshot(nats_url: str, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
-    """Every stage's counts, read downstream first (one consistent picture); {} when NATS is down.
-    Retarget as workers: the streamer names the live ones (its fan-in), each is asked after it and
-    before capture, and ``retarget`` is their sum (``with_workers``)."""
+    """Every stage's counts, read downstream first (``bus.request_stages``: one consistent picture,
+    retarget's workers included); {} when NATS is down. Retarget as workers: ``retarget`` is their
+    sum (``with_workers``)."""
     try:
-        below = asyncio.run(request_in_order(nats_url, ["robot", "viewer", "streamer"], "status", timeout))
-        workers = [f"retarget.{w}" for w in (below.get("streamer", {}).get("fan_in") or {}).get("live", [])]
-        above = asyncio.run(request_in_order(nats_url, [*workers, "retarget", "capture"], "status", timeout))
+        stages = asyncio.run(request_stages(nats_url, timeout))
     except Exception:  # noqa: BLE001 - the next tick asks again
         return {}
-    return with_workers({**below, **above})
+    return with_workers(stages)
 
 
 def verdict_line(stages: dict[str, dict[str, Any]]) -> str:

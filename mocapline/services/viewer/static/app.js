@@ -318,8 +318,11 @@ function drawPerformers(rows) {
 async function refreshLedger() {
   try {
     const d = await (await fetch('/ledger.json', { cache: 'no-store' })).json();
+    const workers = (d.workers || []).map((w) =>
+      `<tr class="worker"><td>&nbsp;&nbsp;${esc(w.worker)}</td><td colspan="4" class="muted">performers ${esc(w.performers.join(',') || '-')}, ${fmt(w.frames)} frames${w.takeovers ? `, ${fmt(w.takeovers)} taken over` : ''}</td></tr>`).join('');
     $('stages').tBodies[0].innerHTML = d.stages.map((r) =>
-      `<tr><td>${r.stage}</td><td>${fmt(r.in)}</td><td>${fmt(r.out)}</td><td>${fmt(r.pending)}</td><td class="${r.rejected > 0 ? 'bad' : ''}">${fmt(r.rejected)}</td></tr>`).join('');
+      `<tr><td>${r.stage}</td><td>${fmt(r.in)}</td><td>${fmt(r.out)}</td><td>${fmt(r.pending)}</td><td class="${r.rejected > 0 ? 'bad' : ''}">${fmt(r.rejected)}</td></tr>` +
+      (r.stage === 'retarget' ? workers : '')).join('');
     const v = d.verdict;
     const badge = $('verdict');
     if (v) {
