@@ -9,11 +9,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from helpers import published
 
 from mocapline.core.counters import CaptureCounts, RetargetCounts, StreamerCounts, ViewerCounts, read_stages
+from mocapline.core.lifecycle import stop_on_signals
 from mocapline.core.options import EnvArgumentParser, non_negative_float, parse_index_list, positive_int
 from mocapline.tools.pipeline.console import LiveConsole, LogWatch, verdict_line
 from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
@@ -83,7 +86,7 @@ def test_a_signal_while_starting_raises_and_while_running_only_asks_to_stop() ->
         assert info.value.phase is Phase.STARTING
         guard.enter(Phase.RUNNING)
         os.kill(os.getpid(), signal.SIGTERM)
-        assert guard.stop.is_set()  # no exception: the main loop drains
+        assert guard.stop.wait(5)  # no exception: the main loop drains
         guard.enter(Phase.DRAINING)
         with pytest.raises(Interrupted):  # the next one while draining: stop at once
             os.kill(os.getpid(), signal.SIGINT)
@@ -93,6 +96,40 @@ def test_a_signal_while_starting_raises_and_while_running_only_asks_to_stop() ->
         os.kill(os.getpid(), signal.SIGINT)  # noted, ignored
         assert guard.signals == 4
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _returns_while_the_event_is_locked(handler, stop: threading.Event) -> bool:
+    """Call ``handler`` as a signal would, while ``stop``'s lock is held (as the main thread holds
+    it inside ``stop.wait()`` just after a timeout): True when it returned before the lock was
+    let go, and ``stop`` was set after."""
+    held, released = threading.Event(), []
+
+    def owner() -> None:
+        with stop._cond:  # type: ignore[attr-defined]
+            held.set()
+            time.sleep(1.0)
+            released.append(True)
+
+    t = threading.Thread(target=owner)
+    t.start()
+    held.wait(5)
+    handler(signal.SIGTERM, None)
+    returned_first = not released
+    t.join()
+    return returned_first and stop.wait(5)
+
+
+def test_a_signal_handler_never_waits_for_the_stop_events_lock() -> None:
+    guard = SignalGuard()
+    guard.enter(Phase.RUNNING)
+    assert _returns_while_the_event_is_locked(guard._handle, guard.stop)
+    previous = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        stop = stop_on_signals()
+        assert _returns_while_the_event_is_locked(signal.getsignal(signal.SIGTERM), stop)
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
 
 
 def test_stray_children_are_found_and_stopped() -> None:

@@ -31,10 +31,18 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(level=level, format=LOG_FORMAT)
 
 
+def set_from_handler(event: threading.Event) -> None:
+    """Set ``event`` from a signal handler. A handler runs in the main thread between two
+    bytecodes, possibly inside that thread's own ``event.wait()`` just after a timeout, where it
+    holds the event's lock: ``event.set()`` there waits for itself forever (`mocapline up` hung
+    after a Ctrl-C so, now and then). Another thread sets it once the lock is free."""
+    threading.Thread(target=event.set, name="set-from-signal", daemon=True).start()
+
+
 def stop_on_signals() -> threading.Event:
     """An Event that SIGTERM or SIGINT sets: a service loops ``while not stop.is_set()`` and then
     shuts down cleanly (final flush, END_OF_STREAM, final counts) instead of dying mid-frame."""
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: set_from_handler(stop))
+    signal.signal(signal.SIGINT, lambda *_: set_from_handler(stop))
     return stop

@@ -21,6 +21,8 @@ from enum import Enum
 from types import FrameType
 from typing import Any
 
+from mocapline.core.lifecycle import set_from_handler
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_INTERRUPTED = 130  # as a shell reports a command ended by Ctrl-C
 
@@ -63,7 +65,7 @@ class SignalGuard:
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         self.signals += 1
-        self.stop.set()
+        set_from_handler(self.stop)
         if self.phase is Phase.STARTING or (self.phase is Phase.DRAINING and self.signals > self._signals_at_drain):
             raise Interrupted(self.phase, signum)
 
