@@ -171,6 +171,19 @@ def test_ctrl_c_while_running_drains_and_prints_the_final_ledger(tmp_path) -> No
     assert_nothing_left(term, ports)
 
 
+def test_a_hangup_drains_and_leaves_nothing_running(tmp_path) -> None:
+    """The terminal closed (or the ssh session dropped): SIGHUP reaches `up` alone (the services
+    run in sessions of their own). It ends the take as Ctrl-C does instead of dying and leaving
+    every service running on its ports."""
+    args, ports = up_args(tmp_path)
+    term = Terminal.start(*args)
+    term.wait_for("verdict: running", timeout=90)
+    os.kill(term.proc.pid, signal.SIGHUP)
+    assert term.finish() == 0, term.text
+    assert "state                     conserved" in term.text, term.text
+    assert_nothing_left(term, ports)
+
+
 def test_a_second_ctrl_c_while_draining_stops_at_once(tmp_path) -> None:
     args, ports = up_args(tmp_path)
     term = Terminal.start(*args)

@@ -40,9 +40,9 @@ def set_from_handler(event: threading.Event) -> None:
 
 
 def stop_on_signals() -> threading.Event:
-    """An Event that SIGTERM or SIGINT sets: a service loops ``while not stop.is_set()`` and then
+    """An Event that SIGTERM, SIGINT or SIGHUP sets: a service loops ``while not stop.is_set()`` and then
     shuts down cleanly (final flush, END_OF_STREAM, final counts) instead of dying mid-frame."""
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: set_from_handler(stop))
-    signal.signal(signal.SIGINT, lambda *_: set_from_handler(stop))
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: its terminal closed
+        signal.signal(signum, lambda *_: set_from_handler(stop))
     return stop

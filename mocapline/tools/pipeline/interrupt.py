@@ -1,4 +1,6 @@
-"""Ctrl-C and SIGTERM for the tools that start a pipeline (`up`, `demo`, `record`).
+"""Ctrl-C, SIGTERM and SIGHUP (the terminal closed, the ssh session dropped) for the tools that
+start a pipeline (`up`, `demo`, `record`): the services run in sessions of their own, so a
+hangup reaches the tool alone, and the tool must not die leaving them running.
 
 The tools run in phases, and a signal means something different in each:
 
@@ -23,7 +25,7 @@ from typing import Any
 
 from mocapline.core.lifecycle import set_from_handler
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_INTERRUPTED = 130  # as a shell reports a command ended by Ctrl-C
 
 
