@@ -5,7 +5,6 @@ delivered + unconfirmed + pending always equals what was produced."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -15,13 +14,11 @@ import zmq
 from mocapline.client import ClientSettings, MocapClient
 from mocapline.core import pb
 from mocapline.core.counters import FanoutCounts, RobotConsumerCounts, from_parts
-from mocapline.core.fanout import FanoutSender
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.reliable import NO_EPOCH
-from mocapline.core.segmentlog import LogConfig
-from mocapline.core.stagelog import Output, StageLog, StageRecord
-from mocapline.core.transport import lossless_socket, server_link
+from mocapline.core.stagelog import Output, StageRecord
 from mocapline.tools.pipeline.procs import free_tcp_port
+from mocapline.tools.port_player import PortPlayer
 
 
 def mocap(i: int, avatar: int = 0) -> bytes:
@@ -31,51 +28,21 @@ def mocap(i: int, avatar: int = 0) -> bytes:
                          avatar_index=avatar).SerializeToString()
 
 
-class Port:
-    """A FanoutSender pumped from a thread (as the streamer's loop does)."""
+class Port(PortPlayer):
+    """The streamer's fan-out sender pumped from a thread (``PortPlayer``), fed numbered frames."""
 
     def __init__(self, state: Path, endpoint: str, push: bool = False, max_backlog: int = 10_000,
                  curve: dict[str, str] | None = None, segment_bytes: int = 64 << 20) -> None:
-        self.ctx = zmq.Context()
-        self.auth = None
-        if curve:
-            sock, self.auth = server_link(self.ctx, zmq.ROUTER, endpoint, **curve)
-        else:
-            sock = lossless_socket(self.ctx, zmq.PUSH if push else zmq.ROUTER, endpoint, bind=True)
-        self.log = StageLog(state, "stage", LogConfig(fsync="never", max_segment_bytes=segment_bytes))
-        self.sender = FanoutSender(sock, self.log, G1_JOINT_COUNT, window=64, push=push, max_backlog=max_backlog)
-        self.lock = threading.Lock()
-        self.halt = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.halt.is_set():
-            with self.lock:
-                self.sender.pump()
-            self.sender.sock.poll(5)
+        super().__init__(state, endpoint, window=64, push=push, max_backlog=max_backlog, curve=curve,
+                         segment_bytes=segment_bytes)
 
     def produce(self, values: range, end: bool = False, performers: int = 1) -> None:
         with self.lock:
             for v in values:
                 outputs = [Output(MessageType.MOTION_FRAME, mocap(v, k), v) for k in range(performers)]
                 self.sender.commit(StageRecord(NO_EPOCH, v, b"", outputs))
-            if end:
-                self.sender.commit(StageRecord(NO_EPOCH, -1, b"", [Output(MessageType.END_OF_STREAM, b"", 0)]))
-
-    def counts(self) -> dict[str, int]:
-        with self.lock:
-            return self.sender.counts()
-
-    def close(self) -> None:
-        self.halt.set()
-        self.thread.join(5)
-        self.sender.close()
-        self.sender.sock.close(linger=0)
-        self.log.close()
-        if self.auth is not None:
-            self.auth.stop()
-        self.ctx.term()
+        if end:
+            self.end()
 
 
 def collect(client: MocapClient, n: int, timeout_s: float = 20.0) -> list[int]:

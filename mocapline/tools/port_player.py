@@ -20,12 +20,12 @@ import zmq
 
 from mocapline.core import pb
 from mocapline.core import quat as Q
-from mocapline.core.fanout import FanoutSender
+from mocapline.core.fanout import DEFAULT_MAX_BACKLOG, FanoutSender
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.reliable import NO_EPOCH
 from mocapline.core.segmentlog import LogConfig
 from mocapline.core.stagelog import Output, StageLog, StageRecord
-from mocapline.core.transport import lossless_socket
+from mocapline.core.transport import lossless_socket, server_link
 from mocapline.tools.pipeline.procs import free_tcp_port
 
 FIRST_POSTURE_INDEX = 1000
@@ -79,12 +79,21 @@ class PortPlayer:
     """The robot port on a free loopback port (or ``endpoint``), its sender pumped in a thread;
     ``play`` commits frames at their stream rate, as the streamer would."""
 
-    def __init__(self, state: Path, endpoint: str | None = None, window: int = 256) -> None:
+    def __init__(self, state: Path, endpoint: str | None = None, window: int = 256, *, push: bool = False,
+                 max_backlog: int = DEFAULT_MAX_BACKLOG, curve: dict[str, str] | None = None,
+                 segment_bytes: int = LogConfig.max_segment_bytes) -> None:
+        """``push``, ``max_backlog``: as the streamer's ``FanoutSender``; ``curve``: the
+        ``server_link`` keys of a CURVE port; ``segment_bytes``: the log's segment size."""
         self.endpoint = endpoint or f"tcp://127.0.0.1:{free_tcp_port()}"
         self.ctx = zmq.Context()
-        sock = lossless_socket(self.ctx, zmq.ROUTER, self.endpoint, bind=True)
-        self.log = StageLog(state, "stage", LogConfig(fsync="never"))
-        self.sender = FanoutSender(sock, self.log, G1_JOINT_COUNT, window=window)
+        self.auth = None
+        if curve:
+            sock, self.auth = server_link(self.ctx, zmq.ROUTER, self.endpoint, **curve)
+        else:
+            sock = lossless_socket(self.ctx, zmq.PUSH if push else zmq.ROUTER, self.endpoint, bind=True)
+        self.log = StageLog(state, "stage", LogConfig(fsync="never", max_segment_bytes=segment_bytes))
+        self.sender = FanoutSender(sock, self.log, G1_JOINT_COUNT, window=window, push=push,
+                                   max_backlog=max_backlog)
         self.lock = threading.Lock()
         self.halt = threading.Event()
         self.produced = 0
@@ -136,4 +145,6 @@ class PortPlayer:
         self.sender.close()
         self.sender.sock.close(linger=0)
         self.log.close()
+        if self.auth is not None:
+            self.auth.stop()
         self.ctx.term()
