@@ -44,8 +44,8 @@ class ControlSettings:
     min_ramp_s: float = 0.3
     damping_kd: float = 2.0
     rest_after_end: bool = False
-    max_speed: float = 1.25
-    lag_target_s: float = 0.001  # stream time queued beyond one frame interval and this: play faster
+    max_speed: float = Timeline.max_speed  # the playback's catch-up policy is the timeline's
+    lag_target_s: float = Timeline.lag_target_s
 
 
 @dataclass

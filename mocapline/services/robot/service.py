@@ -77,9 +77,9 @@ def build_parser() -> EnvArgumentParser:
                    help="rad/s of the largest joint move while ramping in (start, after damping) or to rest")
     p.add_argument("--range-margin", type=non_negative_float, default=0.05,
                    help="rad kept from each joint's end stops")
-    p.add_argument("--max-speed", type=positive_float, default=1.25,
+    p.add_argument("--max-speed", type=positive_float, default=ControlSettings.max_speed,
                    help="fastest playback while catching up with the stream (1 = never faster)")
-    p.add_argument("--lag-target-ms", type=non_negative_float, default=1.0,
+    p.add_argument("--lag-target-ms", type=non_negative_float, default=ControlSettings.lag_target_s * 1000,
                    help="stream time queued ahead of the playback, beyond one frame interval, from which it "
                         "plays faster (up to --max-speed)")
     p.add_argument("--damping-kd", type=positive_float, default=2.0, help="kd while damping (kp 0)")
