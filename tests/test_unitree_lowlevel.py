@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import numpy as np
@@ -162,3 +163,13 @@ def test_an_unsealed_state_is_told_from_a_corrupted_one() -> None:
     assert LOW_STATE.crc_status(state) == "ok"
     state["motor_state"]["q"][4] += 0.01
     assert LOW_STATE.crc_status(state) == "mismatch"
+
+
+def test_bench_lowcmd_times_both_codecs(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("mocapline.robot.unitree.idl")
+    from mocapline.bench.lowcmd import main
+
+    assert main(["--number", "5", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result) == {"lowcmd_ours_us", "lowcmd_cyclonedds_us", "lowstate_ours_us", "lowstate_cyclonedds_us"}
+    assert all(v > 0 for v in result.values())

@@ -1,4 +1,4 @@
-"""``mocapline bench <name>``: capture (parse + FK), retarget, e2e, tracing, durability, metrics, viewer, cost.
+"""``mocapline bench <name>``: one benchmark a module, each printing ratios measured side by side.
 
 Each benchmark is a module with ``main(argv) -> int``, imported only when asked for.
 """
@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "robot": ("mocapline.bench.robot", "the robot bridge driving the sim: rate, latency, tracking"),
     "cost": ("mocapline.bench.cost", "CPU per frame of each process beside its stage's kernel, overhead, profile"),
     "metrics": ("mocapline.bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
+    "lowcmd": ("mocapline.bench.lowcmd", "one LowCmd onto DDS and one LowState off it, ours vs cyclonedds' serializer"),
 }
 
 

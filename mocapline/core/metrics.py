@@ -18,9 +18,9 @@ How the values get there, at no cost to the frame path:
   goes down: a source that went down was reset, and counting restarts from its new value (sync runs
   right before every reset, so nothing is lost). Per take counts are ``increase(...[$__range])``;
   the current take's ledger as judged is the auditor's ``mocapline_ledger{field}``.
-- **Histograms are observed per frame** with ``FastHistogram``: a bisect and two additions, about
-  0.3 us here, where prometheus-client's ``Histogram.observe`` (lock, per-bucket loop) costs about
-  2 us; the buckets are published to the exporter at sync time.
+- **Histograms are observed per frame** with ``FastHistogram``: a bisect and two additions, several
+  times cheaper than prometheus-client's ``Histogram.observe`` (lock, per-bucket loop; ``mocapline
+  bench metrics``, docs/benchmarks.md); the buckets are published to the exporter at sync time.
 - **Gauges** (pending depths, last posture_index, the auditor's verdict) are set at sync time.
 
 Every label value a service knows at start-up (its stage, directions, reject reasons, missing-index
@@ -285,7 +285,7 @@ def static_series(cls: type, labels: tuple[tuple[str, str], ...] = ()) -> dict[S
 
 
 class FastHistogram:
-    """One histogram series: observe() in the frame path (~0.3 us), publish() at sync time."""
+    """One histogram series: observe() in the frame path, publish() at sync time."""
 
     __slots__ = ("_bounds", "_counts", "_published", "_sum")
 

@@ -1,6 +1,7 @@
 """Cyclone DDS around the low-level topics: a domain (its id and network interface), and raw
 writers/readers that move the messages' CDR bytes (:mod:`lowlevel`) without cyclonedds' Python
-(de)serializer (~550 us per LowCmd against ~35 us here: at 500 Hz, a quarter of a core).
+(de)serializer, which at 500 Hz would cost the bridge a large share of a core
+(``mocapline bench lowcmd``; docs/benchmarks.md, Robot).
 
 The topics are registered with the IDL types of :mod:`idl`, so discovery and type matching with
 Unitree's peers are the ordinary ones; only the payload bytes are made here. This uses
