@@ -20,7 +20,14 @@ import pytest
 from helpers import wait_until
 
 from mocapline.tools.emitter.emitter import TakePlan, emit_take
-from mocapline.tools.pipeline.procs import child_pids, free_tcp_port, free_udp_port, port_free
+from mocapline.tools.pipeline.procs import (
+    child_pids,
+    describe_process,
+    free_tcp_port,
+    free_udp_port,
+    port_free,
+    process_alive,
+)
 from mocapline.tools.pipeline.stack import Stack, local_config
 
 pytestmark = pytest.mark.integration
@@ -182,6 +189,33 @@ def test_a_hangup_drains_and_leaves_nothing_running(tmp_path) -> None:
     assert term.finish() == 0, term.text
     assert "state                     conserved" in term.text, term.text
     assert_nothing_left(term, ports)
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        children = child_pids(todo.pop())
+        found += children
+        todo += children
+    return found
+
+
+def test_up_killed_with_sigkill_leaves_no_service_running(tmp_path) -> None:
+    """`kill -9` of `up` runs none of its clean-up: each process it started (in a session of its
+    own, so no signal reaches it) sees its supervisor gone and stops by itself, NATS included, and
+    every port is free again."""
+    args, ports = up_args(tmp_path)
+    term = Terminal.start(*args)
+    term.wait_for("verdict: running", timeout=90)
+    started = _descendants(term.proc.pid)
+    assert len(started) >= 7, started  # NATS, capture's holder and capture, retarget, streamer, viewer, auditor, emit
+    term.proc.kill()
+    term.proc.wait()
+    wait_until(lambda: not any(process_alive(pid) for pid in started), timeout=30,
+               what="every process `up` started to stop")
+    for port, kind in ports:
+        assert port_free(port, kind, "0.0.0.0"), f"port {port} still taken by {[describe_process(p) for p in started]}"
+    os.close(term.master)
 
 
 def test_a_second_ctrl_c_while_draining_stops_at_once(tmp_path) -> None:

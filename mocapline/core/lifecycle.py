@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
+import os
 import signal
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+# Set by a supervisor (`mocapline up`, capture's socket holder) in the environment of each process
+# it starts: its own pid. A process whose parent is that pid stops when the parent is gone.
+SUPERVISOR_ENV = "MOCAPLINE_SUPERVISOR_PID"
+SUPERVISOR_POLL_S = 0.5
+PR_SET_PDEATHSIG = 1
+
+log = logging.getLogger("mocapline.lifecycle")
 
 
 def _log_level(text: str) -> str:
@@ -40,9 +51,50 @@ def set_from_handler(event: threading.Event) -> None:
 
 
 def stop_on_signals() -> threading.Event:
-    """An Event that SIGTERM, SIGINT or SIGHUP sets: a service loops ``while not stop.is_set()`` and then
-    shuts down cleanly (final flush, END_OF_STREAM, final counts) instead of dying mid-frame."""
+    """An Event that SIGTERM, SIGINT or SIGHUP sets, and the end of the supervisor that started this
+    process (``watch_supervisor``): a service loops ``while not stop.is_set()`` and then shuts
+    down cleanly (final flush, END_OF_STREAM, final counts) instead of dying mid-frame."""
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: its terminal closed
         signal.signal(signum, lambda *_: set_from_handler(stop))
+    watch_supervisor(stop.set)
     return stop
+
+
+def supervised_env() -> dict[str, str]:
+    """What a supervisor adds to the environment of a process it starts (see ``watch_supervisor``)."""
+    return {SUPERVISOR_ENV: str(os.getpid())}
+
+
+def watch_supervisor(on_gone: Callable[[], None], poll_s: float = SUPERVISOR_POLL_S) -> bool:
+    """Call ``on_gone`` once the supervisor that started this process is gone (killed with -9,
+    say): services run in sessions of their own, so nothing else would end them and they would
+    hold their ports. The parent's pid is watched (the process is handed to another parent when it
+    dies) rather than asking the kernel for a signal, which would follow the thread that started
+    the process, not the process. Only a process whose parent is the one named in its
+    environment watches: what a service starts inherits the variable but not the parent."""
+    named = os.environ.get(SUPERVISOR_ENV, "")
+    if not named.isdigit() or int(named) != os.getppid():
+        return False
+    supervisor = int(named)
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(poll_s)
+        log.warning("the supervisor (pid %d) is gone: stopping", supervisor)
+        on_gone()
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
+    return True
+
+
+def interrupt_self() -> None:
+    """What Ctrl-C does, from any thread: KeyboardInterrupt in the main thread."""
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def die_with_parent() -> None:
+    """For ``Popen(preexec_fn=...)`` of a program that cannot watch its parent itself (nats-server):
+    the kernel sends it SIGTERM when the thread that started it ends. Use it only from the main
+    thread, whose end is the process's."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mocapline.core.lifecycle import interrupt_self, watch_supervisor
 from mocapline.core.options import (
     EnvArgumentParser,
     non_negative_float,
@@ -352,6 +353,7 @@ def parse_performer_skip(text: str) -> tuple[int, list[int]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    watch_supervisor(interrupt_self)  # under `up --demo` it loops: it ends when `up` is gone
     try:
         if args.dest is None:
             args.dest = [] if args.tcp_listen else ["127.0.0.1:7014"]

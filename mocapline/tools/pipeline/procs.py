@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mocapline.core.lifecycle import supervised_env
+
 
 def port_free(port: int, kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, kind) as s:
@@ -75,7 +77,7 @@ class Service:
     command: str = ""  # the `mocapline` subcommand when it is not ``name`` (retarget workers)
 
     def start(self, stdout: Any = subprocess.PIPE, stderr: Any = None) -> None:
-        env = {**os.environ, **self.env}
+        env = {**os.environ, **self.env, **supervised_env()}  # it stops when this process is gone
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "mocapline.cli", self.command or self.name, *self.args],
             stdout=stdout,
@@ -167,10 +169,10 @@ def kill_children(timeout: float = 3.0) -> list[int]:
     for pid in pids:
         signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+    while time.monotonic() < deadline and any(process_alive(pid) for pid in pids):
         time.sleep(0.05)
     for pid in pids:
-        if _alive(pid):
+        if process_alive(pid):
             signal_group(pid, signal.SIGKILL)
     for pid in pids:
         with contextlib.suppress(ChildProcessError):
@@ -178,7 +180,7 @@ def kill_children(timeout: float = 3.0) -> list[int]:
     return pids
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):

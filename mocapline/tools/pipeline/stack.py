@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 from mocapline.core.bus import nats_server_binary, request
 from mocapline.core.counters import STAGE_TYPES, decode_stage
+from mocapline.core.lifecycle import die_with_parent
 from mocapline.services.auditor.audit import audit, with_workers
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.plan import Planned, StackConfig, as_worker, capture_ports, plan
@@ -192,8 +194,11 @@ class Stack:
         if self.config.retarget_workers:  # the worker assignment is a JetStream key-value bucket
             store = (self.config.state_dir or Path(tempfile.mkdtemp(prefix="mocapline-nats-"))) / "nats"
             jetstream = ["-js", "-sd", str(store)]
+        # started from the main thread, it ends with this process even when that is killed with -9
+        main = threading.current_thread() is threading.main_thread()
         self.nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", url.rpartition(":")[2], *jetstream],
-                                     stdout=self._log("nats"), stderr=subprocess.STDOUT, start_new_session=True)
+                                     stdout=self._log("nats"), stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=die_with_parent if main else None)
         deadline = time.monotonic() + 10
         while not nats_reachable(url):
             if time.monotonic() > deadline or self.nats.poll() is not None:
