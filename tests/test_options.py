@@ -1,6 +1,6 @@
 import pytest
 
-from mocapline.core.options import EnvArgumentParser, env_name, parse_index_list
+from mocapline.core.options import EnvArgumentParser, env_name, parse_index_list, parse_settings
 
 
 def parser() -> EnvArgumentParser:
@@ -43,3 +43,18 @@ def test_help_names_env_var() -> None:
 def test_index_list() -> None:
     assert parse_index_list("5,9-12, 20") == [5, 9, 10, 11, 12, 20]
     assert parse_index_list("") == []
+
+
+def test_settings_the_flags_allow_but_the_settings_refuse_are_one_line_and_none(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    parser = EnvArgumentParser(prog="mocapline thing")
+    parser.add_argument("--rate", type=float, default=60.0)
+
+    def make(args) -> float:
+        if args.rate > 500:
+            raise ValueError(f"--rate {args.rate:g}: at most 500")
+        return args.rate
+
+    assert parse_settings(make, parser, ["--rate", "120"]) == 120.0
+    assert parse_settings(make, parser, ["--rate", "900"]) is None
+    assert capsys.readouterr().err == "mocapline thing: --rate 900: at most 500\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import enum
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar, get_args
@@ -180,6 +181,17 @@ def settings_from(cls: type[T], args: argparse.Namespace, **given: Any) -> T:
     unless ``given`` holds it (nested settings, derived values)."""
     values = {f.name: given[f.name] if f.name in given else getattr(args, f.name) for f in fields(cls)}  # type: ignore[arg-type]
     return cls(**values)
+
+
+def parse_settings(make: Callable[[argparse.Namespace], T], parser: argparse.ArgumentParser,
+                   args: list[str] | None) -> T | None:
+    """A service's settings from its command line, or None once it has said on stderr why they are
+    not valid (a flag argparse accepted that the settings refuse): the service then exits with 2."""
+    try:
+        return make(parser.parse_args(args))
+    except ValueError as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return None
 
 
 def positive_int(text: str) -> int:

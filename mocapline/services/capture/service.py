@@ -26,7 +26,15 @@ from mocapline.core.frames import HumanFrame
 from mocapline.core.header import MessageType
 from mocapline.core.metrics import ServiceMetrics
 from mocapline.core.modes import Source, Transport
-from mocapline.core.options import EnvArgumentParser, argv, choices, declared_defaults, port_number, settings_from
+from mocapline.core.options import (
+    EnvArgumentParser,
+    argv,
+    choices,
+    declared_defaults,
+    parse_settings,
+    port_number,
+    settings_from,
+)
 from mocapline.core.stage import (
     Links,
     Stage,
@@ -452,10 +460,8 @@ class CaptureLoop:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        settings = CaptureSettings.from_args(build_parser().parse_args(argv))
-    except ValueError as exc:
-        print(f"mocapline capture: {exc}", file=sys.stderr)
+    settings = parse_settings(CaptureSettings.from_args, build_parser(), argv)
+    if settings is None:
         return 2
     with Stage("capture", settings.stage, reasons=(*source_reject_reasons(settings.source), "source_not_allowed"),
                status_interval=settings.status_interval, status_line=status_line) as stage:

@@ -32,6 +32,7 @@ from mocapline.core.options import (
     declared_defaults,
     non_negative_float,
     non_negative_int,
+    parse_settings,
     positive_float,
     settings_from,
 )
@@ -40,6 +41,7 @@ from mocapline.core.transport import Received, add_curve_client_options, client_
 from mocapline.core.udp import raise_priority
 from mocapline.services.robot.controller import SUPPORTS, Command, Controller, ControlSettings, Measured
 from mocapline.services.robot.counters import RobotCounters
+from mocapline.services.robot.safety import Limits, SafetyFilter
 from mocapline.services.robot.timeline import StreamFrame
 
 log = logging.getLogger("mocapline.robot")
@@ -313,11 +315,19 @@ class RobotLoop:
             self.step()
 
 
+def g1_limits(range_margin: float) -> Limits:
+    """The G1's joint ranges (less ``range_margin``), velocity and torque limits, from its model."""
+    from mocapline.robot.g1 import G1_JOINT_NAMES, joint_ranges, load_ik_model
+    from mocapline.robot.unitree.g1 import VELOCITY_LIMITS
+
+    model = load_ik_model()
+    torque = np.array([model.jnt_actfrcrange[model.joint(n).id][1] for n in G1_JOINT_NAMES])
+    return Limits.with_margin(joint_ranges(model), VELOCITY_LIMITS, torque, range_margin)
+
+
 def main(argv: list[str] | None = None) -> int:
-    try:
-        settings = RobotSettings.from_args(build_parser().parse_args(argv))
-    except ValueError as exc:
-        print(f"mocapline robot: {exc}", file=sys.stderr)
+    settings = parse_settings(RobotSettings.from_args, build_parser(), argv)
+    if settings is None:
         return 2
     try:
         from mocapline.robot.unitree.dds import DdsSettings, LowLevel
@@ -325,14 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         print("mocapline robot: needs Cyclone DDS 0.10 (pip install -e '.[robot]', see README: The robot end)",
               file=sys.stderr)
         return 2
-    from mocapline.robot.g1 import G1_JOINT_NAMES, joint_ranges, load_ik_model
-    from mocapline.robot.unitree.g1 import VELOCITY_LIMITS
     from mocapline.services.robot.bias import BiasTorque
-    from mocapline.services.robot.safety import Limits, SafetyFilter
 
-    model = load_ik_model()
-    torque = np.array([model.jnt_actfrcrange[model.joint(n).id][1] for n in G1_JOINT_NAMES])
-    limits = Limits.with_margin(joint_ranges(model), VELOCITY_LIMITS, torque, settings.range_margin)
+    limits = g1_limits(settings.range_margin)
     counters = RobotCounters()
     reasons = (*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite")
     with Stage("robot", settings.stage, reasons=reasons) as stage:

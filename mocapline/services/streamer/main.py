@@ -14,6 +14,7 @@ import zmq
 from mocapline.core import durable
 from mocapline.core.header import G1_JOINT_COUNT, MessageType
 from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS
+from mocapline.core.options import parse_settings
 from mocapline.core.stage import Links, Stage, StageError
 from mocapline.core.transport import server_link
 
@@ -45,10 +46,8 @@ def open_links(stage: Stage, settings: StreamerSettings) -> Links:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        settings = StreamerSettings.from_args(build_parser().parse_args(argv))
-    except ValueError as exc:
-        print(f"mocapline streamer: {exc}", file=sys.stderr)
+    settings = parse_settings(StreamerSettings.from_args, build_parser(), argv)
+    if settings is None:
         return 2
     with Stage("streamer", settings.stage, reasons=(*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS)) as stage:
         try:

@@ -39,6 +39,7 @@ from mocapline.core.options import (
     declared_defaults,
     non_negative_float,
     non_negative_int,
+    parse_settings,
     port_number,
     positive_float,
     settings_from,
@@ -249,10 +250,8 @@ class ViewerLoop:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        settings = ViewerSettings.from_args(build_parser().parse_args(argv))
-    except ValueError as exc:
-        print(f"mocapline viewer: {exc}", file=sys.stderr)
+    settings = parse_settings(ViewerSettings.from_args, build_parser(), argv)
+    if settings is None:
         return 2
     from mocapline.robot.g1 import G1_JOINT_NAMES, load_full_model, load_ik_model
 
