@@ -1,3 +1,4 @@
+import functools
 import json
 import subprocess
 import sys
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 import zmq
 from helpers import left_out_markers
+from hosts import unavailable as hosts_unavailable
 from hypothesis import settings
 
 from mocapline.core.bodies import GMR_BODIES
@@ -97,6 +99,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept
+
+
+_why_no_hosts = functools.cache(hosts_unavailable)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A ``hosts`` test where network namespaces cannot be made is skipped here, before its
+    fixtures, with one reason for all: -rs folds skips raised at one place into one line, and a
+    skip raised in a fixture is reported at each test instead (pytest 8+), one line per test."""
+    if item.get_closest_marker("hosts") is not None and (reason := _why_no_hosts()):
+        pytest.skip(f"hosts tests need network namespaces: {reason}")
 
 
 @pytest.fixture(autouse=True, scope="session")

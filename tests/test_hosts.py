@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers import wait_until
-from hosts import Hosts, unavailable
+from hosts import Hosts
 from hosts_stack import CLI, PERFORMERS, RATE, SD, Pipeline, Take
 
 pytestmark = pytest.mark.hosts
@@ -26,15 +26,8 @@ pytestmark = pytest.mark.hosts
 SPREAD = {role: role for role in ("studio", "nats", "capture", "w1", "w2", "streamer", "robot", "auditor")}
 
 
-@pytest.fixture(scope="module")
-def can_make_hosts() -> None:
-    reason = unavailable()
-    if reason:
-        pytest.skip(f"hosts tests need network namespaces: {reason}")
-
-
 @pytest.fixture
-def spread(can_make_hosts: None, tmp_path: Path) -> Iterator[Pipeline]:
+def spread(tmp_path: Path) -> Iterator[Pipeline]:
     with Hosts() as hosts:
         for name in dict.fromkeys(SPREAD.values()):
             hosts.add(name)
@@ -46,7 +39,7 @@ def spread(can_make_hosts: None, tmp_path: Path) -> Iterator[Pipeline]:
             _show_logs(tmp_path)  # (pytest shows it only when the test failed)
 
 
-def test_the_namespaces_of_a_killed_run_are_removed_by_the_next(can_make_hosts: None, tmp_path: Path) -> None:
+def test_the_namespaces_of_a_killed_run_are_removed_by_the_next(tmp_path: Path) -> None:
     """A run killed with -9 cannot clean up: its namespaces, and a process left in one, are
     removed when the next run starts; a live run's are left alone."""
     script = tmp_path / "run.py"
@@ -241,7 +234,7 @@ TWO_HOSTS = {"studio": "a", "nats": "a", "capture": "a", "auditor": "a",
 
 
 @pytest.fixture
-def two_hosts(can_make_hosts: None, tmp_path: Path) -> Iterator[Pipeline]:
+def two_hosts(tmp_path: Path) -> Iterator[Pipeline]:
     with Hosts() as hosts:
         hosts.add("a")
         hosts.add("b")

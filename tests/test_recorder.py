@@ -334,3 +334,28 @@ def test_replay_push_serves_the_frames_like_the_streamer(take) -> None:
         rx.socket.close(linger=0)
         ctx.term()
     assert sent == [len(frames)] and got == frames
+
+
+def test_a_one_port_recording_replays_to_every_destination(tmp_path) -> None:
+    """The bundled demo take holds capture's main path only: replayed to a main and a side path
+    (`mocapline emit --demo --dest CAPTURE:7014 AUDITOR:7015`, `up --demo`) both get every frame,
+    as from Axis Studio, so the auditor's side path is not left empty."""
+    import socket
+
+    from mocapline.formats.axis_bvh import parse_header
+    from mocapline.tools.emitter.emitter import replay
+
+    path = tmp_path / "one_port.mlrec"
+    write_take(TakePlan(frames=30, first_index=200), path, rate_hz=60.0)
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+            s.settimeout(5.0)
+        stats = replay(path, [s.getsockname() for s in socks], speed=0)
+        assert stats.frames == 30
+        for s in socks:
+            assert [parse_header(s.recv(65536)).posture_index for _ in range(30)] == list(range(200, 230))
+    finally:
+        for s in socks:
+            s.close()

@@ -254,15 +254,19 @@ def write_take(
 
 
 def replay(path: Path, dests: list[tuple[str, int]], speed: float = 1.0) -> EmitStats:
-    """Send a recording's datagrams again: at original timing (speed 1), faster, or asap (0)."""
+    """Send a recording's datagrams again: at original timing (speed 1), faster, or asap (0).
+
+    Recorded port k (in sorted order) goes to destination k, extra ports folding onto the last. A
+    recording of one port (the bundled demo take: capture's main path) goes to every destination,
+    as Axis Studio sends each frame to each of its destinations: the side path gets it too."""
     rec = read_recording(path)
     if rec.torn_tail:
         print(f"warning: {path} ends in a torn record; replaying what precedes it", file=sys.stderr)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     stats = EmitStats(datagrams={f"{h}:{p}": 0 for h, p in dests})
     ports = sorted({d.port for d in rec.datagrams})
-    # Recorded port k (in sorted order) goes to destination k; extra ports fold onto the last.
-    route = {port: dests[min(i, len(dests) - 1)] for i, port in enumerate(ports)}
+    route = {port: list(dests) if len(ports) == 1 else [dests[min(i, len(dests) - 1)]]
+             for i, port in enumerate(ports)}
     t0 = time.perf_counter()
     first_ns = rec.datagrams[0].recv_ns if rec.datagrams else 0
     for dgram in rec.datagrams:
@@ -270,9 +274,9 @@ def replay(path: Path, dests: list[tuple[str, int]], speed: float = 1.0) -> Emit
             delay = t0 + (dgram.recv_ns - first_ns) / 1e9 / speed - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-        dest = route[dgram.port]
-        sock.sendto(dgram.data, dest)
-        stats.datagrams[f"{dest[0]}:{dest[1]}"] += 1
+        for dest in route[dgram.port]:
+            sock.sendto(dgram.data, dest)
+            stats.datagrams[f"{dest[0]}:{dest[1]}"] += 1
         stats.frames += 1
     sock.close()
     return stats
