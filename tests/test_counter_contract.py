@@ -45,6 +45,7 @@ ADDED_SINCE_RECORDING: dict[str, dict[str, str]] = {
         ".split_frames": "issue 23: Axis frames joined from several datagrams",
         ".props": "issue 23: Xsens props-only characters", ".props.*": "issue 23",
         ".props.*.samples": "issue 23", ".props.*.segments": "issue 23",
+        ".props.*.name": "issue 23: a props-only character's MXTP12 name",
         ".meta_datagrams": "issue 23: Xsens MXTP12 / MXTP13 taken in",
         ".meta_datagrams.MXTP12": "issue 23", ".meta_datagrams.MXTP13": "issue 23",
         ".performers.*.human_height_m": "issue 23: the height Xsens MXTP13 scaling gave",
