@@ -359,3 +359,19 @@ def test_a_one_port_recording_replays_to_every_destination(tmp_path) -> None:
     finally:
         for s in socks:
             s.close()
+
+
+def test_a_recorded_take_keeps_its_skeleton_for_replay(tmp_path) -> None:
+    """`record --skeleton pn` writes the skeleton in the take's config.json, and `replay` of the
+    folder parses with it (an Axis Neuron take replayed as Axis Studio's skeleton would move wrong)."""
+    from argparse import Namespace
+
+    from mocapline.tools.pipeline.plan import StackConfig
+    from mocapline.tools.recorder.record import take_description
+    from mocapline.tools.recorder.take import take_config
+
+    described = take_description(Namespace(), StackConfig(skeleton="pn_pro"))
+    assert described["skeleton"] == "pn_pro"
+    (tmp_path / "config.json").write_text(json.dumps(described))
+    _, cfg = take_config(Namespace(take=str(tmp_path)))
+    assert cfg.skeleton == "pn_pro"

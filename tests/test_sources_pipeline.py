@@ -24,6 +24,7 @@ def test_axis_neuron_split_frames_with_lost_halves_go_through_conserved(tmp_path
         stack.stop()
     assert v["rejected_by_reason"] == {"split_incomplete": 3, "split_no_head": 2}
     assert v["rejected_datagrams"] == 5
+    assert v["split_frames"] == 150 - 5  # the printed ledger says how many were joined (every other frame split)
     assert v["source_missing_indices"] == 0 and v["source_unique_frames"] == 300
     assert v["viewer_applied"] == 300 and v["unique_frames_conserved"] == 1
 
@@ -51,6 +52,7 @@ def test_mvn_two_suits_gloves_a_prop_names_and_scaling_through_the_pipeline(tmp_
         stack.stop()
     capture = finals["capture"]
     check_mvn_ledger(capture)
+    check_mvn_ledger(v)  # the ledger `up` prints says the same: names, props, MXTP12/13, heights
     assert v["rejected_datagrams"] == 0 and v["source_unique_frames"] == 12 and v["unique_frames_conserved"] == 1
     performers = finals["retarget"]["performers"]
     assert {k: (p["avatar_name"], p["gmr_processed"]) for k, p in performers.items()} == {"0": ("Alice", 6),

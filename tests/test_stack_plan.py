@@ -95,3 +95,18 @@ def test_the_robots_extra_flags_do_not_pick_up_this_processs_environment(monkeyp
     monkeypatch.setenv("MOCAPLINE_NATS", "")  # as the test suite runs: no NATS in this process
     robot_argv = [p for p in plan(StackConfig(robot="g1", robot_args=["--no-bias"]), {}, [])][-1].settings.to_argv()
     assert not any(a.startswith("--nats") for a in robot_argv) and "--no-bias" in robot_argv
+
+
+def test_axis_neuron_skeleton_reaches_capture_from_up_and_demo(tmp_path: Path) -> None:
+    """`up --skeleton pn` (and `record`, which shares its options) and `demo --skeleton pn --version
+    1.1.0.0`: capture parses the Perception Neuron skeleton; the demo's take is sent as Axis Neuron sends it."""
+    from mocapline.formats.skeleton import SkeletonKind
+    from mocapline.tools.pipeline import demo, up
+
+    args = up.build_parser().parse_args(["--skeleton", "pn", "--log-dir", str(tmp_path)])
+    assert planned(up.stack_config(args))["capture"].skeleton == SkeletonKind.PN_PRO
+    assert planned(up.stack_config(up.build_parser().parse_args(["--log-dir", str(tmp_path)])))["capture"].skeleton \
+        == SkeletonKind.AXIS_STUDIO
+    args = demo.build_parser().parse_args(["--skeleton", "pn", "--version", "1.1.0.0", "--split", "1024"])
+    assert planned(demo.demo_config(args))["capture"].skeleton == SkeletonKind.PN_PRO
+    assert demo.take_plan(args).version == (1, 1, 0, 0) and demo.take_plan(args).split_bytes == 1024

@@ -185,7 +185,7 @@ def check_mvn_ledger(ledger: dict) -> None:
     assert ledger["rejected_datagrams"] == 0
     assert {k: (p["avatar_name"], p["source_unique_frames"]) for k, p in ledger["performers"].items()} == {
         "0": ("Alice", 6), "1": ("Bob", 6)}
-    assert ledger["props"] == {"2": {"samples": 6, "segments": 1}}
+    assert ledger["props"] == {"2": {"samples": 6, "segments": 1, "name": "Sword"}}  # every character named
     assert ledger["meta_datagrams"] == {"MXTP12": 4, "MXTP13": 3}
     assert ledger["performers"]["0"]["human_height_m"] == pytest.approx(1.80)
     assert ledger["performers"]["1"]["human_height_m"] == pytest.approx((1.62 - 0.08) * HEAD_ORIGIN_TO_HEIGHT, abs=1e-3)

@@ -105,6 +105,7 @@ class PropCounts:
 
     samples: int = wire()
     segments: int = wire()
+    name: str | None = wire(None, omit_none=True)  # its MXTP12 name (a tracked object's, say), once one came
 
 
 @dataclass(frozen=True)

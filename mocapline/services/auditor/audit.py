@@ -89,6 +89,8 @@ def audit(snapshot: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
     for key, mine in performers.items():
         per = judge(performer_layers(stages, key, len(performers) == 1), side_performers.get(key), final=final)
         per["avatar_name"] = mine.avatar_name
+        if mine.human_height_m is not None:  # Xsens MXTP13 scaling
+            per["human_height_m"] = mine.human_height_m
         verdict["performers"][key] = per
     verdict["unique_frames_conserved"] = int(bool(verdict["unique_frames_conserved"]) and all(
         p["unique_frames_conserved"] for p in verdict["performers"].values()))

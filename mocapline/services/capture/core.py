@@ -530,7 +530,8 @@ class CaptureCore:
             },
         }
         if self.props or self.characters:
-            led["props"] = {str(c): {"samples": p.samples, "segments": len(p.last.prop_ids) if p.last else 0}
+            led["props"] = {str(c): {"samples": p.samples, "segments": len(p.last.prop_ids) if p.last else 0,
+                                     **({"name": info.name} if (info := self.characters.get(c)) and info.name else {})}
                             for c, p in sorted(self.props.items())}
             led["meta_datagrams"] = dict(sorted(self.counters.meta_datagrams.items()))
             for k, performer in led["performers"].items():

@@ -33,7 +33,9 @@ from mocapline.core.options import (
     positive_int,
 )
 from mocapline.core.verdict import conserved
-from mocapline.tools.emitter.emitter import TakePlan, emit_take, parse_performer_skip, split_size
+from mocapline.formats.axis_bvh import AxisBvhConfig
+from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
+from mocapline.tools.emitter.emitter import TakePlan, emit_take, parse_performer_skip, parse_version, split_size
 from mocapline.tools.emitter.tcp_server import AxisTcpServer
 from mocapline.tools.pipeline.console import print_ledger
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Phase, SignalGuard
@@ -59,6 +61,11 @@ def build_parser() -> EnvArgumentParser:
                    help="main UDP path: frames as parts of at most BYTES, as Axis Neuron sends them (1024)")
     p.add_argument("--lose-head", type=parse_index_list, default=[], help="--split: indices whose first part is lost")
     p.add_argument("--lose-tail", type=parse_index_list, default=[], help="--split: indices whose last part is lost")
+    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
+                   help="the take's skeleton, which capture is told too: axis_studio, or pn (pn_pro: Axis "
+                        "Neuron's Perception Neuron skeleton)")
+    p.add_argument("--version", type=parse_version, default=None, metavar="A.B.C.D",
+                   help="the header's data version (Axis Studio 1.1.0.1, the default; Axis Neuron 1.1.0.0)")
     p.add_argument("--merge", action="store_true", help="capture merges main + side (recovers main-only losses)")
     p.add_argument("--input-fps", type=positive_float, default=None,
                    help="Axis rate for the interpolator (default --rate)")
@@ -77,6 +84,7 @@ def demo_config(args: Any) -> StackConfig:
     fps = args.input_fps or (args.rate if args.rate > 0 else 60.0)
     return local_config(
         merge=args.merge,
+        skeleton=str(args.skeleton),
         transport=args.transport,
         viewer=not args.no_viewer,
         input_fps=fps,
@@ -100,6 +108,7 @@ def take_plan(args: Any) -> TakePlan:
         split_bytes=args.split,
         lose_head=set(args.lose_head),
         lose_tail=set(args.lose_tail),
+        version=args.version,
     )
 
 
@@ -133,10 +142,12 @@ def unconsumed_output(ledger: dict[str, Any]) -> dict[str, Any] | None:
 def run(stack: Stack, args: Any, guard: SignalGuard, server: AxisTcpServer | None) -> int:
     config = stack.config
     side = ("127.0.0.1", config.side_port)
+    axis = AxisBvhConfig(skeleton=args.skeleton)
     if server is not None:  # capture connects to it, as to Axis Studio's server
-        emit_take(take_plan(args), [side], rate_hz=args.rate, tcp=server, stop=guard.stop)
+        emit_take(take_plan(args), [side], rate_hz=args.rate, config=axis, tcp=server, stop=guard.stop)
     else:
-        emit_take(take_plan(args), [("127.0.0.1", config.main_port), side], rate_hz=args.rate, stop=guard.stop)
+        emit_take(take_plan(args), [("127.0.0.1", config.main_port), side], rate_hz=args.rate, config=axis,
+                  stop=guard.stop)
     if guard.stop.is_set():  # Ctrl-C while emitting: the take so far is drained and judged
         print("mocapline demo: interrupted while emitting; draining the frames sent so far "
               "(Ctrl-C again stops at once)", file=sys.stderr, flush=True)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mocapline.core.modes import Display, Source, Transport
 from mocapline.core.options import declared_defaults
 from mocapline.core.segmentlog import Fsync
+from mocapline.formats.skeleton import skeleton_kind
 from mocapline.tools.pipeline.procs import free_tcp_port, free_udp_port
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 class StackConfig:
     source: Source = "axis"
     rotation_order: str = "YXZ"
+    skeleton: str = "axis_studio"  # Axis: axis_studio, or pn_pro (alias pn) for Axis Neuron
     transport: Transport = "udp"
     axis_host: str = "127.0.0.1"
     axis_port: int = 7001
@@ -116,6 +118,7 @@ def plan(config: StackConfig, fds: dict[str, tuple[int, ...]], workers: list[str
         metrics_port=c.metrics_ports.get("auditor", auditor.metrics_port)))]
     out.append(Planned("capture", replace(
         capture, source=c.source, transport=c.transport, rotation_order=c.rotation_order,
+        skeleton=skeleton_kind(c.skeleton),
         ports=capture_ports(c), axis=(c.axis_host, c.axis_port) if c.transport == "tcp" else None,
         output=f"tcp://127.0.0.1:{c.human_port}", status_interval=0.0, output_fanout=scale_out,
         udp_fds=list(fds["capture"]) if fds.get("capture") else None,

@@ -19,6 +19,7 @@ from mocapline.core.bus import DEFAULT_URL
 from mocapline.core.modes import Display, Source, Transport
 from mocapline.core.options import EnvArgumentParser, choices, port_number, positive_float
 from mocapline.core.segmentlog import FSYNC_POLICIES
+from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
 from mocapline.services.capture.tcp import parse_endpoint
 from mocapline.tools.pipeline.console import LiveConsole, LogWatch, print_ledger, snapshot
 from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
@@ -30,6 +31,9 @@ def add_stack_options(p: EnvArgumentParser) -> None:
     p.add_argument("--source", choices=choices(Source), default="axis",
                    help="Axis Studio binary BVH, or Xsens MVN MXTP02 (then use --main-port 9763)")
     p.add_argument("--rotation-order", default="YXZ", help="Axis Studio's BVH rotation order setting")
+    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
+                   help="Axis skeleton: axis_studio, or pn (pn_pro: Axis Neuron's Perception Neuron skeleton, "
+                        "Spine3 and no Neck1)")
     p.add_argument("--transport", choices=choices(Transport), default="udp",
                    help="Axis Studio over UDP (to --main-port) or TCP (capture connects to --axis)")
     p.add_argument("--axis", default="127.0.0.1:7001", metavar="HOST[:PORT]",
@@ -71,6 +75,7 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
     config = StackConfig(
         source=args.source,
         rotation_order=args.rotation_order,
+        skeleton=str(args.skeleton),
         transport=args.transport,
         axis_host=axis_host,
         axis_port=axis_port,

@@ -228,6 +228,7 @@ def take_config(args: Any) -> tuple[Path, TakeConfig]:
             cfg.output_fps = d.get("output_fps")
             cfg.source = d.get("source")
             cfg.rotation_order = d.get("rotation_order")
+            cfg.skeleton = d.get("skeleton")
             cfg.filter = d.get("filter", "none")
         path = path / "raw.mlrec"
     for name in ("ik_config", "human_height", "input_fps", "output_fps", "rotation_order", "source"):
