@@ -69,6 +69,25 @@ def test_port_check_fails_a_consumer_that_breaks_a_rule(broken) -> None:
     assert not result.passed, result.detail
 
 
+def test_a_consumer_that_dies_is_reported_with_its_status_and_stderr() -> None:
+    crash = f"{sys.executable} -c \"import sys; print('robot: no /dev/g1', file=sys.stderr); sys.exit(3)\""
+    [result] = run_cases(crash, ["late_join"])
+    assert not result.passed
+    assert "the consumer exited with status 3: robot: no /dev/g1" in result.detail, result.detail
+
+
+def test_a_command_that_cannot_start_is_refused_before_any_case(capsys) -> None:
+    from mocapline.tools.portcheck.cli import command_problem, main
+
+    assert command_problem(DOC_CONSUMER) == ""
+    assert "no such program" in command_problem("no-such-robot --endpoint {endpoint}")
+    assert "{endpoint}, {name} and {state}" in command_problem(f"{sys.executable} --port {{port}}")
+    assert main(["--consumer", "no-such-robot {endpoint}"]) == 2
+    assert "no such program" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--consumer", DOC_CONSUMER, "--case", "no_such_case"])
+
+
 def test_port_mode_passes_our_port(tmp_path) -> None:
     endpoint = f"tcp://127.0.0.1:{free_tcp_port()}"
     ctx = zmq.Context()
