@@ -69,6 +69,15 @@ def test_port_check_fails_a_consumer_that_breaks_a_rule(broken) -> None:
     assert not result.passed, result.detail
 
 
+def test_a_consumer_without_routing_id_passes_a_port_restart_and_its_own() -> None:
+    """The routing id is optional (docs/protocol.md): a consumer that leaves it to ZeroMQ is told
+    no RESTARTED and finds the port by its idle HELLO; its restart is a new connection."""
+    results = run_cases(f"{DOC_CONSUMER} no_routing_id", ["consumer_killed", "port_restarted"])
+    assert [(r.name, r.passed) for r in results] == [("consumer_killed", True), ("port_restarted", True)], \
+        [r.detail for r in results]
+    assert "RESTARTED not delivered" in results[1].detail
+
+
 def test_a_consumer_that_dies_is_reported_with_its_status_and_stderr() -> None:
     crash = f"{sys.executable} -c \"import sys; print('robot: no /dev/g1', file=sys.stderr); sys.exit(3)\""
     [result] = run_cases(crash, ["late_join"])

@@ -139,6 +139,34 @@ def test_a_port_that_comes_back_tells_its_consumers(tmp_path, endpoint, monkeypa
         port.close()
 
 
+@pytest.mark.parametrize("killed", [False, True])
+def test_a_consumer_without_routing_id_finds_a_restarted_port_by_its_idle_hello(tmp_path, endpoint, killed) -> None:
+    """docs/protocol.md: the routing id is optional; without it no RESTARTED comes, and the idle
+    timer's first HELLO (a keep-alive, no RESEND) on the new connection gets the frames, since a
+    new connection is never a keep-alive."""
+    port = Port(tmp_path / "port", endpoint)
+    raw = RawConsumer(endpoint)  # a DEALER with ZeroMQ's own random routing id
+    try:
+        port.produce(range(20))
+        raw.hello(-1, RESEND)
+        assert raw.frame_ids(20) == list(range(20))
+        raw.sock.send(encode_control(ACK, raw.epoch, 19))
+        wait_until(lambda: port.sender.consumers["raw"].acked == 19, 5)
+        time.sleep(1.2)  # its table written down with the ACK
+        if killed:
+            _kill(port)
+        else:
+            port.close()
+        port = Port(tmp_path / "port", endpoint)
+        port.produce(range(20, 30))
+        raw.hello(19, 0)
+        assert raw.frame_ids(10) == list(range(20, 30))
+        assert port.sender.snapshot()["consumers"]["raw"]["resent"] == 0
+    finally:
+        raw.close()
+        port.close()
+
+
 JOURNALED_CONSUMER = """
 import sys, time
 from mocapline.client import ClientSettings, Journal, MocapClient
