@@ -167,6 +167,48 @@ def test_a_consumer_without_routing_id_finds_a_restarted_port_by_its_idle_hello(
         port.close()
 
 
+def test_the_client_asks_again_for_a_gap_at_most_once_per_100ms(endpoint) -> None:
+    """docs/protocol.md: a gap HELLO at most once per 100 ms while frames beyond the gap keep
+    coming (each one would make the port send the window again); the client's first HELLO was
+    just sent, so the gap HELLO waits for the 100 ms to be up, then goes with no frame arriving."""
+    import secrets
+
+    from mocapline.core.control import welcome
+    from mocapline.tools.portcheck.scripted import data_message
+
+    ctx = zmq.Context()
+    port = ctx.socket(zmq.ROUTER)
+    port.setsockopt(zmq.LINGER, 0)
+    port.bind(endpoint)
+    epoch = secrets.token_bytes(16)
+    client = MocapClient(ClientSettings(endpoint, name="robot"))
+    try:
+        route = b""
+        while not route:  # its first HELLO
+            client.recv(50)
+            if port.poll(50):
+                route, body = port.recv_multipart()
+                port.send_multipart([route, welcome(epoch, 0, decode_control(body).seq, 2)])
+        for f in (0, *range(2, 400)):  # frame 1 lost: 398 frames beyond the gap
+            port.send_multipart([route, *data_message(epoch, f, 1000 + f)])
+        started, got = time.monotonic(), []
+        while client.rx.counters.out_of_order < 398 and time.monotonic() - started < 10:
+            got.append(client.recv(0))
+        got.append(client.recv(120))  # the gap at the burst's end: asked for once the 100 ms are up
+        elapsed = time.monotonic() - started
+        gap_hellos = 0
+        while port.poll(100):
+            msg = decode_control(port.recv_multipart()[1])
+            gap_hellos += msg is not None and msg.kind == HELLO and msg.seq == 0 and bool(msg.flags & RESEND)
+        assert [f.frame_id for f in got if f is not None] == [0]
+        assert client.rx.counters.out_of_order == 398
+        assert 1 <= gap_hellos <= 2 + elapsed / 0.1, (gap_hellos, elapsed)
+    finally:
+        client.close()
+        port.close()
+        ctx.term()
+
+
 JOURNALED_CONSUMER = """
 import sys, time
 from mocapline.client import ClientSettings, Journal, MocapClient
