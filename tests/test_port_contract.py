@@ -257,6 +257,39 @@ def test_a_consumer_killed_mid_take_and_restarted_stores_each_frame_once(tmp_pat
         port.close()
 
 
+def test_a_handler_that_raises_leaves_its_frame_to_the_next_run(tmp_path, endpoint) -> None:
+    """run(handler) with a Journal: a handler that raises (a motor fault) has stored nothing for
+    its frame, so neither the position nor the ACK may cover it; the next run applies it."""
+    from mocapline.client import Journal
+
+    def handler(fail_at: int | None):
+        def apply(frame):
+            if frame.is_end:
+                return b"end"
+            if frame.mocap.posture_index == fail_at:
+                raise RuntimeError("motor fault")
+            return str(frame.mocap.posture_index).encode()
+        return apply
+
+    port = Port(tmp_path / "port", endpoint)
+    path = tmp_path / "journal"
+    try:
+        port.produce(range(100), end=True)
+        journal = Journal(path)
+        with pytest.raises(RuntimeError), MocapClient(ClientSettings(endpoint, name="g1"), store=journal) as client:
+            client.run(handler(1050), until_end=True, idle_s=20)
+        journal.close()
+        time.sleep(1.2)  # the port writes down what it was told (an ACK past 1050 would let it trim)
+        journal = Journal(path)
+        with MocapClient(ClientSettings(endpoint, name="g1"), store=journal) as client:
+            client.run(handler(None), until_end=True, idle_s=20)
+        results = [e.result for e in journal.entries()]
+        journal.close()
+        assert results == [str(1000 + i).encode() for i in range(100)] + [b"end"]
+    finally:
+        port.close()
+
+
 def test_hellos_queued_while_the_port_was_down_get_identical_welcomes(tmp_path, endpoint) -> None:
     """docs/protocol.md: HELLOs ZeroMQ queued during an outage are all answered, alike (acting on
     each is harmless); frames follow once, after them."""
