@@ -3,16 +3,20 @@ descriptors, nothing from mocapline. Run as a process:
 
     python doc_consumer.py ENDPOINT NAME STATE_DIR [BREAK]
 
-It prints one JSON line per applied frame (the report ``mocapline port-check`` reads) and keeps
-its position in STATE_DIR/position (written atomically, before the ACK that covers it). BREAK
+It prints one JSON line per applied frame (the report ``mocapline port-check`` reads), and one
+per HELLO it sends (``{"hello": seq, "resend": bool}``, ignored by port-check), and keeps its
+position in STATE_DIR/position (written atomically, before the ACK that covers it). SIGUSR1 makes
+it busy for 5 s without reading (a robot's long blocking call): its idle timer, nothing having
+arrived for 0.25 s, then says a keep-alive HELLO with frames queued behind it. BREAK
 makes it break one rule of the document on purpose (the broken consumers of
-tests/test_port_check.py): see BREAKS.
+tests/test_port_check.py): see BREAKS; or take a liberty the document allows: see VARIANTS.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import sys
 import time
@@ -31,6 +35,10 @@ BREAKS = {
     "stop_at_end": "exits at END_OF_STREAM",
     "ack_before_store": "acknowledges at once and stores its position every 2 s",
     "no_hello_again": "says HELLO only at start (no timer, no answer to RESTARTED)",
+}
+
+VARIANTS = {  # allowed by the document, not a break
+    "no_routing_id": "leaves its DEALER's routing id to ZeroMQ (told no RESTARTED: its idle HELLO finds the port)",
 }
 
 V2 = struct.Struct("<4sBB16sqq")
@@ -94,7 +102,8 @@ class Consumer:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.ROUTING_ID, name.encode())  # optional: to be told RESTARTED
+        if BREAK != "no_routing_id":
+            self.sock.setsockopt(zmq.ROUTING_ID, name.encode())  # optional: to be told RESTARTED
         self.sock.connect(endpoint)
 
     def store(self) -> None:
@@ -109,6 +118,7 @@ class Consumer:
             self.store()  # a HELLO acknowledges through last: stored first
         self.sock.send(V2.pack(b"MLA2", HELLO, flags, self.epoch, self.last, 0) + self.name.encode())
         self.hello_seq = self.last
+        print(json.dumps({"hello": self.last, "resend": bool(flags & RESEND)}), flush=True)
 
     def maybe_ack(self) -> None:
         now = time.monotonic()
@@ -166,17 +176,21 @@ class Consumer:
         return not (mtype == 5 and BREAK == "stop_at_end")
 
     def run(self) -> None:
-        backoff, quiet = 0.25, 0
+        backoff, quiet, heard = 0.25, 0, time.monotonic()
         self.hello(RESEND)
         while True:
             self.maybe_ack()
-            if not self.sock.poll(int(backoff * 1000)):
+            if BUSY:
+                time.sleep(BUSY.pop())
+            wait = heard + backoff - time.monotonic()  # the idle timer: nothing arrived for `backoff`
+            if wait <= 0 or not self.sock.poll(int(wait * 1000) + 1):
                 if BREAK != "no_hello_again":
                     self.hello(RESEND if quiet else 0)  # the first after anything arrived: a keep-alive
                 quiet += 1
                 backoff = min(backoff * 2, 2.0)
+                heard = time.monotonic()
                 continue
-            backoff, quiet = 0.25, 0
+            backoff, quiet, heard = 0.25, 0, time.monotonic()
             parts = self.sock.recv_multipart()
             if len(parts) == 1:
                 self.on_control(parts[0])
@@ -185,6 +199,8 @@ class Consumer:
 
 
 BREAK = sys.argv[4] if len(sys.argv) > 4 else ""
+BUSY: list[float] = []
 if __name__ == "__main__":
-    assert BREAK in ("", *BREAKS), BREAK
+    assert BREAK in ("", *BREAKS, *VARIANTS), BREAK
+    signal.signal(signal.SIGUSR1, lambda *_: BUSY.append(5.0))
     Consumer(*sys.argv[1:4]).run()

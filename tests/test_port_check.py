@@ -4,6 +4,7 @@ consumer that breaks each rule, one broken consumer per case; ``--port`` passes 
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -52,12 +53,15 @@ def test_the_report_lines() -> None:
     assert parse_report('{"frame_id": 5, "posture_index": null}') is None
 
 
-@pytest.mark.parametrize("consumer", [
-    DOC_CONSUMER,
-    f"{CLI} tap --endpoint {{endpoint}} --name {{name}} --state {{state}}/position.json",
-    f"{CLI} viewer --input {{endpoint}} --name {{name}} --state-dir {{state}}/viewer --display none "
-    "--report-applied --fsync never",
-], ids=["doc_consumer", "tap", "viewer"])
+def documented_consumers() -> list[str]:
+    """The command lines docs/protocol.md says `mocapline tap` and the viewer pass with."""
+    doc = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
+    found = re.findall(r'^mocapline port-check --consumer "mocapline (\w+) (.*)"$', doc, re.M)
+    assert [tool for tool, _ in found] == ["tap", "viewer"], found
+    return [f"{CLI} {tool} {rest}" for tool, rest in found]
+
+
+@pytest.mark.parametrize("consumer", [DOC_CONSUMER, *documented_consumers()], ids=["doc_consumer", "tap", "viewer"])
 def test_port_check_passes(consumer) -> None:
     results = run_cases(consumer)
     assert [(r.name, r.passed) for r in results] == [(c.name, True) for c in CASES], [r.detail for r in results]
@@ -67,6 +71,34 @@ def test_port_check_passes(consumer) -> None:
 def test_port_check_fails_a_consumer_that_breaks_a_rule(broken) -> None:
     [result] = run_cases(f"{DOC_CONSUMER} {broken}", [BROKEN[broken]])
     assert not result.passed, result.detail
+
+
+def test_a_consumer_without_routing_id_passes_a_port_restart_and_its_own() -> None:
+    """The routing id is optional (docs/protocol.md): a consumer that leaves it to ZeroMQ is told
+    no RESTARTED and finds the port by its idle HELLO; its restart is a new connection."""
+    results = run_cases(f"{DOC_CONSUMER} no_routing_id", ["consumer_killed", "port_restarted"])
+    assert [(r.name, r.passed) for r in results] == [("consumer_killed", True), ("port_restarted", True)], \
+        [r.detail for r in results]
+    assert "RESTARTED not delivered" in results[1].detail
+
+
+def test_a_consumer_that_dies_is_reported_with_its_status_and_stderr() -> None:
+    crash = f"{sys.executable} -c \"import sys; print('robot: no /dev/g1', file=sys.stderr); sys.exit(3)\""
+    [result] = run_cases(crash, ["late_join"])
+    assert not result.passed
+    assert "the consumer exited with status 3: robot: no /dev/g1" in result.detail, result.detail
+
+
+def test_a_command_that_cannot_start_is_refused_before_any_case(capsys) -> None:
+    from mocapline.tools.portcheck.cli import command_problem, main
+
+    assert command_problem(DOC_CONSUMER) == ""
+    assert "no such program" in command_problem("no-such-robot --endpoint {endpoint}")
+    assert "{endpoint}, {name} and {state}" in command_problem(f"{sys.executable} --port {{port}}")
+    assert main(["--consumer", "no-such-robot {endpoint}"]) == 2
+    assert "no such program" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--consumer", DOC_CONSUMER, "--case", "no_such_case"])
 
 
 def test_port_mode_passes_our_port(tmp_path) -> None:

@@ -139,6 +139,76 @@ def test_a_port_that_comes_back_tells_its_consumers(tmp_path, endpoint, monkeypa
         port.close()
 
 
+@pytest.mark.parametrize("killed", [False, True])
+def test_a_consumer_without_routing_id_finds_a_restarted_port_by_its_idle_hello(tmp_path, endpoint, killed) -> None:
+    """docs/protocol.md: the routing id is optional; without it no RESTARTED comes, and the idle
+    timer's first HELLO (a keep-alive, no RESEND) on the new connection gets the frames, since a
+    new connection is never a keep-alive."""
+    port = Port(tmp_path / "port", endpoint)
+    raw = RawConsumer(endpoint)  # a DEALER with ZeroMQ's own random routing id
+    try:
+        port.produce(range(20))
+        raw.hello(-1, RESEND)
+        assert raw.frame_ids(20) == list(range(20))
+        raw.sock.send(encode_control(ACK, raw.epoch, 19))
+        wait_until(lambda: port.sender.consumers["raw"].acked == 19, 5)
+        time.sleep(1.2)  # its table written down with the ACK
+        if killed:
+            _kill(port)
+        else:
+            port.close()
+        port = Port(tmp_path / "port", endpoint)
+        port.produce(range(20, 30))
+        raw.hello(19, 0)
+        assert raw.frame_ids(10) == list(range(20, 30))
+        assert port.sender.snapshot()["consumers"]["raw"]["resent"] == 0
+    finally:
+        raw.close()
+        port.close()
+
+
+def test_the_client_asks_again_for_a_gap_at_most_once_per_100ms(endpoint) -> None:
+    """docs/protocol.md: a gap HELLO at most once per 100 ms while frames beyond the gap keep
+    coming (each one would make the port send the window again); the client's first HELLO was
+    just sent, so the gap HELLO waits for the 100 ms to be up, then goes with no frame arriving."""
+    import secrets
+
+    from mocapline.core.control import welcome
+    from mocapline.tools.portcheck.scripted import data_message
+
+    ctx = zmq.Context()
+    port = ctx.socket(zmq.ROUTER)
+    port.setsockopt(zmq.LINGER, 0)
+    port.bind(endpoint)
+    epoch = secrets.token_bytes(16)
+    client = MocapClient(ClientSettings(endpoint, name="robot"))
+    try:
+        route = b""
+        while not route:  # its first HELLO
+            client.recv(50)
+            if port.poll(50):
+                route, body = port.recv_multipart()
+                port.send_multipart([route, welcome(epoch, 0, decode_control(body).seq, 2)])
+        for f in (0, *range(2, 400)):  # frame 1 lost: 398 frames beyond the gap
+            port.send_multipart([route, *data_message(epoch, f, 1000 + f)])
+        started, got = time.monotonic(), []
+        while client.rx.counters.out_of_order < 398 and time.monotonic() - started < 10:
+            got.append(client.recv(0))
+        got.append(client.recv(120))  # the gap at the burst's end: asked for once the 100 ms are up
+        elapsed = time.monotonic() - started
+        gap_hellos = 0
+        while port.poll(100):
+            msg = decode_control(port.recv_multipart()[1])
+            gap_hellos += msg is not None and msg.kind == HELLO and msg.seq == 0 and bool(msg.flags & RESEND)
+        assert [f.frame_id for f in got if f is not None] == [0]
+        assert client.rx.counters.out_of_order == 398
+        assert 1 <= gap_hellos <= 2 + elapsed / 0.1, (gap_hellos, elapsed)
+    finally:
+        client.close()
+        port.close()
+        ctx.term()
+
+
 JOURNALED_CONSUMER = """
 import sys, time
 from mocapline.client import ClientSettings, Journal, MocapClient
@@ -183,6 +253,39 @@ def test_a_consumer_killed_mid_take_and_restarted_stores_each_frame_once(tmp_pat
         results = [e.result for e in stored.entries()]
         stored.close()
         assert results == [str(1000 + i).encode() for i in range(1500)] + [b"end"]  # each once, in order
+    finally:
+        port.close()
+
+
+def test_a_handler_that_raises_leaves_its_frame_to_the_next_run(tmp_path, endpoint) -> None:
+    """run(handler) with a Journal: a handler that raises (a motor fault) has stored nothing for
+    its frame, so neither the position nor the ACK may cover it; the next run applies it."""
+    from mocapline.client import Journal
+
+    def handler(fail_at: int | None):
+        def apply(frame):
+            if frame.is_end:
+                return b"end"
+            if frame.mocap.posture_index == fail_at:
+                raise RuntimeError("motor fault")
+            return str(frame.mocap.posture_index).encode()
+        return apply
+
+    port = Port(tmp_path / "port", endpoint)
+    path = tmp_path / "journal"
+    try:
+        port.produce(range(100), end=True)
+        journal = Journal(path)
+        with pytest.raises(RuntimeError), MocapClient(ClientSettings(endpoint, name="g1"), store=journal) as client:
+            client.run(handler(1050), until_end=True, idle_s=20)
+        journal.close()
+        time.sleep(1.2)  # the port writes down what it was told (an ACK past 1050 would let it trim)
+        journal = Journal(path)
+        with MocapClient(ClientSettings(endpoint, name="g1"), store=journal) as client:
+            client.run(handler(None), until_end=True, idle_s=20)
+        results = [e.result for e in journal.entries()]
+        journal.close()
+        assert results == [str(1000 + i).encode() for i in range(100)] + [b"end"]
     finally:
         port.close()
 

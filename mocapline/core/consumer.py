@@ -207,12 +207,19 @@ class MocapClient:
         the caller's own store, ``handler`` writes its result and the position
         (``frame.epoch``, ``frame.frame_id``) in one transaction of its own and ``store.load``
         reads that position back. A consumer killed anywhere resumes after the last frame whose
-        result is stored: each frame's result is stored once. Returns the frames handled; stops
-        as ``frames`` does."""
+        result is stored: each frame's result is stored once. A handler that raises leaves its
+        frame unstored and unacknowledged (the exception propagates; the frame comes again).
+        Returns the frames handled; stops as ``frames`` does."""
         record = getattr(self.store, "record", None)
         handled = 0
         for frame in self.frames(idle_s, until_end=until_end):
-            result = handler(frame)
+            try:
+                result = handler(frame)
+            except BaseException:
+                # nothing of it is stored: neither its position nor an ACK may cover it (close()
+                # would commit it); the port sends it again, now or to the next run
+                self.rx.rewind(frame.frame_id - 1)
+                raise
             if record is not None:
                 record(frame.epoch, frame.frame_id, result)
             self._saved = (frame.epoch, frame.frame_id)  # stored: by the record, or in the handler's transaction

@@ -112,6 +112,7 @@ class ReliableReceiver:
 
     IDLE_HELLO_S = 0.25
     MAX_BACKOFF_S = 2.0
+    GAP_HELLO_S = 0.1  # a gap HELLO at most this long after any HELLO (frames in flight behind one look like a gap)
     ACK_INTERVAL_S = 0.05
 
     def __init__(
@@ -146,6 +147,7 @@ class ReliableReceiver:
         self._ack_at = 0.0
         self._backoff = self.IDLE_HELLO_S
         self._hello_at = 0.0
+        self._gap = False  # frames beyond the next expected one were dropped, not asked for since
         self._poller = zmq.Poller()
         self._poller.register(data, zmq.POLLIN)
         if not self.single:
@@ -177,9 +179,22 @@ class ReliableReceiver:
         self.counters.hellos += 1
         self._hello_at = time.monotonic()
 
+    def _ask_gap(self, now: float) -> bool:
+        """HELLO (RESEND) for a gap, at most every GAP_HELLO_S; one held back by that bound goes
+        when the time is up, more frames or not (a gap at the end of a burst would otherwise wait
+        for the idle timer's second HELLO, ~0.75 s)."""
+        if not self._gap or now - self._hello_at < self.GAP_HELLO_S:
+            return False
+        self._gap = False
+        self._hello()
+        return True
+
     def _maybe_hello(self, now: float) -> None:
-        """The idle timer: the first HELLO after progress is a keep-alive (what is in flight still
-        comes); the next ones, with nothing arrived in between, ask for a resend."""
+        """A gap held back, else the idle timer: the first HELLO after progress is a keep-alive
+        (what is in flight still comes); the next ones, with nothing arrived in between, ask for a
+        resend."""
+        if self._ask_gap(now):
+            return
         if now - self._hello_at >= self._backoff:
             self._hello(resend=self._backoff > self.IDLE_HELLO_S or not self.welcomed)
             self._backoff = min(self._backoff * 2, self.MAX_BACKOFF_S)
@@ -238,9 +253,7 @@ class ReliableReceiver:
             return None
         deadline = now + timeout_ms / 1000
         while True:
-            wait = deadline - time.monotonic()
-            if self.last > self._acked:  # wake up in time to acknowledge
-                wait = min(wait, self._ack_at + self.ACK_INTERVAL_S - time.monotonic())
+            wait = self._wait_s(deadline)
             events = dict(self._poller.poll(max(0, math.ceil(wait * 1000))))  # ceil: no spin at the end
             if not self.single and self.control in events:
                 self._read_control()
@@ -255,6 +268,16 @@ class ReliableReceiver:
             self._maybe_hello(now)
             if now >= deadline or any(sock in events for sock in self._wake):
                 return None
+
+    def _wait_s(self, deadline: float) -> float:
+        """How long to poll: until ``deadline``, or in time to acknowledge, or to ask for a gap."""
+        now = time.monotonic()
+        wait = deadline - now
+        if self.last > self._acked:
+            wait = min(wait, self._ack_at + self.ACK_INTERVAL_S - now)
+        if self._gap:
+            wait = min(wait, self._hello_at + self.GAP_HELLO_S - now)
+        return wait
 
     def wake_on(self, sock: zmq.Socket) -> None:
         """Also return (None) from ``recv`` when ``sock`` has a message: a stage's output link's
@@ -316,9 +339,10 @@ class ReliableReceiver:
             return None
         if seq > self.last + 1:
             self.counters.out_of_order += 1
-            if time.monotonic() - self._hello_at >= min(self._backoff, 0.1):
-                self._hello()  # ask for what is missing (at most every 100 ms while it streams)
+            self._gap = True
+            self._ask_gap(time.monotonic())
             return None
+        self._gap = False
         self.last = seq
         self.counters.accepted += 1
         return received

@@ -18,6 +18,8 @@ any failed. docs/protocol.md, "Conformance kit".
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import sys
 
 from mocapline.core.options import EnvArgumentParser
@@ -29,7 +31,7 @@ def build_parser() -> EnvArgumentParser:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--consumer", metavar="CMD", help="the command that starts the consumer under test")
     which.add_argument("--port", metavar="ENDPOINT", help="a running robot port to check")
-    p.add_argument("--case", action="append", default=None,
+    p.add_argument("--case", action="append", default=None, choices=[c.name for c in CASES], metavar="CASE",
                    help="only this case (repeatable): " + ", ".join(c.name for c in CASES))
     p.add_argument("--name", default="port-check", help="--port: the consumer name to use there")
     return p
@@ -41,8 +43,26 @@ def print_result(result: CaseResult) -> None:
         print(f"      {'':<16} (the case: {result.what})", flush=True)
 
 
+def command_problem(template: str) -> str:
+    """Why the ``--consumer`` template cannot start a consumer ("" when it can), said before any
+    case runs rather than as a traceback or nine failed cases."""
+    try:
+        argv = shlex.split(template.format(endpoint="tcp://127.0.0.1:5555", name="port-check", state="/tmp/state"))
+    except (KeyError, IndexError, ValueError) as exc:
+        return (f"{template!r}: {exc!r}; the command may name {{endpoint}}, {{name}} and {{state}} (a literal "
+                "brace is written {{ or }})")
+    if not argv:
+        return "the command is empty"
+    if shutil.which(argv[0]) is None:
+        return f"{argv[0]!r}: no such program (or not executable)"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.consumer is not None and (problem := command_problem(args.consumer)):
+        print(f"mocapline port-check --consumer: {problem}", file=sys.stderr)
+        return 2
     if args.consumer is not None:
         results = run_cases(args.consumer, args.case, report=print_result)
     else:

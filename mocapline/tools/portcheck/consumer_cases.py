@@ -328,6 +328,9 @@ def run_cases(template: str, only: list[str] | None = None,
             case = cls(template, Path(tmp))
             try:
                 result = replace(case.run(), what=cls.what)
+                exited = "" if result.passed else case.consumer.exited()
+                if exited:
+                    result = replace(result, detail=f"{result.detail}; {exited}")
             finally:
                 case.close()
             results.append(result)

@@ -78,6 +78,14 @@ class Peer:
         self.sock.close(linger=0)
 
 
+def shown(msg: Control | None) -> str:
+    """A WELCOME as a reader of the report wants it (not a repr with the epoch's raw bytes)."""
+    if msg is None:
+        return "none"
+    ref = msg.ref if msg.version == 2 else f"{msg.name!r} (v1: in the name)"
+    return f"WELCOME(v{msg.version}, epoch {msg.epoch.hex()[:8]}.., seq {msg.seq}, ref {ref})"
+
+
 def consecutive(ids: list[int], start: int) -> bool:
     return ids == list(range(start, start + len(ids)))
 
@@ -100,7 +108,7 @@ def check_port(endpoint: str, name: str = "port-check",
         seen = peer.read(50)
         w = seen.welcome
         if not result("handshake", w is not None and w.ref == -1 and w.version == 2,
-                      f"WELCOME {w}" if w is not None else "no WELCOME within 10 s"):
+                      shown(w) if w is not None else "no WELCOME within 10 s"):
             return results
         assert w is not None
         peer.epoch = w.epoch
@@ -117,7 +125,7 @@ def check_port(endpoint: str, name: str = "port-check",
         seen = peer.read(10)
         w2 = seen.welcome
         ok = w2 is not None and w2.seq == last + 1 and w2.ref == last and consecutive(seen.frame_ids, last + 1)
-        result("resume", ok, f"HELLO({last}) on a new connection: WELCOME {w2}, frames from "
+        result("resume", ok, f"HELLO({last}) on a new connection: {shown(w2)}, frames from "
                              f"{seen.frame_ids[:1]}")
         last = seen.frame_ids[-1] if seen.frame_ids else last
         peer.control(ACK, last)
@@ -125,22 +133,24 @@ def check_port(endpoint: str, name: str = "port-check",
         peer.hello(last, flags=0)  # a keep-alive while frames are on their way
         seen = peer.read(30, timeout_s=3, in_flight=True)
         ok = seen.welcome is not None and seen.welcome.ref == last and consecutive(seen.frame_ids, last + 1)
-        result("keep_alive", ok, f"HELLO({last}) without RESEND: WELCOME {seen.welcome}; frames "
+        result("keep_alive", ok, f"HELLO({last}) without RESEND: {shown(seen.welcome)}; frames "
                                  f"{seen.frame_ids[:3]}..., {len(seen.frame_ids) - len(set(seen.frame_ids))} twice")
         last = seen.frame_ids[-1] if seen.frame_ids else last
+        peer.control(ACK, last)  # then a HELLO below it, without RESEND: still a rewind, no keep-alive
         back = max(-1, last - 5)
-        peer.hello(back)
+        peer.hello(back, flags=0)
         seen = peer.read(5)
         ids = seen.frame_ids
         ok = seen.welcome is not None and seen.welcome.seq == back + 1 and back + 1 in ids \
             and consecutive(ids[ids.index(back + 1):], back + 1) if back + 1 in ids else False
-        result("rewind", ok, f"HELLO({back}) below its ACK: WELCOME {seen.welcome}, frames {ids[:3]}...")
+        result("rewind", ok, f"HELLO({back}) without RESEND below its ACK ({last}): {shown(seen.welcome)}, "
+                             f"frames {ids[:3]}...")
         old = Peer(ctx, endpoint, names[1])
         old.hello(-1, version=1)
         seen = old.read(1)
         w1 = seen.welcome
         result("v1_peer", w1 is not None and w1.version == 1 and w1.name == "-1",
-               f"a v1 HELLO answered by {w1}" if w1 is not None else "no WELCOME to a v1 HELLO")
+               f"a v1 HELLO answered by {shown(w1)}" if w1 is not None else "no WELCOME to a v1 HELLO")
         if w1 is not None:
             old.epoch = w1.epoch
             old.control(FORGET, -1, names[0])

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,13 +61,31 @@ class ConsumerProcess:
         self.applied: list[Applied] = []
         self.runs: list[list[Applied]] = []
         self.proc: subprocess.Popen[str] | None = None
+        self.stderr_tail: deque[str] = deque(maxlen=3)  # of its current run: why it exited, if it did
         self._lock = threading.Lock()
 
     def start(self) -> None:
         self.runs.append([])
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, start_new_session=True)
+        self.stderr_tail.clear()
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, errors="replace", start_new_session=True)
         threading.Thread(target=self._read, args=(self.proc, self.runs[-1]), daemon=True).start()
+        threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True).start()
+
+    def _read_stderr(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.strip() and proc is self.proc:
+                self.stderr_tail.append(line.strip()[:200])
+
+    def exited(self) -> str:
+        """How its current run ended by itself ("" while it runs): the exit status and the last lines
+        of its stderr, so a consumer that died on its own is not reported as merely silent."""
+        if self.proc is None or self.proc.poll() is None:
+            return ""
+        time.sleep(0.1)  # the last stderr lines still in the pipe
+        tail = " | ".join(self.stderr_tail)
+        return f"the consumer exited with status {self.proc.returncode}" + (f": {tail}" if tail else "")
 
     def _read(self, proc: subprocess.Popen[str], run: list[Applied]) -> None:
         assert proc.stdout is not None
