@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import ctypes
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -18,7 +18,6 @@ LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 # it starts: its own pid. A process whose parent is that pid stops when the parent is gone.
 SUPERVISOR_ENV = "MOCAPLINE_SUPERVISOR_PID"
 SUPERVISOR_POLL_S = 0.5
-PR_SET_PDEATHSIG = 1
 
 log = logging.getLogger("mocapline.lifecycle")
 
@@ -93,8 +92,11 @@ def interrupt_self() -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
-def die_with_parent() -> None:
-    """For ``Popen(preexec_fn=...)`` of a program that cannot watch its parent itself (nats-server):
-    the kernel sends it SIGTERM when the thread that started it ends. Use it only from the main
-    thread, whose end is the process's."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+def ending_with_parent(command: list[str]) -> list[str]:
+    """``command`` so that the kernel sends it SIGTERM when the thread that starts it ends, for a
+    program that cannot watch its parent itself (nats-server): util-linux's ``setpriv
+    --pdeathsig`` (in every Debian) sets that up and runs it; without setpriv, ``command`` as it is.
+    Start it from the main thread, whose end is the process's. (Not ``Popen(preexec_fn=...)``:
+    that runs the interpreter's fork hooks, inside which a Ctrl-C's exception is swallowed.)"""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", *command] if setpriv else command

@@ -18,7 +18,7 @@ from typing import Any
 
 from mocapline.core.bus import nats_server_binary, request
 from mocapline.core.counters import STAGE_TYPES, decode_stage
-from mocapline.core.lifecycle import die_with_parent
+from mocapline.core.lifecycle import ending_with_parent
 from mocapline.services.auditor.audit import audit, with_workers
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.plan import Planned, StackConfig, as_worker, capture_ports, plan
@@ -194,11 +194,11 @@ class Stack:
         if self.config.retarget_workers:  # the worker assignment is a JetStream key-value bucket
             store = (self.config.state_dir or Path(tempfile.mkdtemp(prefix="mocapline-nats-"))) / "nats"
             jetstream = ["-js", "-sd", str(store)]
-        # started from the main thread, it ends with this process even when that is killed with -9
-        main = threading.current_thread() is threading.main_thread()
-        self.nats = subprocess.Popen([str(binary), "-a", "127.0.0.1", "-p", url.rpartition(":")[2], *jetstream],
-                                     stdout=self._log("nats"), stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=die_with_parent if main else None)
+        command = [str(binary), "-a", "127.0.0.1", "-p", url.rpartition(":")[2], *jetstream]
+        if threading.current_thread() is threading.main_thread():
+            command = ending_with_parent(command)  # it ends with this process, even one killed with -9
+        self.nats = subprocess.Popen(command, stdout=self._log("nats"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         deadline = time.monotonic() + 10
         while not nats_reachable(url):
             if time.monotonic() > deadline or self.nats.poll() is not None:
