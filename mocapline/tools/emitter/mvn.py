@@ -48,7 +48,7 @@ ROTATION_ORDER = "YXZ"
 PROP_SEGMENT_ID = N_SEGMENTS + 1
 YAW_TO_MVN = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # facing -Y -> facing +X
 N_POSE_ARMS = {"LeftArm": -90.0, "RightArm": 90.0}  # degrees about the Axis forward axis: arms down
-TOE_OFFSET = np.array([0.14, 0.0, -0.06])  # ball of the foot from the ankle, MVN foot frame, m at 1.727 m
+TOE_OFFSET = np.array([0.14, 0.0, -0.05])  # ball of the foot from the ankle, MVN foot frame, m at 1.727 m
 PROP_GRIP = np.array([0.0, 0.0, -0.12])  # a held prop's origin from the hand, MVN hand frame, m
 META_EVERY_S = 1.0
 # Per MVN hand bone (mxtp02.FINGER_SEGMENTS without the side), the Axis bone without the side.
