@@ -7,6 +7,10 @@ path is a TCP server as Axis Studio runs one (capture connects to it) and ``--de
 side paths. ``--performers N`` sends N avatars per frame (avatar_index 0..N-1). Faults for tests
 and demos: duplicated indices, indices skipped on one destination, on all, or for one performer,
 non-BVH datagrams mixed in, TCP connections dropped in the middle of a datagram.
+
+``--format mvn`` reads the take's flags (--dest, --frames, --rate, --first-index, --performers,
+--speed, --duplicate, --duplicate-last, --skip, --skip-main, --skip-side, --skip-performer) and the
+ones marked mvn: (gloves, props, names, heights); the other flags are Axis's, refused under it.
 """
 
 from __future__ import annotations
