@@ -99,3 +99,50 @@ def test_capture_killed_mid_take_of_split_frames_resumes_them_whole(tmp_path) ->
         stack.stop()
     assert v["rejected_datagrams"] == 0, v["rejected_by_reason"]
     assert v["source_unique_frames"] == 600 and v["viewer_applied"] == 600 and v["unique_frames_conserved"] == 1, v
+
+
+def test_emitted_mvn_suits_with_gloves_and_a_prop_are_retargeted_at_their_scaled_height(tmp_path) -> None:
+    """`mocapline emit --format mvn` (the synthetic MVN streamer) through the whole pipeline: every
+    sample conserved, nothing rejected, no IK failure, each suit retargeted at the height its MXTP13
+    says (set per suit), names and the prop in the ledger."""
+    from mocapline.tools.emitter.mvn import MvnTake, emit_mvn
+
+    stack = Stack(local_config(source="xsens", merge=False, viewer=True, input_fps=120.0, output_fps=120.0,
+                               log_dir=tmp_path / "logs"))
+    take = MvnTake(performers=2, gloves=True, props=1, names=["Alice", "Bob", "Sword"], heights_m=[1.80, 1.62])
+    stack.start()
+    try:
+        stack.wait_ready()
+        emit_mvn(TakePlan(frames=240, first_index=1000), take, [("127.0.0.1", stack.config.main_port)], rate_hz=120.0)
+        finals = stack.drain()
+        v = stack.verdict(finals)
+    finally:
+        stack.stop()
+    assert v["rejected_datagrams"] == 0 and v["unique_frames_conserved"] == 1, v["state"]
+    assert v["source_unique_frames"] == v["viewer_applied"] == 480
+    assert v["props"] == {"2": {"samples": 240, "segments": 1, "name": "Sword"}}
+    assert v["meta_datagrams"] == {"MXTP12": 6, "MXTP13": 8}  # repeated every second (120 samples)
+    retarget = finals["retarget"]
+    assert retarget["ik_failed"] == 0
+    for key, (name, height) in {"0": ("Alice", 1.80), "1": ("Bob", 1.62)}.items():
+        assert v["performers"][key]["avatar_name"] == name
+        assert v["performers"][key]["human_height_m"] == pytest.approx(height, abs=1e-3)
+        assert retarget["performers"][key]["gmr_processed"] == 240
+        assert retarget["performers"][key]["human_height_m"] == pytest.approx(height, abs=1e-3)
+
+
+def test_demo_source_xsens_prints_a_conserved_ledger(capsys) -> None:
+    """`mocapline demo --source xsens --performers 2 --gloves --props 1`, as a user runs it."""
+    import json
+
+    from mocapline.tools.pipeline.demo import main as demo_main
+
+    code = demo_main(["--source", "xsens", "--performers", "2", "--gloves", "--props", "1", "--frames", "120",
+                      "--rate", "120", "--json"])
+    ledger = json.loads(capsys.readouterr().out)
+    assert code == 0 and ledger["unique_frames_conserved"] == 1 and ledger["rejected_datagrams"] == 0
+    assert ledger["viewer_applied"] == 240
+    assert ledger["props"] == {"2": {"samples": 120, "segments": 1, "name": "Prop1"}}
+    assert ledger["meta_datagrams"] == {"MXTP12": 3, "MXTP13": 4}
+    assert {k: (p["avatar_name"], p["human_height_m"]) for k, p in ledger["performers"].items()} == {
+        "0": ("Performer1", pytest.approx(1.75, abs=1e-3)), "1": ("Performer2", pytest.approx(1.75, abs=1e-3))}

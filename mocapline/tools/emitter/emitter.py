@@ -1,4 +1,5 @@
-"""`mocapline emit`: a synthetic Axis Studio that sends binary BVH datagrams over UDP or TCP.
+"""`mocapline emit`: a synthetic Axis Studio that sends binary BVH datagrams over UDP or TCP, or
+(``--format mvn``) a synthetic Xsens MVN network streamer (mocapline/tools/emitter/mvn.py).
 
 Generates a walking / arm-raising take (or replays a .mlrec recording) to one or more destinations,
 the first being the "main" path and the second the "side" path. With ``--tcp-listen PORT`` the main
@@ -6,6 +7,10 @@ path is a TCP server as Axis Studio runs one (capture connects to it) and ``--de
 side paths. ``--performers N`` sends N avatars per frame (avatar_index 0..N-1). Faults for tests
 and demos: duplicated indices, indices skipped on one destination, on all, or for one performer,
 non-BVH datagrams mixed in, TCP connections dropped in the middle of a datagram.
+
+``--format mvn`` reads the take's flags (--dest, --frames, --rate, --first-index, --performers,
+--speed, --duplicate, --duplicate-last, --skip, --skip-main, --skip-side, --skip-performer) and the
+ones marked mvn: (gloves, props, names, heights); the other flags are Axis's, refused under it.
 """
 
 from __future__ import annotations
@@ -18,8 +23,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 from mocapline.core.lifecycle import interrupt_self, watch_supervisor
@@ -33,10 +37,11 @@ from mocapline.core.options import (
 from mocapline.core.paths import DEMO_TAKE
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig, encode_datagram
-from mocapline.formats.axis_split import split_datagram
 from mocapline.formats.mlrec import RecordingWriter, read_recording
 from mocapline.formats.skeleton import SKELETON_CHOICES, get_skeleton, skeleton_kind
+from mocapline.tools.emitter import mvn
 from mocapline.tools.emitter.motion import pose_channels
+from mocapline.tools.emitter.take import EmitStats, Pacer, TakePlan, performer_name
 from mocapline.tools.emitter.tcp_server import AxisTcpServer
 
 GARBAGE_KINDS = ("calculation", "unknown_small", "random", "truncated_bvh")
@@ -59,82 +64,6 @@ def garbage_datagram(kind: str, rng: random.Random, valid: bytes) -> bytes:
     if kind == "truncated_bvh":
         return valid[: rng.randrange(1, len(valid))]
     return bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 1600)))
-
-
-@dataclass
-class TakePlan:
-    """What to send: which indices, which to repeat, which each destination skips, garbage."""
-
-    frames: int
-    first_index: int = 0
-    duplicate: set[int] = field(default_factory=set)
-    skip_all: set[int] = field(default_factory=set)
-    skip_main: set[int] = field(default_factory=set)
-    skip_side: set[int] = field(default_factory=set)
-    garbage: int = 0
-    seed: int = 0
-    performers: int = 1  # avatars per frame: avatar_index 0 .. performers - 1
-    skip_performer: dict[int, set[int]] = field(default_factory=dict)  # avatar_index -> indices not sent
-    tcp_cut: set[int] = field(default_factory=set)  # TCP: drop the connection half-way through these
-    # UDP main path: frames of every ``split_every``-th index sent as parts of at most ``split_bytes``
-    # (as Axis Neuron does), of which those in ``lose_head`` / ``lose_tail`` lose their first / last part
-    split_bytes: int = 0
-    split_every: int = 1
-    lose_head: set[int] = field(default_factory=set)
-    lose_tail: set[int] = field(default_factory=set)
-    version: tuple[int, int, int, int] | None = None  # the header's data version (default 1.1.0.1)
-
-    def indices(self) -> Iterator[int]:
-        for i in range(self.frames):
-            index = self.first_index + i
-            yield index
-            if index in self.duplicate:
-                yield index
-
-    def sends_to(self, dest: int, index: int) -> bool:
-        if index in self.skip_all:
-            return False
-        if dest == 0 and index in self.skip_main:
-            return False
-        return not (dest == 1 and index in self.skip_side)
-
-    def performs(self, avatar: int, index: int) -> bool:
-        return index not in self.skip_performer.get(avatar, ())
-
-    def parts(self, index: int, data: bytes) -> list[bytes]:
-        """What the main UDP path sends of a frame's datagram: whole, or split (and maybe a part lost)."""
-        if not self.split_bytes or len(data) <= self.split_bytes or (index - self.first_index) % self.split_every:
-            return [data]
-        parts = split_datagram(data, self.split_bytes)
-        return parts[index in self.lose_head : len(parts) - (index in self.lose_tail)]
-
-
-def performer_name(avatar: int) -> str:
-    return f"Performer{avatar + 1}"
-
-
-@dataclass
-class EmitStats:
-    frames: int = 0
-    datagrams: dict[str, int] = field(default_factory=dict)
-    garbage: int = 0
-    tcp_cuts: int = 0
-
-
-class Pacer:
-    """Absolute schedule: frame k goes out at t0 + k / rate (no drift, no fixed sleeps)."""
-
-    def __init__(self, rate_hz: float) -> None:
-        self.period = 1.0 / rate_hz if rate_hz > 0 else 0.0
-        self.t0 = time.perf_counter()
-        self.k = 0
-
-    def wait(self) -> None:
-        if self.period:
-            delay = self.t0 + self.k * self.period - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-        self.k += 1
 
 
 def emit_take(
@@ -284,9 +213,11 @@ def replay(path: Path, dests: list[tuple[str, int]], speed: float = 1.0) -> Emit
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline emit", description=__doc__)
+    mvn.add_format_argument(p)
     p.add_argument("--dest", nargs="*", default=None,
                    help="UDP HOST:PORT destinations; the first is the main path, the second the side path "
-                        "(default 127.0.0.1:7014; with --tcp-listen these are side paths only, default none)")
+                        "(default 127.0.0.1:7014, mvn 127.0.0.1:9763; with --tcp-listen these are side paths "
+                        "only, default none)")
     p.add_argument("--tcp-listen", type=str, default=None, metavar="[HOST:]PORT",
                    help="serve the main path over TCP as Axis Studio does (capture connects: --transport tcp); "
                         "HOST defaults to 127.0.0.1")
@@ -296,7 +227,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--tcp-cut", type=parse_index_list, default=[],
                    help="TCP: drop every connection half-way through these indices (the reconnected client "
                         "gets them whole)")
-    p.add_argument("--performers", type=positive_int, default=1, help="avatars per frame (avatar_index 0..N-1)")
+    p.add_argument("--performers", type=positive_int, default=1,
+                   help="avatars per frame (avatar_index 0..N-1; mvn: suits, character ids 0..N-1)")
     p.add_argument("--skip-performer", type=parse_performer_skip, action="append", default=[],
                    metavar="AVATAR:INDICES", help="indices one performer misses on every path, e.g. 1:100-103")
     p.add_argument("--frames", type=non_negative_int, default=600, help="frames in the take (0 = until Ctrl-C)")
@@ -329,6 +261,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--write", type=Path, default=None,
                    help="write the generated take to this .mlrec file, send nothing")
     p.add_argument("--seed", type=int, default=0, help="seed for the garbage generator")
+    mvn.add_arguments(p)
     return p
 
 
@@ -355,24 +288,56 @@ def parse_performer_skip(text: str) -> tuple[int, list[int]]:
     return int(avatar), parse_index_list(indices)
 
 
+def destinations(args: argparse.Namespace) -> tuple[list[tuple[str, int]], tuple[str, int] | None]:
+    """The UDP destinations and the TCP address to serve on (None: UDP only); ValueError says why not."""
+    if args.dest is None:
+        args.dest = [] if args.tcp_listen else [f"127.0.0.1:{mvn.MVN_PORT if args.format == 'mvn' else 7014}"]
+    dests = [parse_dest(d) for d in args.dest]
+    listen = parse_dest(args.tcp_listen if ":" in args.tcp_listen else f"127.0.0.1:{args.tcp_listen}") \
+        if args.tcp_listen else None
+    if listen is not None and (args.replay is not None or args.demo or args.write is not None):
+        raise ValueError("--tcp-listen serves a generated take (not --replay, --demo or --write)")
+    if not dests and listen is None:
+        raise ValueError("no destination (--dest or --tcp-listen)")
+    return dests, listen
+
+
+def take_plan(args: argparse.Namespace) -> TakePlan:
+    """The take the flags describe (either format)."""
+    frames = args.frames if args.frames > 0 else 10**12
+    last = args.first_index + frames - 1
+    return TakePlan(
+        frames=frames,
+        first_index=args.first_index,
+        duplicate=set(args.duplicate) | ({last} if args.duplicate_last else set()),
+        skip_all=set(args.skip),
+        skip_main=set(args.skip_main),
+        skip_side=set(args.skip_side),
+        garbage=args.garbage,
+        seed=args.seed,
+        performers=args.performers,
+        skip_performer={avatar: set(indices) for avatar, indices in args.skip_performer},
+        tcp_cut=set(args.tcp_cut),
+        split_bytes=args.split,
+        split_every=args.split_every,
+        lose_head=set(args.lose_head),
+        lose_tail=set(args.lose_tail),
+        version=args.version,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    foreign = mvn.foreign_flags(parser, args)
+    if foreign:
+        print(f"mocapline emit: {foreign}", file=sys.stderr)
+        return 2
     watch_supervisor(interrupt_self)  # under `up --demo` it loops: it ends when `up` is gone
     try:
-        if args.dest is None:
-            args.dest = [] if args.tcp_listen else ["127.0.0.1:7014"]
-        dests = [parse_dest(d) for d in args.dest]
-        listen = parse_dest(args.tcp_listen if ":" in args.tcp_listen else f"127.0.0.1:{args.tcp_listen}") \
-            if args.tcp_listen else None
+        dests, listen = destinations(args)
     except ValueError as exc:
         print(f"mocapline emit: {exc}", file=sys.stderr)
-        return 2
-    if listen is not None and (args.replay is not None or args.demo or args.write is not None):
-        print("mocapline emit: --tcp-listen serves a generated take (not --replay, --demo or --write)",
-              file=sys.stderr)
-        return 2
-    if not dests and listen is None:
-        print("mocapline emit: no destination (--dest or --tcp-listen)", file=sys.stderr)
         return 2
     if args.demo:
         args.replay = DEMO_TAKE
@@ -387,26 +352,9 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             return 130
     else:
-        frames = args.frames if args.frames > 0 else 10**12
-        last = args.first_index + frames - 1
-        plan = TakePlan(
-            frames=frames,
-            first_index=args.first_index,
-            duplicate=set(args.duplicate) | ({last} if args.duplicate_last else set()),
-            skip_all=set(args.skip),
-            skip_main=set(args.skip_main),
-            skip_side=set(args.skip_side),
-            garbage=args.garbage,
-            seed=args.seed,
-            performers=args.performers,
-            skip_performer={avatar: set(indices) for avatar, indices in args.skip_performer},
-            tcp_cut=set(args.tcp_cut),
-            split_bytes=args.split,
-            split_every=args.split_every,
-            lose_head=set(args.lose_head),
-            lose_tail=set(args.lose_tail),
-            version=args.version,
-        )
+        plan = take_plan(args)
+        if args.format == "mvn":
+            return mvn.main_mvn(args, plan, dests)
         config = AxisBvhConfig(
             skeleton=args.skeleton,
             rotation_order=args.rotation_order,

@@ -2,7 +2,9 @@
 
 Starts its own NATS, capture, retarget, streamer, viewer (applying, not rendering) and auditor on
 free loopback ports (so it never collides with a running `mocapline up`), sends a synthetic Axis
-take to the main and side paths, drains every stage in order and prints the ledger with the
+take to the main and side paths (``--source xsens``: a synthetic Xsens MVN stream, with gloves,
+props, names and scaling as asked, to capture's MVN port, as `mocapline emit --format mvn`
+sends it), drains every stage in order and prints the ledger with the
 ledger's field names (docs/ledger.md). Exit status 0 when the unique frames were conserved, 1 when
 not (with one line saying why), 2 when the pipeline could not start, 130 when interrupted (Ctrl-C
 stops emitting, drains what was sent and prints its ledger; a second Ctrl-C stops at once).
@@ -22,10 +24,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mocapline.core.modes import Transport
+from mocapline.core.modes import Source, Transport
 from mocapline.core.options import (
     EnvArgumentParser,
     choices,
+    declared_defaults,
     non_negative_float,
     non_negative_int,
     parse_index_list,
@@ -35,6 +38,7 @@ from mocapline.core.options import (
 from mocapline.core.verdict import conserved
 from mocapline.formats.axis_bvh import AxisBvhConfig
 from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
+from mocapline.tools.emitter import mvn
 from mocapline.tools.emitter.emitter import TakePlan, emit_take, parse_performer_skip, parse_version, split_size
 from mocapline.tools.emitter.tcp_server import AxisTcpServer
 from mocapline.tools.pipeline.console import print_ledger
@@ -44,6 +48,10 @@ from mocapline.tools.pipeline.stack import Stack, StackConfig, local_config, run
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline demo", description=__doc__)
+    p.add_argument("--source", choices=choices(Source), default="axis",
+                   help="axis: Axis Studio BVH to the main and side paths; xsens: Xsens MVN (MXTP02/12/13) to "
+                        "capture's MVN port, capture --source xsens (the Axis-only flags are refused: merge, TCP, "
+                        "split, skeleton, version, garbage, side-path drops)")
     p.add_argument("--frames", type=positive_int, default=600, help="frames in the take")
     p.add_argument("--first-index", type=non_negative_int, default=0, help="posture_index of the first frame")
     p.add_argument("--rate", type=non_negative_float, default=60.0, help="emit rate in Hz; 0 = as fast as possible")
@@ -77,12 +85,28 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--retarget-workers", type=non_negative_int, default=0, metavar="N",
                    help="retarget as N workers sharing the performers (implies --durable; README: Scaling retarget)")
     p.add_argument("--json", action="store_true", help="print the final ledger as one JSON object")
+    mvn.add_arguments(p)
     return p
+
+
+# Flags an MVN take has no use for (one UDP path, no Axis framing), and the MVN ones an Axis take ignores.
+AXIS_ONLY = ("merge", "transport", "split", "lose_head", "lose_tail", "skeleton", "version", "garbage",
+             "drop_main", "drop_side")
+
+
+def foreign_flags(parser: EnvArgumentParser, args: Any) -> str | None:
+    """One line naming the flags given that ``--source`` does not read, or None."""
+    defaults = declared_defaults(parser)
+    other = "axis" if args.source == "xsens" else "xsens"
+    given = [parser.flags[d].option for d in (AXIS_ONLY if other == "axis" else mvn.MVN_ONLY)
+             if getattr(args, d) != getattr(defaults, d)]
+    return f"{', '.join(given)}: for --source {other} only, not read by --source {args.source}" if given else None
 
 
 def demo_config(args: Any) -> StackConfig:
     fps = args.input_fps or (args.rate if args.rate > 0 else 60.0)
     return local_config(
+        source=args.source,
         merge=args.merge,
         skeleton=str(args.skeleton),
         transport=args.transport,
@@ -143,7 +167,11 @@ def run(stack: Stack, args: Any, guard: SignalGuard, server: AxisTcpServer | Non
     config = stack.config
     side = ("127.0.0.1", config.side_port)
     axis = AxisBvhConfig(skeleton=args.skeleton)
-    if server is not None:  # capture connects to it, as to Axis Studio's server
+    if args.source == "xsens":
+        take = mvn.MvnTake(performers=args.performers, gloves=args.gloves, props=args.props, names=args.names,
+                           heights_m=args.height)
+        mvn.emit_mvn(take_plan(args), take, [("127.0.0.1", config.main_port)], rate_hz=args.rate, stop=guard.stop)
+    elif server is not None:  # capture connects to it, as to Axis Studio's server
         emit_take(take_plan(args), [side], rate_hz=args.rate, config=axis, tcp=server, stop=guard.stop)
     else:
         emit_take(take_plan(args), [("127.0.0.1", config.main_port), side], rate_hz=args.rate, config=axis,
@@ -171,7 +199,12 @@ def run(stack: Stack, args: Any, guard: SignalGuard, server: AxisTcpServer | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    foreign = foreign_flags(parser, args)
+    if foreign:
+        print(f"mocapline demo: {foreign}", file=sys.stderr)
+        return 2
     durable = args.durable or args.retarget_workers > 0  # the workers' positions live in the logs
     state = tempfile.TemporaryDirectory(prefix="mocapline-demo-") if durable else None
     config = demo_config(args)

@@ -105,7 +105,9 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline up", description=__doc__)
     add_stack_options(p)
-    p.add_argument("--demo", action="store_true", help="also replay the bundled demo take, looping")
+    p.add_argument("--demo", action="store_true",
+                   help="also replay the bundled demo take, looping (--source xsens: stream a synthetic MVN take, "
+                        "`mocapline emit --format mvn`, until Ctrl-C)")
     p.add_argument("--no-viewer", action="store_true", help="leave the streamer's port to an external consumer")
     p.add_argument("--display", choices=[d for d in choices(Display) if d != "none"], default="auto",
                    help="viewer display")
@@ -124,7 +126,7 @@ def build_parser() -> EnvArgumentParser:
 def startup_lines(config: StackConfig, args: Any) -> list[str]:
     """What the person needs to keep: where to send, where to look, where the logs are."""
     main_path = (f"capture -> tcp {config.axis_host}:{config.axis_port}" if config.transport == "tcp"
-                 else f"Axis Studio -> udp {config.main_port}")
+                 else f"{'Xsens MVN' if config.source == 'xsens' else 'Axis Studio'} -> udp {config.main_port}")
     lines = [
         f"mocapline: pipeline up; {main_path}{' + udp ' + str(config.side_port) if config.merge else ''}; "
         f"robots/viewers -> tcp://{config.bind_host}:{config.output_port}; logs in {config.log_dir}",
@@ -138,7 +140,9 @@ def startup_lines(config: StackConfig, args: Any) -> list[str]:
                      "hosts without CURVE (see deploy/README.md for `mocapline keys`)")
     if not args.no_viewer and args.display != "window":
         lines.append(f"mocapline: web viewer at http://127.0.0.1:{args.web_port}/")
-    if args.demo:
+    if args.demo and config.source == "xsens":
+        lines.append("mocapline: streaming a synthetic Xsens MVN take (mocapline emit --format mvn) until Ctrl-C")
+    elif args.demo:
         lines.append("mocapline: replaying the bundled demo take, looping (each loop starts a new segment)")
     if config.robot:
         lines.append(f"mocapline: robot bridge -> DDS domain {config.robot_domain} "
@@ -158,8 +162,10 @@ def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
     logs = LogWatch(config.log_dir, (*stack.services, "emit") if args.demo else tuple(stack.services))
     emitter = None
     if args.demo:
-        emitter = Service("emit", ["--demo", "--loop", "--dest", f"127.0.0.1:{config.main_port}",
-                                   f"127.0.0.1:{config.side_port}"])
+        emitter = Service("emit", ["--format", "mvn", "--frames", "0", "--rate", str(config.input_fps), "--dest",
+                                   f"127.0.0.1:{config.main_port}"] if config.source == "xsens" else
+                          ["--demo", "--loop", "--dest", f"127.0.0.1:{config.main_port}",
+                           f"127.0.0.1:{config.side_port}"])
         stack.services["emit"] = emitter  # stopped with the rest, whatever happens
         stack.start_service(emitter)
     while not guard.stop.wait(1.0):
