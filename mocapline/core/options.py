@@ -15,7 +15,7 @@ import argparse
 import enum
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar, get_args
 
@@ -192,6 +192,13 @@ def parse_settings(make: Callable[[argparse.Namespace], T], parser: argparse.Arg
     except ValueError as exc:
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return None
+
+
+def flags_given(parser: EnvArgumentParser, args: argparse.Namespace, names: Iterable[str]) -> list[str]:
+    """The options among ``names`` (dests) whose value is not their declared default: given on the
+    command line or by their MOCAPLINE_* variable (to refuse the flags of another mode)."""
+    defaults = declared_defaults(parser)
+    return [parser.flags[n].option for n in names if getattr(args, n) != getattr(defaults, n)]
 
 
 def positive_int(text: str) -> int:

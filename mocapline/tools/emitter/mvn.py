@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mocapline.core import quat
 from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX
-from mocapline.core.options import EnvArgumentParser, declared_defaults, non_negative_int, positive_float
+from mocapline.core.options import EnvArgumentParser, flags_given, non_negative_int, positive_float
 from mocapline.formats.mxtp02 import FINGER_SEGMENTS, N_SEGMENTS, XSENS_SEGMENTS, XSENS_TO_GMR, encode_mxtp02
 from mocapline.formats.mxtp_meta import ScalePoint, encode_meta, encode_scaling
 from mocapline.formats.skeleton import SkeletonKind, get_skeleton
@@ -181,18 +182,12 @@ class MvnStreamer:
         for j in range(self.take.props):
             holder = poses[j % len(poses)]
             hand = GMR_BODY_INDEX["RightHand"]
-            grip = _rotate(holder.quaternions[hand], PROP_GRIP)
+            grip = quat.rotate(holder.quaternions[hand], PROP_GRIP)
             prop = (np.array([PROP_SEGMENT_ID]), holder.positions[hand:hand + 1] + grip,
                     holder.quaternions[hand:hand + 1])
             out.append(encode_mxtp02(index, None, None, time_code_ms=code, character_id=self.take.performers + j,
                                      props=prop))
         return out
-
-
-def _rotate(q: np.ndarray, v: np.ndarray) -> np.ndarray:
-    w, x, y, z = q
-    u = np.array([x, y, z])
-    return v + 2.0 * np.cross(u, np.cross(u, v) + w * v)
 
 
 def emit_mvn(plan: TakePlan, take: MvnTake, dests: list[tuple[str, int]], *, rate_hz: float = 60.0,
@@ -269,13 +264,9 @@ def parse_heights(text: str) -> list[float]:
 def foreign_flags(parser: EnvArgumentParser, args: argparse.Namespace) -> str | None:
     """Why the flags given (or set by MOCAPLINE_*) that the chosen --format does not read are
     refused, in one line; None when there are none."""
-    defaults = declared_defaults(parser)
     other = "axis" if args.format == "mvn" else "mvn"
-    given = [parser.flags[d].option for d in (AXIS_ONLY if other == "axis" else MVN_ONLY)
-             if getattr(args, d) != getattr(defaults, d)]
-    if not given:
-        return None
-    return f"{', '.join(given)}: for --format {other} only, not read by --format {args.format}"
+    given = flags_given(parser, args, AXIS_ONLY if other == "axis" else MVN_ONLY)
+    return f"{', '.join(given)}: for --format {other} only, not read by --format {args.format}" if given else None
 
 
 def main_mvn(args: argparse.Namespace, plan: TakePlan, dests: list[tuple[str, int]]) -> int:

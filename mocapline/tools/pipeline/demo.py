@@ -28,7 +28,7 @@ from mocapline.core.modes import Source, Transport
 from mocapline.core.options import (
     EnvArgumentParser,
     choices,
-    declared_defaults,
+    flags_given,
     non_negative_float,
     non_negative_int,
     parse_index_list,
@@ -96,10 +96,8 @@ AXIS_ONLY = ("merge", "transport", "split", "lose_head", "lose_tail", "skeleton"
 
 def foreign_flags(parser: EnvArgumentParser, args: Any) -> str | None:
     """One line naming the flags given that ``--source`` does not read, or None."""
-    defaults = declared_defaults(parser)
     other = "axis" if args.source == "xsens" else "xsens"
-    given = [parser.flags[d].option for d in (AXIS_ONLY if other == "axis" else mvn.MVN_ONLY)
-             if getattr(args, d) != getattr(defaults, d)]
+    given = flags_given(parser, args, AXIS_ONLY if other == "axis" else mvn.MVN_ONLY)
     return f"{', '.join(given)}: for --source {other} only, not read by --source {args.source}" if given else None
 
 
