@@ -110,3 +110,17 @@ def test_axis_neuron_skeleton_reaches_capture_from_up_and_demo(tmp_path: Path) -
     args = demo.build_parser().parse_args(["--skeleton", "pn", "--version", "1.1.0.0", "--split", "1024"])
     assert planned(demo.demo_config(args))["capture"].skeleton == SkeletonKind.PN_PRO
     assert demo.take_plan(args).version == (1, 1, 0, 0) and demo.take_plan(args).split_bytes == 1024
+
+
+def test_up_listens_where_the_source_sends_unless_told(tmp_path: Path) -> None:
+    """`up --source xsens` takes MVN's port 9763 (not Axis Studio's 7014, where MVN sends nothing),
+    `--main-port` still wins, and capture is planned on it."""
+    from mocapline.tools.pipeline import up
+
+    def capture_ports(*flags: str) -> list[int]:
+        args = up.build_parser().parse_args([*flags, "--log-dir", str(tmp_path)])
+        return list(planned(up.stack_config(args))["capture"].ports)
+
+    assert capture_ports() == [7014]  # the side path goes to the auditor (no --merge)
+    assert capture_ports("--source", "xsens")[0] == 9763
+    assert capture_ports("--source", "xsens", "--main-port", "9800")[0] == 9800

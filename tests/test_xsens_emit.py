@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mocapline.core.bodies import GMR_BODY_INDEX
+from mocapline.core.modes import SOURCE_PORTS
 from mocapline.core.udp import Datagram
 from mocapline.formats.mxtp02 import HEADER, parse_mxtp02
 from mocapline.formats.skeleton import get_skeleton
@@ -66,10 +67,10 @@ def take() -> list[bytes]:
 def test_capture_reads_the_characters_names_heights_and_fingers(take: list[bytes]) -> None:
     meta_per_second = 3 + 2 * 2  # MXTP12 per character, MXTP13 segments + points per suit
     assert len(take) == FRAMES * 3 + 2 * meta_per_second
-    core = CaptureCore(XsensDecoder("m"), [mvn.MVN_PORT])
+    core = CaptureCore(XsensDecoder("m"), [SOURCE_PORTS["xsens"]])
     frames = []
     for k, data in enumerate(take):
-        frames += core.feed(Datagram(k * 1000, mvn.MVN_PORT, "127.0.0.1", data), k * 1e-6)
+        frames += core.feed(Datagram(k * 1000, SOURCE_PORTS["xsens"], "127.0.0.1", data), k * 1e-6)
     frames += core.flush()
     ledger = core.ledger()
     assert ledger["rejected_datagrams"] == 0

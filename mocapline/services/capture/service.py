@@ -25,7 +25,7 @@ from mocapline.core.durable import DurableStage
 from mocapline.core.frames import HumanFrame
 from mocapline.core.header import MessageType
 from mocapline.core.metrics import ServiceMetrics
-from mocapline.core.modes import Source, Transport
+from mocapline.core.modes import SOURCE_PORTS, Source, Transport
 from mocapline.core.options import (
     EnvArgumentParser,
     argv,
@@ -58,7 +58,6 @@ from mocapline.services.capture.state import StateError
 from mocapline.services.capture.tcp import DEFAULT_AXIS_TCP_PORT, parse_endpoint
 
 # Where each source sends over UDP by default: Axis Studio's BVH broadcast, MVN's network streamer.
-DEFAULT_UDP_PORTS: dict[str, int] = {"axis": 7014, "xsens": 9763}
 
 log = logging.getLogger("mocapline.capture")
 
@@ -72,7 +71,7 @@ def build_parser() -> EnvArgumentParser:
                    help="--transport tcp: Axis Studio's TCP server (the main path; reconnects with back-off)")
     p.add_argument("--ports", type=port_number, nargs="*", default=None,
                    help="UDP ports of the same source, merged by posture_index (e.g. 7014 7015); default "
-                        f"{DEFAULT_UDP_PORTS['axis']} for Axis, {DEFAULT_UDP_PORTS['xsens']} for Xsens, none with "
+                        f"{SOURCE_PORTS['axis']} for Axis, {SOURCE_PORTS['xsens']} for Xsens, none with "
                         "--transport tcp (then these are UDP side paths merged with the TCP stream)")
     p.add_argument("--host", default="0.0.0.0", help="local address to bind the UDP ports on")
     p.add_argument("--output", default="tcp://127.0.0.1:5556", help="ZeroMQ endpoint to bind the HumanFrame PUSH on")
@@ -152,7 +151,7 @@ class CaptureSettings:
             raise ValueError("--transport tcp is for Axis Studio (Xsens MVN streams over UDP)")
         axis = parse_endpoint(args.axis) if args.transport == "tcp" else None
         if args.ports is None:
-            args.ports = [] if axis is not None else [DEFAULT_UDP_PORTS[args.source]]
+            args.ports = [] if axis is not None else [SOURCE_PORTS[args.source]]
         if axis is None and not args.ports:
             raise ValueError("no UDP port to listen on (--ports)")
         if axis is not None and axis[1] in args.ports:

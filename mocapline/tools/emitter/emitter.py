@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mocapline.core.lifecycle import interrupt_self, watch_supervisor
+from mocapline.core.modes import SOURCE_PORTS
 from mocapline.core.options import (
     EnvArgumentParser,
     non_negative_float,
@@ -291,7 +292,8 @@ def parse_performer_skip(text: str) -> tuple[int, list[int]]:
 def destinations(args: argparse.Namespace) -> tuple[list[tuple[str, int]], tuple[str, int] | None]:
     """The UDP destinations and the TCP address to serve on (None: UDP only); ValueError says why not."""
     if args.dest is None:
-        args.dest = [] if args.tcp_listen else [f"127.0.0.1:{mvn.MVN_PORT if args.format == 'mvn' else 7014}"]
+        port = SOURCE_PORTS["xsens" if args.format == "mvn" else "axis"]
+        args.dest = [] if args.tcp_listen else [f"127.0.0.1:{port}"]
     dests = [parse_dest(d) for d in args.dest]
     listen = parse_dest(args.tcp_listen if ":" in args.tcp_listen else f"127.0.0.1:{args.tcp_listen}") \
         if args.tcp_listen else None

@@ -43,7 +43,6 @@ from mocapline.services.capture.fk import AxisForwardKinematics, matrices_to_qua
 from mocapline.tools.emitter.motion import pose_channels
 from mocapline.tools.emitter.take import EmitStats, Pacer, TakePlan, performer_name
 
-MVN_PORT = 9763
 REFERENCE_HEIGHT_M = 1.727  # the Axis Studio skeleton's crown above its soles
 ROTATION_ORDER = "YXZ"
 PROP_SEGMENT_ID = N_SEGMENTS + 1

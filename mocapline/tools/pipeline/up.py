@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import DEFAULT_URL
-from mocapline.core.modes import Display, Source, Transport
+from mocapline.core.modes import SOURCE_PORTS, Display, Source, Transport
 from mocapline.core.options import EnvArgumentParser, choices, port_number, positive_float
 from mocapline.core.segmentlog import FSYNC_POLICIES
 from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
@@ -29,7 +29,7 @@ from mocapline.tools.pipeline.stack import Stack, StackConfig, run_stack
 
 def add_stack_options(p: EnvArgumentParser) -> None:
     p.add_argument("--source", choices=choices(Source), default="axis",
-                   help="Axis Studio binary BVH, or Xsens MVN MXTP02 (then use --main-port 9763)")
+                   help="Axis Studio binary BVH, or Xsens MVN MXTP02 (the main port then defaults to MVN's 9763)")
     p.add_argument("--rotation-order", default="YXZ", help="Axis Studio's BVH rotation order setting")
     p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
                    help="Axis skeleton: axis_studio, or pn (pn_pro: Axis Neuron's Perception Neuron skeleton, "
@@ -38,7 +38,9 @@ def add_stack_options(p: EnvArgumentParser) -> None:
                    help="Axis Studio over UDP (to --main-port) or TCP (capture connects to --axis)")
     p.add_argument("--axis", default="127.0.0.1:7001", metavar="HOST[:PORT]",
                    help="--transport tcp: Axis Studio's TCP server")
-    p.add_argument("--main-port", type=port_number, default=7014, help="UDP port Axis Studio sends to (main path)")
+    p.add_argument("--main-port", type=port_number, default=None,
+                   help=f"UDP port the suit's software sends to, the main path (default {SOURCE_PORTS['axis']} for "
+                        f"Axis Studio, {SOURCE_PORTS['xsens']} for Xsens MVN)")
     p.add_argument("--side-port", type=port_number, default=7015, help="UDP port of the side path (audit / merge)")
     p.add_argument("--merge", action="store_true",
                    help="capture merges main + side by posture_index (recovers main-path losses)")
@@ -79,7 +81,7 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
         transport=args.transport,
         axis_host=axis_host,
         axis_port=axis_port,
-        main_port=args.main_port,
+        main_port=args.main_port if args.main_port is not None else SOURCE_PORTS[args.source],
         side_port=args.side_port,
         merge=args.merge,
         nats_url=args.nats,
