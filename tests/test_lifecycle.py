@@ -218,6 +218,21 @@ def test_up_killed_with_sigkill_leaves_no_service_running(tmp_path) -> None:
     os.close(term.master)
 
 
+def test_up_xsens_demo_streams_a_synthetic_mvn_take_and_ends_conserved(tmp_path) -> None:
+    """`up --source xsens --demo`: the Xsens path without a suit (`emit --format mvn` looping into
+    capture --source xsens); Ctrl-C drains it conserved, nothing rejected, nothing left running."""
+    args, ports = up_args(tmp_path)
+    term = Terminal.start(*args, "--source", "xsens")
+    term.wait_for("verdict: running", timeout=90)
+    term.read(3.0)
+    term.ctrl_c()
+    assert term.finish() == 0, term.text
+    text = term.text
+    assert "Xsens MVN -> udp" in text and "state                     conserved" in text, text
+    assert "rejected_datagrams        0" in text and "gmr_processed             0" not in text, text
+    assert_nothing_left(term, ports)
+
+
 def test_a_second_ctrl_c_while_draining_stops_at_once(tmp_path) -> None:
     args, ports = up_args(tmp_path)
     term = Terminal.start(*args)
