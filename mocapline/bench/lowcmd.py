@@ -12,12 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import timeit
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-
-def _us(stmt: Callable[[], object], number: int, repeat: int = 5) -> float:
-    return min(timeit.repeat(stmt, number=number, repeat=repeat)) / number * 1e6
+from mocapline.bench.timing import per_call_us
 
 
 def measure(number: int) -> dict[str, float]:
@@ -39,10 +36,10 @@ def measure(number: int) -> dict[str, float]:
     LOW_STATE.seal(state)
     sample = LOW_STATE.sample(state)
     return {
-        "lowcmd_ours_us": _us(ours, number),
-        "lowcmd_cyclonedds_us": _us(message.serialize, number),
-        "lowstate_ours_us": _us(lambda: LOW_STATE.from_sample(sample), number),
-        "lowstate_cyclonedds_us": _us(lambda: LowState_.deserialize(sample), number),
+        "lowcmd_ours_us": per_call_us(ours, number),
+        "lowcmd_cyclonedds_us": per_call_us(message.serialize, number),
+        "lowstate_ours_us": per_call_us(lambda: LOW_STATE.from_sample(sample), number),
+        "lowstate_cyclonedds_us": per_call_us(lambda: LowState_.deserialize(sample), number),
     }
 
 

@@ -12,18 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import timeit
 from collections.abc import Sequence
 from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from mocapline.bench.timing import per_call_us
 from mocapline.core.counters import CaptureCounts, zero
 from mocapline.core.metrics import STAGE_BUCKETS, FastHistogram, ServiceMetrics
-
-
-def _us(stmt, number: int, repeat: int = 5) -> float:
-    return min(timeit.repeat(stmt, number=number, repeat=repeat)) / number * 1e6
 
 
 def measure(number: int) -> dict[str, float]:
@@ -42,11 +38,11 @@ def measure(number: int) -> dict[str, float]:
 
     observe, inc, fobserve = hist.observe, counter.inc, fast.observe
     return {
-        "fast_histogram_observe_us": _us(lambda: fobserve(0.0031), number),
-        "prometheus_histogram_observe_us": _us(lambda: observe(0.0031), number),
-        "prometheus_counter_inc_us": _us(lambda: inc(), number),
-        "empty_call_us": _us(lambda: None, number),
-        "sync_us": _us(sync, max(number // 100, 100)),
+        "fast_histogram_observe_us": per_call_us(lambda: fobserve(0.0031), number),
+        "prometheus_histogram_observe_us": per_call_us(lambda: observe(0.0031), number),
+        "prometheus_counter_inc_us": per_call_us(lambda: inc(), number),
+        "empty_call_us": per_call_us(lambda: None, number),
+        "sync_us": per_call_us(sync, max(number // 100, 100)),
     }
 
 
