@@ -172,8 +172,8 @@ class RobotLoop:
         """What the link may acknowledge (and a HELLO say it holds): through the last frame
         processed, and with none taken in and waiting, everything it handed out or skipped. A
         bridge joining a running take is WELCOMEd past the frames the others took: capped at its
-        last processed frame (-1) its next HELLO asked for them all again, and the robot played
-        the take from its start."""
+        last processed frame (-1), each idle HELLO rewound it to the take's first frame, and the
+        streamer resent the take to it (dropped as duplicates) and held its log for it."""
         assert self.rx is not None
         return self.done_upto if self.controller.timeline.queue else max(self.done_upto, self.rx.last)
 
