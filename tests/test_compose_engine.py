@@ -428,7 +428,7 @@ def check_viewer_draws_the_sim(stack: Stack) -> None:
     """Profile robot's sim up (`up -d sim`: its G1 on the stack's DDS domain, on loopback): with a
     page open (a WebSocket on /ws) the viewer reads its LowState, and its pose updates carry the
     measured robot. Only the sim: the viewer reads LowState itself, the bridge plays no part in it
-    (and would add a consumer of the streamer to the ledger checked before and after)."""
+    (it comes next, robot_drives_the_sim, with frames of its own)."""
     port = stack.port("VIEWER_WEB_PORT")
 
     def viewer_counts() -> dict[str, Any]:
