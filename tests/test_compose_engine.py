@@ -9,12 +9,15 @@ packages (deploy/local-images.sh, then `docker compose build`: no image registry
 streamer, viewer, auditor, emitter, NATS and Prometheus (Grafana, the collector and Jaeger have no
 local image: deploy/compose.local.yml) on free ports, under a project name of its own, so that it
 runs beside anything else on the host. The emitter plays a take of several performers. Then
-profile robot's sim: the viewer container reads its LowState for a page (issue 22).
+profile robot's sim: the viewer container reads its LowState for a page (issue 22); then the robot
+bridge beside it, a fan-out consumer joining the running take, drives the sim over DDS while the
+emitter plays the take on for a few seconds more.
 Where no engine can run it says why in one line and fails, unless MOCAPLINE_SKIP_ENGINE=1.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -34,8 +37,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
+from nats.errors import Error as NatsError
 from test_compose import local_env, read_env_file
 from websockets.sync.client import connect
+
+from mocapline.core.bus import request
+from mocapline.core.counters import RobotCounts, decode
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(3600)]  # builds every image on a fresh machine
 yaml = pytest.importorskip("yaml")
@@ -48,12 +55,15 @@ STAGES = ("capture", "retarget", "streamer", "viewer")
 HEALTHCHECKED = ("capture", "streamer", "viewer", "auditor", "nats", "prometheus")  # + every retarget replica
 # per stage: the field of its final counts (the JSON line it prints at exit) and of the ledger
 FINAL_FIELD = {"capture": "source_unique_frames", "retarget": "gmr_processed", "streamer": "zmq_sent",
-               "viewer": "viewer_applied"}
+               "viewer": "viewer_applied", "robot": "robot_applied"}
 # the take: several performers at Axis' 60 Hz, retarget as three workers sharing them
 PERFORMERS = 3
 FRAMES = 1500  # per performer (25 s)
 FIRST_INDEX = 1000
 WORKERS = 3  # two at `up`, the third added while the take runs
+# then the take played on to the robot bridge: frames per performer (5 s), right after the take's last
+ROBOT_FRAMES = 300
+ROBOT_RATE_HZ = 500.0  # the bridge's LowCmd rate (`mocapline robot --rate`, its default)
 # Printed at the end: how long each phase took (a cold run builds everything).
 TIMINGS: dict[str, float] = {}
 
@@ -251,7 +261,14 @@ class Stack:
             return None
 
     def logs(self, service: str) -> str:
-        return self("logs", "--no-color", "--no-log-prefix", service, timeout=60, check=False)
+        return self("--profile", "robot", "logs", "--no-color", "--no-log-prefix", service, timeout=60, check=False)
+
+    def ask(self, service: str) -> dict[str, Any] | None:
+        """A service's `status` on the stack's NATS, asked from the host (None while it does not answer)."""
+        try:
+            return asyncio.run(request(self.env["NATS_URL"], service, "status", timeout=3))
+        except (OSError, TimeoutError, NatsError):
+            return None
 
 
 def metric(port: int, name: str) -> float | None:
@@ -411,7 +428,7 @@ def check_viewer_draws_the_sim(stack: Stack) -> None:
     """Profile robot's sim up (`up -d sim`: its G1 on the stack's DDS domain, on loopback): with a
     page open (a WebSocket on /ws) the viewer reads its LowState, and its pose updates carry the
     measured robot. Only the sim: the viewer reads LowState itself, the bridge plays no part in it
-    (and would add a consumer of the streamer to the ledger checked before and after)."""
+    (it comes next, robot_drives_the_sim, with frames of its own)."""
     port = stack.port("VIEWER_WEB_PORT")
 
     def viewer_counts() -> dict[str, Any]:
@@ -442,6 +459,77 @@ def check_viewer_draws_the_sim(stack: Stack) -> None:
     stack("--profile", "robot", "rm", "-s", "-f", "sim", timeout=120)
 
 
+def robot_drives_the_sim(stack: Stack, expected: int) -> int:
+    """Profile robot's bridge and sim up beside the stack (`up -d --no-deps sim robot`): the bridge,
+    a named consumer of the streamer's fan-out joining the running take, starts after the frames
+    every other consumer has taken (docs/protocol.md, "Where a consumer starts"), so the emitter
+    plays the take on (`run emitter`, the next ROBOT_FRAMES indices): the bridge must apply every
+    frame of the performer it follows, send LowCmd all along, and read the sim's LowState, nothing
+    rejected either way. Those frames go through the whole pipeline: returns the take's new size."""
+    total = expected + ROBOT_FRAMES * PERFORMERS
+    first = FIRST_INDEX + FRAMES  # the index after the take's last: no gap, nothing missing
+
+    def consumers() -> dict[str, Any]:
+        return (stack.ask("streamer") or {}).get("consumers") or {}
+
+    def robot() -> RobotCounts | None:
+        status = stack.ask("robot")
+        return decode(RobotCounts, status) if status is not None else None
+
+    with timed("profile robot: the bridge driving the sim, the take played on"):
+        stack("--profile", "robot", "up", "-d", "--no-deps", "sim", "robot", timeout=120)
+        poll("the robot bridge and the sim healthy", lambda: stack.containers(), timeout=120, interval=2,
+             until=lambda c: all(c.get(s, {}).get("Health") == "healthy" for s in ("sim", "robot")))
+        # joined: the streamer hands it the frames after the ones the viewer has taken
+        joined = poll("the streamer to welcome the bridge (MOCAPLINE_INPUT)", consumers, timeout=60, interval=1,
+                      until=lambda c: c.get("robot", {}).get("connected"))
+        assert joined["robot"]["next_frame_id"] == joined["viewer"]["next_frame_id"], joined
+        assert joined["robot"]["frames_sent"] == 0, joined
+        waiting = poll("the bridge to read the sim's LowState (ROBOT_DDS_DOMAIN)", robot, timeout=60, interval=1,
+                       until=lambda r: r is not None and r.lowstate_received > 0)
+        assert waiting.robot_state == "waiting" and waiting.robot_received == 0, waiting
+        out = stack("run", "--rm", "--no-deps", "-T", "-e", f"MOCAPLINE_FRAMES={ROBOT_FRAMES}",
+                    "-e", f"MOCAPLINE_FIRST_INDEX={first}", "emitter", timeout=120)
+        played = json.loads(out.strip().splitlines()[-1])
+        assert played["frames"] == ROBOT_FRAMES and sum(played["datagrams"].values()) == 2 * ROBOT_FRAMES * PERFORMERS
+        applied = poll("the bridge to apply every frame of its performer", robot, timeout=90, interval=1,
+                       until=lambda r: r is not None and r.robot_applied >= ROBOT_FRAMES)
+        sim = poll("the sim's status", lambda: stack.ask("sim"), timeout=30)
+        after = robot()  # read after the sim: the commands it took were sent by then
+        ledger = poll("the take played on through to the viewer", stack.status, timeout=120, interval=2,
+                      until=lambda s: s and s.get("viewer_applied") == s.get("source_unique_frames") == total)
+        # the streamer's output is not in posture order across performers: the other performers'
+        # last frames may reach the bridge after its own performer's last
+        handed = poll("the streamer to hand the bridge every frame played on (and none before)",
+                      lambda: consumers().get("robot", {}), timeout=30, interval=1,
+                      until=lambda c: c.get("frames_sent") == ROBOT_FRAMES * PERFORMERS)
+    assert after is not None
+    # every frame of its performer, none of the take before it joined, in order; the others passed over
+    assert applied.robot_applied == applied.robot_received == ROBOT_FRAMES, applied
+    assert applied.last_posture_index == first + ROBOT_FRAMES - 1, applied
+    assert not any(applied.rejected_by_reason.values()), applied.rejected_by_reason
+    # LowCmd all along: each frame's target reached a command; a control loop at its rate (a floor
+    # five times below it: a loaded machine slows it, one that sends a few commands is not running)
+    assert after.commands_sent >= applied.robot_applied, after
+    assert after.command_rate_mean_hz is not None and after.command_rate_mean_hz > ROBOT_RATE_HZ / 5, after
+    assert 0 < sim["commands_applied"] <= after.commands_sent and sim["commands_applied"] == sim["commands_received"]
+    assert not sim["rejected_by_reason"], sim
+    # LowState from the sim, sealed (its CRC checked) and none refused
+    assert after.lowstate_received > 0 and not any(after.lowstate_rejected_by_reason.values()), after
+    assert after.lowstate_unsealed == 0, after
+    assert ledger["source_missing_indices"] == 0 and ledger["zmq_sent"] == total, ledger
+    print(f"engine test: robot bridge joined the take at frame_id {joined['robot']['next_frame_id']} (the viewer's), "
+          f"then {ROBOT_FRAMES} more frames a performer: robot_received {applied.robot_received}, robot_applied "
+          f"{applied.robot_applied} (last posture_index {applied.last_posture_index}), frames handed to it "
+          f"{handed['frames_sent']} of {ROBOT_FRAMES * PERFORMERS}, rejected {applied.rejected_by_reason}; LowCmd "
+          f"{after.commands_sent} sent at {after.command_rate_mean_hz:.0f}/s mean (period p99 "
+          f"{after.period_p99_ms} ms), the sim applied {sim['commands_applied']}, "
+          f"rejected {sim['rejected_by_reason']}; "
+          f"LowState received {after.lowstate_received}, rejected {after.lowstate_rejected_by_reason}; "
+          f"transitions {after.transitions}; the ledger now {total} frames to the viewer")
+    return total
+
+
 def check_prometheus(stack: Stack, ledger: dict[str, Any]) -> None:
     """The Prometheus container's scrape: each stage's frames out, every live retarget worker's
     (found through the auditor's service discovery, labelled with the worker's name), and the
@@ -466,24 +554,25 @@ def check_prometheus(stack: Stack, ledger: dict[str, Any]) -> None:
 
 
 def down_and_final_counts(stack: Stack, workdir: Path) -> dict[str, Any]:
-    """`docker compose down`, following the logs meanwhile (they go with the containers); per stage,
-    the final count it printed at exit (retarget: every worker's, summed; a worker counts what it
-    retargeted since its own start, so after a takeover their sum is what the live ones did)."""
+    """`docker compose down` (profile robot's services too), following the logs meanwhile (they go
+    with the containers); per stage, the final count it printed at exit (retarget: every worker's,
+    summed; a worker counts what it retargeted since its own start, so after a takeover their sum is
+    what the live ones did; robot: robot_applied)."""
     log_file = workdir / "down.log"
     with timed("docker compose down (drain)"), open(log_file, "w") as fh:
-        follower = subprocess.Popen([*stack.base, "logs", "-f", "--timestamps", "--no-color"], cwd=ROOT,
-                                    stdout=fh, stderr=subprocess.STDOUT, text=True)
+        follower = subprocess.Popen([*stack.base, "--profile", "robot", "logs", "-f", "--timestamps", "--no-color"],
+                                    cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, text=True)
         try:
             poll("docker compose logs -f to attach", lambda: log_file.stat().st_size > 0, timeout=30)
-            stack("down", timeout=300)
+            stack("--profile", "robot", "down", timeout=300)
             # `logs -f` waits for more: done once every stage has printed its final counts
             poll("the final counts in the logs", lambda: final_counts(log_file.read_text()), timeout=30,
-                 until=lambda f: set(STAGES) <= set(f) and len(f["retarget"]) == WORKERS)
+                 until=lambda f: {*STAGES, "robot"} <= set(f) and len(f["retarget"]) == WORKERS)
         finally:
             follower.terminate()
             follower.wait(timeout=30)
     finals = final_counts(log_file.read_text())
-    counts = {s: sum(r.get(FINAL_FIELD[s]) or 0 for r in finals[s].values()) for s in STAGES}
+    counts = {s: sum(r.get(FINAL_FIELD[s]) or 0 for r in finals[s].values()) for s in (*STAGES, "robot")}
     print(f"engine test: final counts in the logs at down: {counts}")
     return counts
 
@@ -509,11 +598,13 @@ def test_compose_up_runs_a_take_through_crashes_and_drains_on_down(engine: None,
         check_viewer_page(stack)
         check_prometheus(stack, ledger)
         check_viewer_draws_the_sim(stack)
+        total = robot_drives_the_sim(stack, expected)
         counts = down_and_final_counts(stack, workdir)
-        assert {s: counts[s] for s in STAGES if s != "retarget"} == {s: expected for s in STAGES if s != "retarget"}
+        assert {s: counts[s] for s in STAGES if s != "retarget"} == {s: total for s in STAGES if s != "retarget"}
         assert counts["retarget"] > 0
+        assert counts["robot"] == ROBOT_FRAMES  # the one performer it follows
     except BaseException:
-        for service in (*HEALTHCHECKED, "retarget", "emitter", "sim"):
+        for service in (*HEALTHCHECKED, "retarget", "emitter", "sim", "robot"):
             print(f"--- {service} (last lines)\n" + "\n".join(stack.logs(service).splitlines()[-25:]))
         raise
     finally:

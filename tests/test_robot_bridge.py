@@ -171,6 +171,38 @@ def test_kill_9_mid_take_and_restart_resume_at_the_stored_position_without_a_jum
     _assert_ramp_starts_at_the_measured_pose(spy, killed_at)
 
 
+def test_a_bridge_joining_a_running_take_gets_the_frames_made_after_it_joined(rig, tmp_path) -> None:
+    """A consumer joining a running take starts where the others are (docs/protocol.md), and stays
+    there while it waits idle: its keep-alive HELLOs say it holds what its WELCOME skipped. (Its
+    ack cap was the last frame it applied, -1: each HELLO rewound it to the take's first frame, the
+    port resent the take to it, which it dropped as duplicates, and held its log for it.)"""
+    port = rig["port"]
+    frames = motion(200, amplitude=0.3, hz=0.3)
+    first = rig["robot"] = start_robot(rig["domain"], port, tmp_path / "first", "--nats", "", "--name", "first")
+    wait_until(lambda: port.connected("first"), 60, what="the first bridge connected")
+    port.play(frames[:100])
+    wait_until(lambda: port.counts()["delivered"] == 100, 60, what="the first bridge applying the take's start")
+    done, err = first.stop()
+    assert done is not None and done["robot_applied"] == 100, err
+    second = rig["robot2"] = start_robot(rig["domain"], port, tmp_path / "second", "--nats", "", "--name", "second")
+    wait_until(lambda: port.connected("second"), 60, what="the second bridge connected")
+    time.sleep(3.0)  # idle: keep-alive HELLOs (0.25 s, then backing off to 2 s)
+
+    def second_counts() -> dict[str, int]:
+        with port.lock:
+            counts: dict[str, int] = port.sender.snapshot()["consumers"]["second"]
+        return counts
+
+    joined = second_counts()
+    assert joined["next_frame_id"] == 100 and joined["backlog"] == 0 and joined["resent"] == 0, joined
+    port.play(frames[100:], start=100, end=True)
+    wait_until(lambda: second_counts()["frames_acked"] >= 100, 60, what="the second bridge applying the rest")
+    final, err = second.stop()
+    assert final is not None, err
+    assert final["robot_received"] == final["robot_applied"] == 100, final
+    assert second_counts()["frames_sent"] == 100, second_counts()
+
+
 def test_the_pipeline_with_the_robot_end_is_conserved_through_the_robot(tmp_path) -> None:
     """`mocapline up --robot sim` as the stack runs it: a take from UDP to simulated motors, every
     unique frame applied by the bridge, the verdict judging the robot's layer."""

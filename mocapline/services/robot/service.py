@@ -163,10 +163,19 @@ class RobotLoop:
         self.done_upto = -1  # durable: the last input frame_id processed (applied, or passed over)
         self.estop_until: float | None = None
         self.ended = False
-        rx = links.durable.rx if links.durable is not None else None
-        if rx is not None:
-            self.done_upto = rx.last
-            rx.ack_cap = lambda: self.done_upto
+        self.rx = links.durable.rx if links.durable is not None else None
+        if self.rx is not None:
+            self.done_upto = self.rx.last
+            self.rx.ack_cap = self._ack_cap
+
+    def _ack_cap(self) -> int:
+        """What the link may acknowledge (and a HELLO say it holds): through the last frame
+        processed, and with none taken in and waiting, everything it handed out or skipped. A
+        bridge joining a running take is WELCOMEd past the frames the others took: capped at its
+        last processed frame (-1), each idle HELLO rewound it to the take's first frame, and the
+        streamer resent the take to it (dropped as duplicates) and held its log for it."""
+        assert self.rx is not None
+        return self.done_upto if self.controller.timeline.queue else max(self.done_upto, self.rx.last)
 
     # --- inputs ---
 
