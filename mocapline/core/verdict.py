@@ -237,7 +237,7 @@ def pipeline_counts(layers: Layers) -> dict[str, Any]:
     counts["unconfirmed"] = None if st is None else stream.unconfirmed if stream else 0
     counts["streamer_pending"] = st.pending if st else None
     counts["rejected_by_reason"] = None if cap is None else dict(whole.rejected_by_reason) if whole else {}
-    if whole is not None:  # issue 23: what capture joined, and the Xsens messages that are not poses
+    if whole is not None:  # what capture joined, and the Xsens messages that are not poses
         counts["split_frames"] = whole.split_frames
         if whole.props is not None:
             counts["props"] = as_published(whole.props)
