@@ -61,6 +61,7 @@ class ConsumerProcess:
         self.applied: list[Applied] = []
         self.runs: list[list[Applied]] = []
         self.proc: subprocess.Popen[str] | None = None
+        self._stderr_reader: threading.Thread | None = None
         self.stderr_tail: deque[str] = deque(maxlen=3)  # of its current run: why it exited, if it did
         self._lock = threading.Lock()
 
@@ -70,7 +71,8 @@ class ConsumerProcess:
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, errors="replace", start_new_session=True)
         threading.Thread(target=self._read, args=(self.proc, self.runs[-1]), daemon=True).start()
-        threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True)
+        self._stderr_reader.start()
 
     def _read_stderr(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stderr is not None
@@ -83,7 +85,8 @@ class ConsumerProcess:
         of its stderr, so a consumer that died on its own is not reported as merely silent."""
         if self.proc is None or self.proc.poll() is None:
             return ""
-        time.sleep(0.1)  # the last stderr lines still in the pipe
+        if self._stderr_reader is not None:  # it ends at the pipe's end, every line the consumer left read
+            self._stderr_reader.join(timeout=1.0)
         tail = " | ".join(self.stderr_tail)
         return f"the consumer exited with status {self.proc.returncode}" + (f": {tail}" if tail else "")
 
