@@ -58,6 +58,13 @@ class RawConsumer:
             out.append(int.from_bytes(parts[1][8:16], "little"))
         return out
 
+    def take_first(self, port: Port, n: int) -> None:
+        """Join (HELLO -1), receive frames 0..n-1 and acknowledge them, as the port has recorded."""
+        self.hello(-1, RESEND)
+        assert self.frame_ids(n) == list(range(n))
+        self.sock.send(encode_control(ACK, self.epoch, n - 1))
+        wait_until(lambda: port.sender.consumers["raw"].acked == n - 1, 5)
+
     def close(self) -> None:
         self.sock.close(linger=0)
         self.ctx.term()
@@ -69,10 +76,7 @@ def test_a_keep_alive_hello_at_the_last_ack_resends_nothing_in_flight(tmp_path, 
     raw = RawConsumer(endpoint)
     try:
         port.produce(range(300))
-        raw.hello(-1, RESEND)
-        assert raw.frame_ids(10) == list(range(10))
-        raw.sock.send(encode_control(ACK, raw.epoch, 9))
-        wait_until(lambda: port.sender.consumers["raw"].acked == 9, 5)
+        raw.take_first(port, 10)
         raw.hello(9, flags)  # what an idle timer says after a pause, frames 10.. queued behind it
         got = raw.frame_ids(300 - 10, timeout_s=3)
         c = port.sender.snapshot()["consumers"]["raw"]
@@ -148,10 +152,7 @@ def test_a_consumer_without_routing_id_finds_a_restarted_port_by_its_idle_hello(
     raw = RawConsumer(endpoint)  # a DEALER with ZeroMQ's own random routing id
     try:
         port.produce(range(20))
-        raw.hello(-1, RESEND)
-        assert raw.frame_ids(20) == list(range(20))
-        raw.sock.send(encode_control(ACK, raw.epoch, 19))
-        wait_until(lambda: port.sender.consumers["raw"].acked == 19, 5)
+        raw.take_first(port, 20)
         time.sleep(1.2)  # its table written down with the ACK
         if killed:
             _kill(port)
