@@ -375,3 +375,16 @@ def test_a_recorded_take_keeps_its_skeleton_for_replay(tmp_path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(described))
     _, cfg = take_config(Namespace(take=str(tmp_path)))
     assert cfg.skeleton == "pn_pro"
+
+
+def test_replay_and_export_take_the_skeleton_the_take_did_not_keep(tmp_path) -> None:
+    """A bare .mlrec (`capture --record`) keeps no skeleton: `replay`/`export --skeleton pn` say it,
+    and the flag wins over a take's own config.json as the other flags do."""
+    from mocapline.tools.recorder import export, replay
+    from mocapline.tools.recorder.take import take_config
+
+    (tmp_path / "config.json").write_text(json.dumps({"skeleton": "axis_studio"}))
+    for parser in (replay.build_parser(), export.build_parser()):
+        args = parser.parse_args([str(tmp_path), "--skeleton", "pn"])
+        assert take_config(args)[1].skeleton == "pn_pro"
+        assert take_config(parser.parse_args([str(tmp_path)]))[1].skeleton == "axis_studio"

@@ -58,6 +58,7 @@ import numpy as np
 from mocapline.core import quat as Q
 from mocapline.core.modes import Source
 from mocapline.core.options import EnvArgumentParser, choices
+from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
 
 DEFAULT_FPS = 50.0
 CSV_ROOT = ("root_x", "root_y", "root_z", "root_qw", "root_qx", "root_qy", "root_qz")
@@ -291,6 +292,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--human-height", type=float, default=None, help="performer height in m (default: the take's)")
     p.add_argument("--rotation-order", default=None,
                    help="Axis BVH rotation order (default: the recording's, else YXZ)")
+    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default=None,
+                   help="Axis skeleton: axis_studio, or pn (Axis Neuron's; default: the take's, else axis_studio)")
     p.add_argument("--source", choices=choices(Source), default=None, help="what sent the datagrams")
     p.add_argument("--max-gap", type=int, default=1,
                    help="longest source interval (frames) a sample may be interpolated across (1 = no missing frame)")

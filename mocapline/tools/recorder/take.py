@@ -231,7 +231,7 @@ def take_config(args: Any) -> tuple[Path, TakeConfig]:
             cfg.skeleton = d.get("skeleton")
             cfg.filter = d.get("filter", "none")
         path = path / "raw.mlrec"
-    for name in ("ik_config", "human_height", "input_fps", "output_fps", "rotation_order", "source"):
+    for name in ("ik_config", "human_height", "input_fps", "output_fps", "rotation_order", "skeleton", "source"):
         value = getattr(args, name, None)
         if value is not None:
             setattr(cfg, name, value)
