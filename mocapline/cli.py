@@ -12,12 +12,12 @@ from mocapline.core.subcommands import dispatch
 # name -> (module, one-line summary). Each module has `main(argv: list[str] | None) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
     "capture": ("mocapline.services.capture.service", "receive Axis BVH / Xsens UDP, ledger, FK, push HumanFrames"),
-    "retarget": ("mocapline.services.retarget.main", "IK onto the Unitree G1: HumanFrames in, RobotFrames out"),
+    "retarget": ("mocapline.services.retarget.main", "IK onto the robot: HumanFrames in, RobotFrames out"),
     "streamer": ("mocapline.services.streamer.main", "resample, MocapFrame + header, lossless PUSH on tcp 5555"),
-    "viewer": ("mocapline.services.viewer.service", "validate and apply MocapFrames to the G1 in MuJoCo"),
+    "viewer": ("mocapline.services.viewer.service", "validate and apply MocapFrames to the robot in MuJoCo"),
     "auditor": ("mocapline.services.auditor.service", "side-path audit and the conservation verdict"),
-    "robot": ("mocapline.services.robot.service", "drive a Unitree G1 over DDS (LowCmd) from the stream, safely"),
-    "sim": ("mocapline.tools.sim.service", "a G1 in MuJoCo physics behind Unitree's low-level DDS interface"),
+    "robot": ("mocapline.services.robot.service", "drive a Unitree robot over DDS (LowCmd) from the stream, safely"),
+    "sim": ("mocapline.tools.sim.service", "a robot in MuJoCo physics behind Unitree's low-level DDS interface"),
     "estop": ("mocapline.tools.estop", "e-stop the robot bridge over NATS (damping, then it exits)"),
     "tap": ("mocapline.tools.tap", "a consumer of the robot port: print or record every frame once (resumes)"),
     "port-check": ("mocapline.tools.portcheck.cli",
@@ -31,12 +31,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("mocapline.tools.pipeline.demo", "run the pipeline on an emitted take and print the final ledger"),
     "status": ("mocapline.tools.pipeline.status", "ask a running pipeline for its ledger and verdict"),
     "bench": ("mocapline.bench.cli", "benchmarks: capture, retarget, e2e"),
-    "retarget-file": ("mocapline.tools.retarget_file", "a BVH take (Axis, CMU, Mixamo) as a G1 reference clip"),
-    "export": ("mocapline.tools.recorder.export", "a take as a 50 Hz G1 reference clip (.npz + .csv)"),
+    "retarget-file": ("mocapline.tools.retarget_file", "a BVH take (Axis, CMU, Mixamo) as a robot reference clip"),
+    "export": ("mocapline.tools.recorder.export", "a take as a 50 Hz robot reference clip (.npz + .csv)"),
     "replay": ("mocapline.tools.recorder.replay", "a recorded take through the pipeline, offline, deterministic"),
     "record": ("mocapline.tools.recorder.record", "record a live take: datagrams, MocapFrames, config, ledger"),
     "plot": ("mocapline.tools.recorder.plot", "PNG plots of a take: joints vs limits, latency, gaps"),
     "keys": ("mocapline.core.keys", "CURVE keypairs for the streamer's output link (server + clients)"),
+    "ik-config": ("mocapline.tools.ik_config", "write a robot build's IK configs from another build's (its template)"),
 }
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from g1_facts import ARMS, STAND
 
-from mocapline.robot.unitree.g1 import ARMS, STAND
 from mocapline.tools.port_player import PortPlayer, joint_frame
 
 _domains = itertools.count((os.getpid() * 7) % 100)
@@ -54,12 +54,17 @@ class Port(PortPlayer):
 
 
 class Spy:
-    """Every LowCmd and LowState on the domain, decoded, in a thread."""
+    """Every LowCmd and LowState on the domain, decoded (in the robot build's message family), in a
+    thread."""
 
-    def __init__(self, domain: int) -> None:
-        from mocapline.robot.unitree.dds import DdsSettings, LowLevel
+    def __init__(self, domain: int, robot_model: str = "g1") -> None:
+        from mocapline.robot.registry import get_robot
+        from mocapline.robot.unitree.dds import LowLevel, dds_settings
+        from mocapline.robot.unitree.family import family
 
-        self.dds = LowLevel(DdsSettings(domain, "lo"), depth=4096)
+        robot = get_robot(robot_model)
+        self.family = family(robot.low_level.family)
+        self.dds = LowLevel(dds_settings(robot, domain, "lo"), depth=4096)
         self.cmd_reader, self.state_reader = self.dds.command_reader(), self.dds.state_reader()
         self.commands: list[tuple[float, np.ndarray]] = []  # (monotonic, LowCmd record)
         self.states: list[tuple[float, np.ndarray]] = []
@@ -68,13 +73,12 @@ class Spy:
         self.thread.start()
 
     def _run(self) -> None:
-        from mocapline.robot.unitree.lowlevel import LOW_CMD, LOW_STATE
-
+        cmd, state = self.family.low_cmd, self.family.low_state
         while not self.halt.is_set():
             self.cmd_reader.wait(0.01)
             now = time.monotonic()
-            self.commands.extend((now, LOW_CMD.from_sample(s)) for s in self.cmd_reader.take(4096))
-            self.states.extend((now, LOW_STATE.from_sample(s)) for s in self.state_reader.take(4096))
+            self.commands.extend((now, cmd.from_sample(s)) for s in self.cmd_reader.take(4096))
+            self.states.extend((now, state.from_sample(s)) for s in self.state_reader.take(4096))
 
     def close(self) -> None:
         self.halt.set()

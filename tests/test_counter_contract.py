@@ -242,9 +242,11 @@ ROBOT_KEYS = ("robot_received", "robot_applied", "rejected_by_reason", "commands
 
 
 def test_the_robot_bridge_publishes_its_heartbeat_keys_and_reads_them_back() -> None:
+    from g1_facts import G1
+
     from mocapline.services.robot.counters import RobotCounters
 
-    counters = RobotCounters(robot_received=5, robot_applied=4, commands_sent=9)
+    counters = RobotCounters.for_robot(G1, robot_received=5, robot_applied=4, commands_sent=9)
     counters.rejected["non_finite"] += 1
     counters.errors.append([0.01] * 29)
     body = to_json(counters.record(0.0, bridge_pending=1, lag_s=0.02, ended=False))

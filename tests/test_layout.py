@@ -89,6 +89,45 @@ def test_the_check_sees_a_violation(tmp_path: Path) -> None:
     assert _place("mocapline.services.capture.core")[1] != _place("mocapline.services.retarget.config")[1]
 
 
+def _robot_facts(path: Path, names: set[str]) -> list[str]:
+    """Where a module names a robot's joint (a string equal to one of ``names``) or the G1's joint
+    count (the integer 29)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+            found.append(f"{path.name}:{node.lineno} names the joint {node.value!r}")
+        elif isinstance(node, ast.Constant) and type(node.value) is int and node.value == 29:
+            found.append(f"{path.name}:{node.lineno} has the G1's joint count 29")
+    return found
+
+
+# Bone numbers of Noitom's published skeletons (index 29 is a finger bone), not a joint count.
+NOT_A_ROBOT = ("mocapline/formats/skeleton.py",)
+
+
+def test_only_the_robot_package_knows_a_robot() -> None:
+    """A robot is data (mocapline/robot/builds): no module elsewhere names one of its joints or the
+    G1's joint count; each asks the description."""
+    from mocapline.robot.registry import get_robot, robot_names
+
+    # joint names of one word (the H1's "torso") are everyday words too (`--support torso`)
+    names = {j for r in robot_names() for j in get_robot(r).joint_names if "_" in j}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).parts
+        if rel[0] == "robot" or "pb" in rel or str(path.relative_to(ROOT)) in NOT_A_ROBOT:
+            continue
+        found += _robot_facts(path, names)
+    assert found == []
+
+
+def test_the_robot_check_sees_a_joint_name_and_the_count(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('JOINT = "left_knee_joint"\nN = 29\nOK = "left_knee"\nFLOAT = 29.0\n')
+    found = _robot_facts(module, {"left_knee_joint"})
+    assert len(found) == 2 and "left_knee_joint" in found[0] and "29" in found[1]
+
+
 @pytest.mark.integration
 def test_wheel_holds_one_top_level_package(tmp_path: Path) -> None:
     """`pip install .` must not put `services`, `bench` or `tests` into site-packages."""
@@ -104,5 +143,7 @@ def test_wheel_holds_one_top_level_package(tmp_path: Path) -> None:
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"mocapline"}
     for needed in ("mocapline/assets/demo/walk_60hz.mlrec", "mocapline/assets/ik_configs/axis_studio_to_g1.json",
-                   "mocapline/core/pb/mocap_pb2.py", "mocapline/services/capture/service.py"):
+                   "mocapline/core/pb/mocap_pb2.py", "mocapline/services/capture/service.py",
+                   "mocapline/robot/builds/g1.toml", "mocapline/robot/builds/h1.toml",
+                   "mocapline/assets/skeletons/cmu.json"):
         assert needed in names, needed

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import nats
 import pytest
 import zmq
+from g1_facts import G1_JOINT_COUNT
 
 from mocapline.core import pb
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.transport import FrameReceiver, lossless_socket
 from mocapline.core.verdict import BOTH, MAIN_ONLY, SIDE_ONLY
 from mocapline.tools.emitter.emitter import TakePlan, emit_take

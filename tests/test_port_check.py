@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 import zmq
+from g1_facts import G1_JOINT_COUNT
 from test_fanout import mocap
 
 from mocapline.core.fanout import FanoutSender
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.reliable import NO_EPOCH
 from mocapline.core.segmentlog import LogConfig
 from mocapline.core.stagelog import Output, StageLog, StageRecord

@@ -7,10 +7,10 @@ import time
 
 import numpy as np
 import pytest
+from g1_facts import load_ik_model
 
 from mocapline.client import ClientSettings, MocapClient
 from mocapline.core import quat as Q
-from mocapline.robot.g1 import load_ik_model
 from mocapline.tools.port_player import PortPlayer, clip_frames, joint_frame, root_angular_velocity
 from mocapline.tools.recorder.export import forward_kinematics
 

@@ -29,13 +29,14 @@ def test_human_frame_round_trip() -> None:
 
 def test_robot_frame_round_trip_and_length_check() -> None:
     f = RobotFrame(7, 1, np.arange(3.0), np.array([1.0, 0, 0, 0]), np.linspace(-1, 1, 29), ik_failed=True)
-    g = RobotFrame.from_bytes(f.to_bytes())
+    g = RobotFrame.from_bytes(f.to_bytes(), 29)
     np.testing.assert_array_equal(g.joint_pos, f.joint_pos)
     assert g.ik_failed
     msg = f.to_proto()
     del msg.joint_pos[-1]
     with pytest.raises(FrameFieldError, match="joint_pos has 28"):
-        RobotFrame.from_proto(msg)
+        RobotFrame.from_proto(msg, 29)
+    assert len(RobotFrame.from_proto(msg).joint_pos) == 28  # no count given: the header's was checked
 
 
 def test_human_frame_rejects_short_arrays() -> None:

@@ -6,11 +6,11 @@ import json
 
 import numpy as np
 import pytest
+from g1_facts import G1_JOINT_NAMES, joint_ranges, load_ik_model
 
 from mocapline.core import pb
 from mocapline.formats.mlmf import FrameFileWriter, read_frame_file
 from mocapline.formats.mlrec import RecordingWriter, read_recording
-from mocapline.robot.g1 import G1_JOINT_NAMES, joint_ranges, load_ik_model
 from mocapline.tools.emitter.emitter import TakePlan, write_take
 from mocapline.tools.recorder import export as E
 from mocapline.tools.recorder.replay import compare
@@ -306,8 +306,9 @@ def test_replay_push_serves_the_frames_like_the_streamer(take) -> None:
     import threading
 
     import zmq
+    from g1_facts import G1_JOINT_COUNT
 
-    from mocapline.core.header import G1_JOINT_COUNT, MessageType
+    from mocapline.core.header import MessageType
     from mocapline.core.transport import FrameReceiver, lossless_socket
     from mocapline.tools.pipeline.procs import free_tcp_port
     from mocapline.tools.recorder.replay import push

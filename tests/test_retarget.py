@@ -2,6 +2,7 @@
 
 import json
 
+import g1_facts as rm
 import mink
 import mujoco
 import numpy as np
@@ -11,7 +12,6 @@ from mocapline.core import quat as Q
 from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX
 from mocapline.core.frames import HumanFrame
 from mocapline.formats.skeleton import AXIS_STUDIO_BONES
-from mocapline.robot import g1 as rm
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import (
     IK_CONFIG_DIR,
@@ -20,7 +20,7 @@ from mocapline.services.retarget.config import (
     parse_ik_config,
 )
 from mocapline.services.retarget.ik.options import RetargetOptions
-from mocapline.services.retarget.ik.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.ik.smoothing import OneFrameSmoother
 
 C = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
@@ -59,7 +59,8 @@ def test_shipped_configs_load(axis, xsens) -> None:
         assert len(cfg.tables()) == 2
         assert all(e.human_body in GMR_BODIES for t in cfg.tables() for e in t)
     assert any(e.frame_type == "site" for e in xsens.ik_match_table2)  # the toe sites
-    np.testing.assert_allclose(axis.velocity_limits()[J["left_knee_joint"]], rm.G1_VELOCITY_LIMITS["left_knee_joint"])
+    limits = axis.velocity_limits(rm.G1_JOINT_NAMES)
+    np.testing.assert_allclose(limits[J["left_knee_joint"]], rm.G1_VELOCITY_LIMITS["left_knee_joint"])
 
 
 def test_unknown_human_body_lists_the_valid_names(model) -> None:
@@ -114,7 +115,7 @@ def test_malformed_configs_are_rejected_clearly(model, mutate, message) -> None:
 
 
 def test_config_path_errors(tmp_path) -> None:
-    with pytest.raises(IKConfigError, match="not a shipped config"):
+    with pytest.raises(IKConfigError, match="not a config shipped for g1"):
         load_ik_config(tmp_path / "nope.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
@@ -145,7 +146,7 @@ def yaw_of(quat: np.ndarray) -> float:
 
 def test_axis_t_pose_gives_a_t_posed_robot_facing_like_the_human(axis, model) -> None:
     pos, quat = axis_t_pose()
-    rt = G1Retargeter(axis, model=model)
+    rt = Retargeter(axis, model=model)
     r = rt.retarget(pos, quat)
     assert not r.ik_failed
     assert yaw_of(r.root_quat) == pytest.approx(-np.pi / 2, abs=0.02)  # the Axis character faces -Y
@@ -179,7 +180,7 @@ def test_xsens_n_pose_gives_a_standing_robot_facing_plus_x(xsens, model) -> None
         })
     p = np.array([pos[b] for b in GMR_BODIES], dtype=float)
     quats = np.tile([1.0, 0.0, 0.0, 0.0], (len(GMR_BODIES), 1))
-    r = G1Retargeter(xsens, model=model).retarget(p, quats)
+    r = Retargeter(xsens, model=model).retarget(p, quats)
     assert not r.ik_failed
     assert yaw_of(r.root_quat) == pytest.approx(0.0, abs=0.02)
     q = r.joint_pos
@@ -200,7 +201,7 @@ def test_round_trip_recovers_random_reachable_poses(model, axis, xsens, config_n
     keys[:, 0:2] = keys[0, 0:2] + np.cumsum(rng.uniform(-0.1, 0.1, size=(6, 2)), axis=0)  # a take, not a teleport
     truth = synthetic.interpolate_poses(keys, 30)
     pos, quat = synthetic.human_from_robot(truth, cfg, model=model)
-    rt = G1Retargeter(cfg, model=model)
+    rt = Retargeter(cfg, model=model)
     got = np.array([rt.retarget(pos[f], quat[f]).qpos for f in range(len(truth))])
     err = body_errors(model, truth, got)
     assert rt.stats.failures == 0
@@ -209,11 +210,11 @@ def test_round_trip_recovers_random_reachable_poses(model, axis, xsens, config_n
 
 
 def test_both_backends_agree(model, axis) -> None:
-    truth = synthetic.g1_motion(30, 60.0, 2.0, model=model)
+    truth = synthetic.robot_motion(30, 60.0, 2.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
     out = {}
     for backend in ("fast", "mink"):
-        rt = G1Retargeter(axis, RetargetOptions(backend=backend), model=model)
+        rt = Retargeter(axis, RetargetOptions(backend=backend), model=model)
         rt.reset(truth[0])
         out[backend] = np.array([rt.retarget(pos[f], quat[f]).qpos for f in range(len(truth))])
         assert body_errors(model, truth, out[backend]).mean() < 0.002, backend
@@ -221,9 +222,9 @@ def test_both_backends_agree(model, axis) -> None:
 
 
 def test_human_height_scaling_is_invariant_to_the_human_size(model, axis) -> None:
-    truth = synthetic.g1_motion(3, 60.0, model=model)
+    truth = synthetic.robot_motion(3, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
-    rt = G1Retargeter(axis, model=model)
+    rt = Retargeter(axis, model=model)
     expected = rt.targets(pos[1], quat[1])
     k = 1.9 / axis.human_height_assumption  # the same motion by a 1.9 m human
     rt.set_human_height(1.9)
@@ -236,8 +237,8 @@ def test_human_height_scaling_is_invariant_to_the_human_size(model, axis) -> Non
 
 def test_ground_offset_shifts_the_targets_down(model, axis) -> None:
     pos, quat = axis_t_pose()
-    a = G1Retargeter(axis, model=model).targets(pos, quat)
-    b = G1Retargeter(axis, RetargetOptions(ground_offset=0.05), model=model).targets(pos, quat)
+    a = Retargeter(axis, model=model).targets(pos, quat)
+    b = Retargeter(axis, RetargetOptions(ground_offset=0.05), model=model).targets(pos, quat)
     np.testing.assert_allclose(b[:, 6], a[:, 6] - 0.05)
     np.testing.assert_allclose(b[:, :6], a[:, :6])
 
@@ -264,7 +265,7 @@ def test_joint_and_velocity_limits_hold_on_a_fast_motion(model, axis, backend) -
     true_speed = np.abs(np.diff(truth[:, 7:], axis=0)).max() * fps
     assert true_speed > 20.0  # the motion itself breaks the limit many times over
 
-    rt = G1Retargeter(cfg, RetargetOptions(fps=fps, backend=backend), model=model)
+    rt = Retargeter(cfg, RetargetOptions(fps=fps, backend=backend), model=model)
     rt.reset(truth[0])
     got = np.array([rt.retarget(pos[f], quat[f]).qpos for f in range(len(truth))])
     assert rt.stats.failures == 0
@@ -275,7 +276,7 @@ def test_joint_and_velocity_limits_hold_on_a_fast_motion(model, axis, backend) -
     assert speed.max() > 5.9  # the limit binds: the test would see a violation
 
     # without the velocity limit the same take moves faster: the limit is what held it
-    free = G1Retargeter(cfg, RetargetOptions(fps=fps, backend=backend, velocity_limit=False), model=model)
+    free = Retargeter(cfg, RetargetOptions(fps=fps, backend=backend, velocity_limit=False), model=model)
     free.reset(truth[0])
     got_free = np.array([free.retarget(pos[f], quat[f]).qpos for f in range(len(truth))])
     assert (np.abs(np.diff(got_free[:, 7:], axis=0)) * fps).max() > 12.0
@@ -286,7 +287,7 @@ def test_elapsed_frames_widen_the_velocity_bound(model, axis) -> None:
     raw["joint_velocity_limits"] = {"default": 3.0}
     cfg = parse_ik_config(raw, model=model)
     truth, pos, quat = fast_take(model, cfg, n_keys=3, frames_between=10)
-    rt = G1Retargeter(cfg, RetargetOptions(fps=60.0), model=model)
+    rt = Retargeter(cfg, RetargetOptions(fps=60.0), model=model)
     rt.reset(truth[0])
     rt.retarget(pos[0], quat[0])
     q0 = rt.qpos
@@ -299,9 +300,9 @@ def test_elapsed_frames_widen_the_velocity_bound(model, axis) -> None:
 
 
 def test_no_solution_found_keeps_the_last_good_pose(model, axis, monkeypatch) -> None:
-    truth = synthetic.g1_motion(6, 60.0, model=model)
+    truth = synthetic.robot_motion(6, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
-    rt = G1Retargeter(axis, model=model)
+    rt = Retargeter(axis, model=model)
     good = [rt.retarget(pos[f], quat[f]) for f in range(3)]
     original = rt.backend.step
 
@@ -323,9 +324,9 @@ def test_no_solution_found_keeps_the_last_good_pose(model, axis, monkeypatch) ->
 def test_only_numeric_failures_are_counted_a_bug_raises(model, axis, monkeypatch, backend) -> None:
     """A singular system or a non-finite value is a counted ik_failed frame; a TypeError or an
     AttributeError (a coding bug) propagates instead of hiding among the counted failures."""
-    truth = synthetic.g1_motion(4, 60.0, model=model)
+    truth = synthetic.robot_motion(4, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
-    rt = G1Retargeter(axis, RetargetOptions(backend=backend), model=model)
+    rt = Retargeter(axis, RetargetOptions(backend=backend), model=model)
     last = rt.retarget(pos[0], quat[0]).qpos
 
     def raising(exc: Exception):
@@ -347,9 +348,9 @@ def test_only_numeric_failures_are_counted_a_bug_raises(model, axis, monkeypatch
 
 
 def test_nan_input_is_a_counted_failure(model, axis) -> None:
-    truth = synthetic.g1_motion(4, 60.0, model=model)
+    truth = synthetic.robot_motion(4, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
-    rt = G1Retargeter(axis, model=model)
+    rt = Retargeter(axis, model=model)
     last = rt.retarget(pos[0], quat[0]).qpos
     bad_pos = pos[1].copy()
     bad_pos[GMR_BODY_INDEX["LeftHand"], 1] = np.nan
@@ -369,9 +370,9 @@ def test_nan_input_is_a_counted_failure(model, axis) -> None:
 def test_nan_or_infeasible_solver_output_is_a_counted_failure(model, axis, monkeypatch) -> None:
     import mocapline.services.retarget.ik.fast_backend as module
 
-    truth = synthetic.g1_motion(4, 60.0, model=model)
+    truth = synthetic.robot_motion(4, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
-    rt = G1Retargeter(axis, model=model)
+    rt = Retargeter(axis, model=model)
     last = rt.retarget(pos[0], quat[0]).qpos
     real_solve = module.daqp.solve
     # the Cholesky fast path reports failure, so each step goes to daqp
@@ -415,7 +416,7 @@ def test_the_cholesky_step_is_the_qp_solution_when_no_bound_binds(model, monkeyp
     for path in ("cholesky", "cholesky_always_first", "daqp"):
         calls["dposv"] = 0
         monkeypatch.setattr(module, "dposv", (lambda H, g: (H, g, 1)) if path == "daqp" else counted_dposv)
-        rt = G1Retargeter(cfg, model=model)
+        rt = Retargeter(cfg, model=model)
         if path == "cholesky_always_first":  # without the shortcut to daqp after an active bound
             step = rt.backend.step
 
@@ -438,7 +439,7 @@ def test_a_last_step_taken_on_the_predicted_drop_keeps_the_poses(model) -> None:
     pos, quat = synthetic.human_motion(120, 30.0)  # fast motion: several steps a frame
     runs = {}
     for predicted in (True, False):
-        rt = G1Retargeter("axis_studio", RetargetOptions(fps=30.0), model=model)
+        rt = Retargeter("axis_studio", RetargetOptions(fps=30.0), model=model)
         backend = rt.backend
         step, evaluate = backend.step, backend._evaluate
         evaluations = [0]
@@ -459,9 +460,9 @@ def test_a_last_step_taken_on_the_predicted_drop_keeps_the_poses(model) -> None:
 
 
 def test_mink_backend_failure_is_counted(model, axis) -> None:
-    truth = synthetic.g1_motion(3, 60.0, model=model)
+    truth = synthetic.robot_motion(3, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
-    rt = G1Retargeter(axis, RetargetOptions(backend="mink"), model=model)
+    rt = Retargeter(axis, RetargetOptions(backend="mink"), model=model)
     rt.retarget(pos[0], quat[0])
 
     def no_solution(*args, **kwargs):
@@ -476,7 +477,7 @@ def test_retarget_frame_keeps_the_frame_identity(model, axis) -> None:
     pos, quat = axis_t_pose()
     hf = HumanFrame(posture_index=9368, capture_timestamp_us=123456789, positions=pos, quaternions=quat,
                     traceparent="00-abc-def-01", segment=2, session_id="s1")
-    rf = G1Retargeter(axis, model=model).retarget_frame(hf)
+    rf = Retargeter(axis, model=model).retarget_frame(hf)
     assert (rf.posture_index, rf.capture_timestamp_us, rf.traceparent, rf.segment, rf.session_id) == (
         9368, 123456789, "00-abc-def-01", 2, "s1")
     assert rf.root_pos.shape == (3,) and rf.root_quat.shape == (4,) and rf.joint_pos.shape == (29,)

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import json
 
+import g1_facts as robot_model
 import numpy as np
 import pytest
 
 from mocapline.core.paths import ASSETS_DIR
-from mocapline.robot import g1 as robot_model
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import load_ik_config
 from mocapline.services.retarget.ik.options import RetargetOptions
-from mocapline.services.retarget.ik.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.tools.retarget_file import main
 
 TAKE = ASSETS_DIR / "motion" / "cmu_14_19_arms.bvh"
 CLIP_KEYS = {"time", "q", "qd", "root_pose", "body_pos_w", "body_quat_w", "joint_names", "body_names",
-             "policy_clock", "posture_index", "valid", "ik_failed", "gaps", "fps", "source_fps", "meta"}
+             "policy_clock", "posture_index", "valid", "ik_failed", "gaps", "fps", "source_fps", "meta", "robot_model"}
 
 
 def test_a_take_becomes_a_50_hz_clip_with_a_summary(tmp_path, capsys) -> None:
@@ -50,7 +50,7 @@ def test_a_take_becomes_a_50_hz_clip_with_a_summary(tmp_path, capsys) -> None:
         (["missing.bvh"], "cannot read"),
         (["BAD"], "not a BVH file"),
         ([str(TAKE), "--skeleton", "mixamo"], "no mixamo skeleton fits"),
-        ([str(TAKE), "--skeleton", "nope"], "no such file and not a shipped config"),
+        ([str(TAKE), "--skeleton", "nope"], "no such file and not a config shipped for g1"),
         ([str(TAKE), "--start", "5000"], "select no frames"),
         ([str(TAKE), "--human-height", "17"], "expected a person's height"),
     ],
@@ -67,12 +67,12 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, capsys, argv, message) -> N
 def test_adaptive_steps_stop_early_on_slow_motion_and_fixed_steps_do_not() -> None:
     model = robot_model.load_ik_model()
     axis = load_ik_config("axis_studio", model=model)
-    truth = synthetic.g1_motion(60, 120.0, model=model)
+    truth = synthetic.robot_motion(60, 120.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
     steps = {}
     for name, opts in (("adaptive", RetargetOptions(fps=120.0)),
                        ("fixed", RetargetOptions(fps=120.0, tolerance=0.0, iterations=4))):
-        rt = G1Retargeter(axis, opts, model=model)
+        rt = Retargeter(axis, opts, model=model)
         rt.reset(truth[0])
         got = np.array([rt.retarget(pos[f], quat[f]).qpos for f in range(len(truth))])
         assert np.abs(got[5:, 7:] - truth[5:, 7:]).max() < 1e-3, name  # both exact on reachable targets

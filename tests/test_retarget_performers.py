@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import g1_facts as rm
 import numpy as np
 import pytest
 
 from mocapline.core.frames import HumanFrame, RobotFrame
-from mocapline.robot import g1 as rm
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import load_ik_config
-from mocapline.services.retarget.ik.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.service import RetargetService
 
 
@@ -36,7 +36,7 @@ def takes():
     cfg = load_ik_config("axis_studio", model=model)
     out = []
     for seconds in (1.0, 1.3):
-        truth = synthetic.g1_motion(int(60 * seconds), 60.0, model=model)
+        truth = synthetic.robot_motion(int(60 * seconds), 60.0, model=model)
         out.append(synthetic.human_from_robot(truth, cfg, model=model))
     return model, cfg, out
 
@@ -54,7 +54,7 @@ def test_interleaved_performers_match_each_alone(takes, filter_name):
 
     def run(frames: list[HumanFrame]) -> list[RobotFrame]:
         sink = Sink()
-        service = RetargetService(G1Retargeter(cfg, model=model), sink, filter=filter_name)
+        service = RetargetService(Retargeter(cfg, model=model), sink, filter=filter_name)
         for frame in frames:
             service.on_frame(dataclasses.replace(frame))
         service.on_end()
@@ -76,7 +76,7 @@ def test_interleaved_performers_match_each_alone(takes, filter_name):
 
 def test_durable_state_restores_every_performer(takes):
     model, cfg, ((pos, quat), _) = takes
-    service = RetargetService(G1Retargeter(cfg, model=model), Sink())
+    service = RetargetService(Retargeter(cfg, model=model), Sink())
     for avatar in (0, 1):
         for frame in frames_of(pos[:5], quat[:5], avatar):
             service.on_frame(frame)
@@ -84,7 +84,7 @@ def test_durable_state_restores_every_performer(takes):
     assert poles is not None
     poles.branch = [1.0, -1.0]  # as after an overhead raise: left arm in front, right behind
     state = service.durable_state()
-    again = RetargetService(G1Retargeter(cfg, model=model), Sink())
+    again = RetargetService(Retargeter(cfg, model=model), Sink())
     again.restore(state)
     assert sorted(again.tracks) == [0, 1]
     assert again.tracks[1].last_posture_index == 104 and again.tracks[1].gmr_processed == 5
@@ -105,7 +105,7 @@ def test_a_claim_carries_the_shoulders_branches_to_the_next_owner():
 
 def test_each_performer_gets_its_height_by_avatar_name(takes):
     model, cfg, ((pos, quat), _) = takes
-    service = RetargetService(G1Retargeter(cfg, model=model), Sink(), heights={"Performer2": 1.55})
+    service = RetargetService(Retargeter(cfg, model=model), Sink(), heights={"Performer2": 1.55})
     for avatar in (0, 1):
         service.on_frame(frames_of(pos[:1], quat[:1], avatar)[0])
     assert service.tracks[1].retargeter.human_height == 1.55

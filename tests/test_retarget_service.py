@@ -5,18 +5,19 @@ import subprocess
 import sys
 import time
 
+import g1_facts as rm
 import numpy as np
 import pytest
 import zmq
+from g1_facts import G1_JOINT_COUNT
 
 from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX
 from mocapline.core.frames import HumanFrame, RobotFrame
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.transport import FrameReceiver, FrameSender, lossless_socket
-from mocapline.robot import g1 as rm
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import load_ik_config
-from mocapline.services.retarget.ik.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.service import RetargetService, status_line
 from mocapline.tools.pipeline.procs import free_tcp_port
 
@@ -25,7 +26,7 @@ from mocapline.tools.pipeline.procs import free_tcp_port
 def take():
     model = rm.load_ik_model()
     cfg = load_ik_config("axis_studio", model=model)
-    truth = synthetic.g1_motion(12, 60.0, model=model)
+    truth = synthetic.robot_motion(12, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, cfg, model=model)
     return model, cfg, truth, pos, quat
 
@@ -79,7 +80,7 @@ def drain(robot_link):
 def test_one_robot_frame_per_human_frame_and_end_forwarded(take, links, filter_name) -> None:
     model, cfg, truth, pos, quat = take
     human, robot = links
-    service = RetargetService(G1Retargeter(cfg, model=model), robot.push, filter=filter_name)
+    service = RetargetService(Retargeter(cfg, model=model), robot.push, filter=filter_name)
     frames = human_frames(pos, quat, skip={5})  # index 9373 lost upstream
     for f in frames:
         human.push.send(f.to_bytes(), capture_timestamp_us=f.capture_timestamp_us)
@@ -109,7 +110,7 @@ def test_one_robot_frame_per_human_frame_and_end_forwarded(take, links, filter_n
 def test_failures_are_flagged_and_counted_not_fatal(take, links) -> None:
     model, cfg, truth, pos, quat = take
     human, robot = links
-    service = RetargetService(G1Retargeter(cfg, model=model), robot.push)
+    service = RetargetService(Retargeter(cfg, model=model), robot.push)
     frames = human_frames(pos[:4], quat[:4])
     frames[2].positions = frames[2].positions.copy()
     frames[2].positions[GMR_BODY_INDEX["Hips"], 0] = np.nan
@@ -128,7 +129,7 @@ def test_failures_are_flagged_and_counted_not_fatal(take, links) -> None:
 def test_a_backward_index_starts_a_new_take(take, links) -> None:
     model, cfg, truth, pos, quat = take
     human, robot = links
-    service = RetargetService(G1Retargeter(cfg, model=model), robot.push, filter="smooth3")
+    service = RetargetService(Retargeter(cfg, model=model), robot.push, filter="smooth3")
     first = human_frames(pos[:4], quat[:4], start=500)
     second = human_frames(pos[:3], quat[:3], start=10)  # Axis restarted: no END in between
     for f in first + second:

@@ -3,13 +3,13 @@ as HumanFrame.human_height), unless --human-height or --performer-height says ot
 
 from dataclasses import replace
 
+import g1_facts as rm
 import pytest
 
 from mocapline.core.frames import HumanFrame
-from mocapline.robot import g1 as rm
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import load_ik_config
-from mocapline.services.retarget.ik.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.service import RetargetService
 
 
@@ -33,7 +33,7 @@ class Sink:
 def setup():
     model = rm.load_ik_model()
     cfg = load_ik_config("xsens", model=model)
-    truth = synthetic.g1_motion(3, 60.0, model=model)
+    truth = synthetic.robot_motion(3, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, cfg, model=model)
     return model, cfg, pos, quat
 
@@ -49,7 +49,7 @@ def heights(service: RetargetService) -> dict[int, float | None]:
 
 def test_the_source_height_scales_the_performer(setup) -> None:
     model, cfg, pos, quat = setup
-    service = RetargetService(G1Retargeter(cfg, model=model), Sink())
+    service = RetargetService(Retargeter(cfg, model=model), Sink())
     for f in frames(pos, quat, 1.8):
         service.on_frame(f)
     assert heights(service) == {0: 1.8}
@@ -60,14 +60,14 @@ def test_the_source_height_scales_the_performer(setup) -> None:
 
 def test_the_flags_override_the_source(setup) -> None:
     model, cfg, pos, quat = setup
-    retargeter = G1Retargeter(cfg, model=model)
+    retargeter = Retargeter(cfg, model=model)
     retargeter.options = replace(retargeter.options, human_height=1.7)
     retargeter.set_human_height(1.7)
     service = RetargetService(retargeter, Sink())
     for f in frames(pos, quat, 1.8):
         service.on_frame(f)
     assert heights(service) == {0: 1.7}
-    named = RetargetService(G1Retargeter(cfg, model=model), Sink(), heights={"Alice": 1.55})
+    named = RetargetService(Retargeter(cfg, model=model), Sink(), heights={"Alice": 1.55})
     for f in frames(pos, quat, 1.8):
         named.on_frame(f)
     assert heights(named) == {0: 1.55}

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import g1_facts as robot_model
 import numpy as np
 import pytest
 
 from mocapline.bench.retarget import overhead_takes, run_take, take_set
-from mocapline.robot import g1 as robot_model
 from mocapline.services.retarget.ik.options import RetargetOptions
-from mocapline.services.retarget.ik.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import Retargeter
 
 FRAMES = 240  # per run: 2 s at 120 Hz, 4-8 s at 30-60 Hz; the demo take whole (below)
 SLACK_MM = 0.05  # rounding only
@@ -124,8 +124,8 @@ def test_overhead_raises_keep_their_branch_and_same_side_raises_are_left_alone()
     assert ours.ours.swings == 0 and ours.ours.jumps == 0 and without.ours.swings > 0
     same = takes["same side +8"]
     options = RetargetOptions(fps=same.fps)
-    with_poles = G1Retargeter(same.config, options, model=model)
-    plain = G1Retargeter(same.config, replace(options, shoulder_poles=False), model=model)
+    with_poles = Retargeter(same.config, options, model=model)
+    plain = Retargeter(same.config, replace(options, shoulder_poles=False), model=model)
     for p, q in zip(same.positions, same.quaternions, strict=True):
         np.testing.assert_array_equal(with_poles.retarget(p, q).qpos, plain.retarget(p, q).qpos)
     assert with_poles.poles is not None and with_poles.poles.moved == 0

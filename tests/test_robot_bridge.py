@@ -15,10 +15,9 @@ import pytest
 
 pytest.importorskip("cyclonedds")
 
+from g1_facts import VELOCITY_LIMITS  # noqa: E402
 from helpers import wait_until  # noqa: E402
 from robot_rig import Port, Spy, motion, private_domain, start_robot, start_sim  # noqa: E402
-
-from mocapline.robot.unitree.g1 import VELOCITY_LIMITS  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -203,15 +202,20 @@ def test_a_bridge_joining_a_running_take_gets_the_frames_made_after_it_joined(ri
     assert second_counts()["frames_sent"] == 100, second_counts()
 
 
-def test_the_pipeline_with_the_robot_end_is_conserved_through_the_robot(tmp_path) -> None:
-    """`mocapline up --robot sim` as the stack runs it: a take from UDP to simulated motors, every
-    unique frame applied by the bridge, the verdict judging the robot's layer."""
+@pytest.mark.parametrize("robot_model", ["g1", "g1_23", "g1_dex3", "h1"])
+def test_the_pipeline_with_the_robot_end_is_conserved_through_the_robot(tmp_path, robot_model: str) -> None:
+    """`mocapline up --robot sim --robot-model X` as the stack runs it: a take from UDP to the build's
+    simulated motors, every unique frame applied by the bridge, the verdict judging the robot's
+    layer; the LowCmd on the domain is the build's family, its joints' slots enabled, no other."""
+    from mocapline.robot.registry import get_robot
     from mocapline.tools.emitter.emitter import TakePlan, emit_take
     from mocapline.tools.pipeline.stack import Stack, local_config
 
+    robot = get_robot(robot_model)
     config = local_config(viewer=True, robot="sim", robot_domain=private_domain(), robot_interface="lo",
-                          state_dir=tmp_path / "state", log_dir=tmp_path / "logs")
+                          robot_model=robot_model, state_dir=tmp_path / "state", log_dir=tmp_path / "logs")
     stack = Stack(config)
+    spy = Spy(config.robot_domain, robot_model)
     try:
         stack.start()
         stack.wait_ready(timeout=120)
@@ -220,6 +224,14 @@ def test_the_pipeline_with_the_robot_end_is_conserved_through_the_robot(tmp_path
         verdict = stack.verdict(finals)
     finally:
         stack.stop()
+        spy.close()
     assert finals["robot"]["robot_applied"] == 240
     assert verdict["robot_applied"] == 240 and verdict["state"] == "conserved", verdict
     assert finals["robot"]["commands_sent"] > 0 and not finals["robot"]["rejected_by_reason"]
+    assert spy.commands and spy.states, "LowCmd and LowState of the build's family on the domain"
+    layout = spy.family.low_cmd
+    stiff = [c for _, c in spy.commands if layout.crc_ok(c) and c["motor_cmd"]["kp"].max() > 0]
+    assert stiff, "stiff commands"
+    modes = stiff[-1]["motor_cmd"]["mode"]
+    assert np.array_equal(np.flatnonzero(modes), np.sort(robot.motor_index))
+    np.testing.assert_array_equal(modes[robot.motor_index], robot.motor_modes)

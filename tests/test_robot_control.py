@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from g1_facts import G1, KD, KP, STAND, VELOCITY_LIMITS, joint_ranges, load_ik_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mocapline.robot.g1 import joint_ranges, load_ik_model
-from mocapline.robot.unitree.g1 import KD, KP, STAND, VELOCITY_LIMITS
-from mocapline.robot.unitree.lowlevel import LOW_CMD
+from mocapline.robot.unitree.hg import LOW_CMD
 from mocapline.services.robot.controller import Controller, ControlSettings, Measured
 from mocapline.services.robot.counters import RobotCounters
 from mocapline.services.robot.safety import Limits, SafetyFilter
@@ -87,8 +86,8 @@ def test_the_safety_filter_clamps_range_velocity_torque_and_non_finite() -> None
 
 
 def test_the_controller_waits_damped_ramps_in_from_the_measured_pose_and_holds_on_a_stall() -> None:
-    counters = RobotCounters()
-    ctl = Controller(ControlSettings(bias=False, stall_s=0.05, stall_damp_s=0.1, min_ramp_s=0.1),
+    counters = RobotCounters.for_robot(G1)
+    ctl = Controller(G1, ControlSettings(bias=False, stall_ms=50, stall_damp_ms=100, min_ramp_s=0.1),
                      SafetyFilter(_limits()), counters)
     measured = STAND.copy()
     measured[15] = -0.5
@@ -122,11 +121,11 @@ def _command(q: np.ndarray) -> np.ndarray:
 
 
 def test_the_sim_is_deterministic_and_clips_torques_to_the_model_limits() -> None:
-    from mocapline.tools.sim.physics import G1Physics
+    from mocapline.tools.sim.physics import RobotPhysics
 
     runs = []
     for _ in range(2):
-        sim = G1Physics("band")
+        sim = RobotPhysics(G1, "band")
         states = []
         for k in range(200):
             q = STAND.copy()
@@ -136,7 +135,7 @@ def test_the_sim_is_deterministic_and_clips_torques_to_the_model_limits() -> Non
             states.append(sim.state().tobytes())
         runs.append(states)
     assert runs[0] == runs[1]
-    sim = G1Physics("fixed")
+    sim = RobotPhysics(G1, "fixed")
     far = STAND.copy()
     far[:] = 2.0
     sim.apply(_command(far))
@@ -147,9 +146,9 @@ def test_the_sim_is_deterministic_and_clips_torques_to_the_model_limits() -> Non
 
 
 def test_the_band_holds_the_g1_up() -> None:
-    from mocapline.tools.sim.physics import G1Physics
+    from mocapline.tools.sim.physics import RobotPhysics
 
-    sim = G1Physics("band")
+    sim = RobotPhysics(G1, "band")
     sim.apply(_command(STAND))
     tilts = []
     for _ in range(2000):
@@ -161,15 +160,31 @@ def test_the_band_holds_the_g1_up() -> None:
 
 
 def test_the_band_pulls_along_itself_and_damps_only_along_itself() -> None:
-    from mocapline.tools.sim.physics import BAND_ANCHOR, BAND_D, BAND_K, band_force
+    from mocapline.tools.sim.physics import BAND_D, BAND_K, band_force
 
+    anchor = np.array([0.0, 0.0, 3.0])
     pelvis = np.array([0.3, 0.0, 1.0])
-    at_rest = band_force(pelvis, np.zeros(3))
-    assert np.allclose(at_rest, BAND_K * (BAND_ANCHOR - pelvis))
-    sideways = band_force(pelvis, np.array([0.0, 2.0, 0.0]))  # across the band: no damping
+    at_rest = band_force(anchor, pelvis, np.zeros(3))
+    assert np.allclose(at_rest, BAND_K * (anchor - pelvis))
+    sideways = band_force(anchor, pelvis, np.array([0.0, 2.0, 0.0]))  # across the band: no damping
     assert np.allclose(sideways, at_rest)
-    up = (BAND_ANCHOR - pelvis) / np.linalg.norm(BAND_ANCHOR - pelvis)
-    assert np.allclose(band_force(pelvis, up), at_rest - BAND_D * up)
+    up = (anchor - pelvis) / np.linalg.norm(anchor - pelvis)
+    assert np.allclose(band_force(anchor, pelvis, up), at_rest - BAND_D * up)
+
+
+def test_the_band_holds_each_build_clear_of_the_floor() -> None:
+    """Its anchor is where the robot's weight stretches it to hold the pelvis BAND_CLEARANCE above
+    standing height: the G1's 3 m up (as it was fixed before), the heavier, taller H1's higher."""
+    from mocapline.robot.registry import get_robot
+    from mocapline.tools.sim.physics import BAND_CLEARANCE, band_anchor, sim_model
+
+    g1 = band_anchor(G1, sim_model(G1, "band"))
+    assert g1[2] == pytest.approx(3.0, abs=0.01)
+    h1 = get_robot("h1")
+    anchor = band_anchor(h1, sim_model(h1, "band"))
+    assert anchor[2] > g1[2]
+    mass = float(sim_model(h1, "band").body_mass.sum())
+    assert anchor[2] - mass * 9.81 / 200.0 == pytest.approx(h1.standing_height + BAND_CLEARANCE, abs=1e-6)
 
 
 def _start_delays(lag_target_s: float, seed: int = 0, frames: int = 1500) -> np.ndarray:
@@ -204,13 +219,13 @@ def _held_error(support: str | None, base: str, seconds: float = 3.0) -> dict[st
     Unitree's gains with the bias torque of ``support`` (None: no bias): mean |error| by group over
     the last half."""
     from mocapline.services.robot.bias import BiasTorque
-    from mocapline.tools.sim.physics import G1Physics, MotorCommand
+    from mocapline.tools.sim.physics import MotorCommand, RobotPhysics
 
-    bias = BiasTorque(support) if support else None
+    bias = BiasTorque(G1, support) if support else None
     pose = STAND.copy()
     pose[12:15] = (0.3, 0.2, 0.3)
     pose[[15, 22]], pose[[18, 25]] = -1.0, 1.0
-    sim = G1Physics(base)
+    sim = RobotPhysics(G1, base)
     steps = int(seconds / sim.model.opt.timestep)
     errors = []
     for k in range(steps):

@@ -1,10 +1,10 @@
 """The G1 model: packaged Menagerie reference, mesh-free IK variant with sites, same kinematics."""
 
+import g1_facts as rm
 import mujoco
 import numpy as np
 import pytest
 
-from mocapline.robot import g1 as rm
 from mocapline.services.retarget import synthetic
 
 
@@ -27,8 +27,8 @@ def test_reference_comes_from_the_package_with_its_license() -> None:
 
 def test_joint_order_is_the_model_order(reference: mujoco.MjModel, ik_model: mujoco.MjModel) -> None:
     for model in (reference, ik_model):
-        assert model.nq == rm.NQ == 36
-        assert model.nv == rm.NV == 35
+        assert model.nq == 7 + rm.N_JOINTS == 36
+        assert model.nv == 6 + rm.N_JOINTS == 35
         assert model.jnt_type[0] == mujoco.mjtJoint.mjJNT_FREE
         assert rm.joint_names(model) == rm.G1_JOINT_NAMES
         # qpos[7 + i] is joint i
@@ -41,10 +41,10 @@ def test_ik_variant_is_mesh_free_and_has_the_ik_sites(reference: mujoco.MjModel,
     assert reference.nmesh > 0 and reference.ngeom > 0
     assert ik_model.nmesh == 0 and ik_model.ngeom == 0
     assert rm.body_names(ik_model) == rm.body_names(reference)
-    for name, (parent, pos) in rm.IK_SITES.items():
+    for name, site_def in rm.IK_SITES.items():
         site = ik_model.site(name)
-        assert ik_model.body(site.bodyid[0]).name == parent
-        np.testing.assert_allclose(site.pos, pos)
+        assert ik_model.body(site.bodyid[0]).name == site_def.body
+        np.testing.assert_allclose(site.pos, site_def.pos)
     # the sites of the reference survive too
     for name in rm.site_names(reference):
         assert name in rm.site_names(ik_model)
@@ -70,9 +70,9 @@ def test_ik_model_forward_kinematics_equal_the_reference(reference, ik_model, se
             np.testing.assert_allclose(d_ik.site_xpos[ik_model.site(s).id], d_ref.site_xpos[reference.site(s).id],
                                        atol=1e-12)
         # added sites sit at their declared place on their body
-        for name, (parent, pos) in rm.IK_SITES.items():
-            b = ik_model.body(parent).id
-            expected = d_ik.xpos[b] + d_ik.xmat[b].reshape(3, 3) @ np.array(pos)
+        for name, site_def in rm.IK_SITES.items():
+            b = ik_model.body(site_def.body).id
+            expected = d_ik.xpos[b] + d_ik.xmat[b].reshape(3, 3) @ np.array(site_def.pos)
             np.testing.assert_allclose(d_ik.site_xpos[ik_model.site(name).id], expected, atol=1e-12)
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
+from g1_facts import G1_JOINT_COUNT
 from zmq.utils.monitor import recv_monitor_message
 
 from mocapline.core.bus import Bus, nats_server_binary, redact_url, request
 from mocapline.core.frames import RobotFrame
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.keys import generate
 from mocapline.core.keys import main as keys_main
 from mocapline.core.transport import (

@@ -55,7 +55,7 @@ CASES = [
     (retarget_settings, []),
     (retarget_settings, ["--human-height=1.62", "--performer-height=Ann=1.55", "--performer-height=Bo=1.9",
                          "--no-velocity-limit", "--backend=mink", "--filter=smooth3", "--iterations=7",
-                         "--input-fps=120", "--ik-config=xsens"]),
+                         "--input-fps=120", "--ik-config=xsens", "--robot-model=h1"]),
     (retarget_settings, ["--worker=w2", "--state-dir=/tmp/s", "--output=tcp://127.0.0.1:*", *STAGE]),
     (streamer_settings, []),
     (streamer_settings, ["--fan-in", "--state-dir=/tmp/s", "--plain-output", "--output-fps=50",
@@ -69,9 +69,12 @@ CASES = [
     (robot_settings, []),
     (robot_settings, ["--no-feed-forward", "--no-bias", "--joints=upper", "--rate=250", "--stall-ms=70",
                       "--stall-damp-ms=1500", "--lag-target-ms=7", "--rest-after-end", "--domain=0",
-                      "--interface=enp3s0", "--performer=2", "--name=g1", *STAGE]),
+                      "--interface=enp3s0", "--performer=2", "--name=g1", "--robot-model=h1", *STAGE]),
     (sim_settings, []),
     (sim_settings, ["--base=fixed", "--clock=lockstep", "--duration=2.5", "--domain=7", "--interface=lo"]),
+    (sim_settings, ["--robot-model=g1_23"]),
+    (streamer_settings, ["--robot-model=g1_dex3"]),
+    (viewer_settings, ["--robot-model=h1"]),
 ]
 
 

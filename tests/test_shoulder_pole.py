@@ -4,15 +4,16 @@ arm as far in front."""
 
 from __future__ import annotations
 
+import g1_facts as robot_model
 import numpy as np
 import pytest
+from g1_facts import G1
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mocapline.bench.retarget import demo_take
 from mocapline.core import quat as Q
 from mocapline.core.bodies import GMR_BODY_INDEX as B
-from mocapline.robot import g1 as robot_model
 from mocapline.services.retarget.shoulder_pole import BACK, FRONT, ShoulderPoles
 
 RAISE = range(50, 110)  # 60 Hz frames of the first raise: the arms cross the pole at ~86
@@ -29,7 +30,7 @@ def demo():
 def _poles(demo, branches: tuple[float, float] | None = None) -> ShoulderPoles:
     """Poles whose arms have committed to ``branches`` (pitch -2.5: FRONT, +2.5: BACK)."""
     model, take = demo
-    poles = ShoulderPoles.for_config(model, take.config)
+    poles = ShoulderPoles.for_config(model, take.config, G1.shoulder_pitch, G1.torso_body)
     assert poles is not None
     if branches is not None:
         poles.wanted_sides(tuple(-2.5 if b == FRONT else 2.5 for b in branches))  # type: ignore[arg-type]

@@ -83,7 +83,7 @@ def test_the_robot_end_drives_the_sim_on_the_configs_domain(tmp_path: Path) -> N
     assert list(s)[-2:] == ["sim", "robot"]
     assert s["sim"].domain == 42 and s["sim"].interface == "lo" and s["sim"].base == "band"
     r = s["robot"]
-    assert r.input == "tcp://127.0.0.1:9555" and r.domain == 42 and not r.control.bias and r.control.rate_hz == 250
+    assert r.input == "tcp://127.0.0.1:9555" and r.domain == 42 and not r.control.bias and r.control.rate == 250
     assert r.stage.state_dir == tmp_path / "robot"
     assert s["viewer"].robot_domain == 42 and s["viewer"].robot_interface == "lo"  # the page draws the sim's G1
     g1 = planned(StackConfig(robot="g1", robot_domain=0, robot_interface="eth0"))

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from g1_facts import G1
 
-from mocapline.robot.unitree.lowlevel import LOW_STATE, new_low_state
+from mocapline.robot.unitree.hg import LOW_STATE, new_low_state
 from mocapline.services.robot.counters import RobotCounters
 from mocapline.services.robot.service import RobotLoop, RobotSettings
 
@@ -24,7 +25,7 @@ UNITREE_TYPE_IDS = {
 
 @pytest.mark.parametrize("name", sorted(UNITREE_TYPE_IDS))
 def test_our_idl_types_are_the_same_types_as_unitrees(name: str) -> None:
-    idl = pytest.importorskip("mocapline.robot.unitree.idl")
+    idl = pytest.importorskip("mocapline.robot.unitree.idl_hg")
     info = getattr(idl, name).__idl__.get_type_info()
     minimal = info.minimal.typeid_with_size.type_id.value.hex()
     complete = info.complete.typeid_with_size.type_id.value.hex()
@@ -43,6 +44,7 @@ class _States:
 class _Controller:
     def __init__(self) -> None:
         self.measured: list[Any] = []
+        self.robot = G1
 
     def on_state(self, measured: Any) -> None:
         self.measured.append(measured)
@@ -52,7 +54,8 @@ def _loop(samples: list[bytes], **changes: Any) -> tuple[RobotLoop, _Controller]
     dds = SimpleNamespace(command_writer=lambda: None, state_reader=lambda: _States(samples))
     controller = _Controller()
     settings = replace(RobotSettings.defaults(), **changes)
-    loop = RobotLoop(settings, SimpleNamespace(durable=None), controller, RobotCounters(), dds)  # type: ignore[arg-type]
+    counters = RobotCounters.for_robot(G1)
+    loop = RobotLoop(settings, SimpleNamespace(durable=None), controller, counters, dds)  # type: ignore[arg-type]
     return loop, controller
 
 

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mocapline.robot.unitree.crc import crc32_mpeg2, crc32_words, crc32_words_reference
-from mocapline.robot.unitree.lowlevel import LOW_CMD, LOW_STATE, LayoutError, new_low_state
+from mocapline.robot.unitree.hg import LOW_CMD, LOW_STATE, new_low_state
+from mocapline.robot.unitree.lowlevel import LayoutError
 
 words = st.binary(min_size=0, max_size=400).map(lambda b: b[: len(b) - len(b) % 4])
 
@@ -74,7 +75,7 @@ def test_low_cmd_is_1004_bytes_and_its_crc_covers_the_first_250_words() -> None:
 
 
 def test_low_cmd_wire_bytes_equal_cyclonedds_serializer() -> None:
-    idl = pytest.importorskip("mocapline.robot.unitree.idl")
+    idl = pytest.importorskip("mocapline.robot.unitree.idl_hg")
     cmd = _command()
     LOW_CMD.seal(cmd)
     motors = [idl.MotorCmd_(mode=int(m["mode"]), q=float(m["q"]), dq=float(m["dq"]), tau=float(m["tau"]),
@@ -85,7 +86,7 @@ def test_low_cmd_wire_bytes_equal_cyclonedds_serializer() -> None:
 
 
 def test_low_state_wire_bytes_equal_cyclonedds_serializer_and_crc_uses_c_layout() -> None:
-    idl = pytest.importorskip("mocapline.robot.unitree.idl")
+    idl = pytest.importorskip("mocapline.robot.unitree.idl_hg")
     motors = [idl.MotorState_(mode=1, q=0.1 * i, dq=-0.2, ddq=0.0, tau_est=1.5, temperature=[30, 31], vol=24.0,
                               sensor=[i, 0], motorstate=0, reserve=[0] * 4) for i in range(35)]
     imu = idl.IMUState_(quaternion=[1.0, 0.0, 0.0, 0.0], gyroscope=[0.1, 0.2, 0.3], accelerometer=[0.0, 0.0, 9.81],
@@ -166,7 +167,7 @@ def test_an_unsealed_state_is_told_from_a_corrupted_one() -> None:
 
 
 def test_bench_lowcmd_times_both_codecs(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("mocapline.robot.unitree.idl")
+    pytest.importorskip("mocapline.robot.unitree.idl_hg")
     from mocapline.bench.lowcmd import main
 
     assert main(["--number", "5", "--json"]) == 0

@@ -7,12 +7,15 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from g1_facts import ARMS, G1, GROUPS, LEGS, STAND, WAIST
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mocapline.robot.unitree.g1 import ARMS, LEGS, STAND, WAIST
-from mocapline.robot.unitree.lowlevel import LOW_STATE, LayoutError, new_low_state
-from mocapline.robot.unitree.state import decode_state, group_errors, newest_state
+from mocapline.robot.unitree.hg import LOW_STATE, new_low_state
+from mocapline.robot.unitree.lowlevel import LayoutError
+from mocapline.robot.unitree.state import StateDecoder, group_errors
+
+DECODER = StateDecoder(G1)
 
 
 def sample(q: np.ndarray, tick: int = 0, seal: bool = True, crc: int | None = None) -> bytes:
@@ -31,7 +34,7 @@ def sample(q: np.ndarray, tick: int = 0, seal: bool = True, crc: int | None = No
 
 def test_a_sample_decodes_to_the_joints_and_the_imu() -> None:
     q = np.linspace(-1.0, 1.0, 29)
-    m = decode_state(sample(q, tick=42))
+    m = DECODER.decode(sample(q, tick=42))
     np.testing.assert_allclose(m.q, q, atol=1e-6)
     np.testing.assert_allclose(m.dq, -q, atol=1e-6)
     assert m.quaternion.tolist() == [0.0, 1.0, 0.0, 0.0]
@@ -41,27 +44,27 @@ def test_a_sample_decodes_to_the_joints_and_the_imu() -> None:
 
 def test_a_wrong_crc_and_a_nan_are_refused_by_reason() -> None:
     with pytest.raises(LayoutError) as exc:
-        decode_state(sample(STAND, crc=0x1234))
+        DECODER.decode(sample(STAND, crc=0x1234))
     assert exc.value.reason == "crc_mismatch"
-    assert not decode_state(sample(STAND, seal=False)).sealed  # crc 0: unsealed, taken
+    assert not DECODER.decode(sample(STAND, seal=False)).sealed  # crc 0: unsealed, taken
     with pytest.raises(LayoutError) as exc:
-        decode_state(sample(STAND, seal=False), require_crc=True)
+        DECODER.decode(sample(STAND, seal=False), require_crc=True)
     assert exc.value.reason == "crc_unset"
     q = STAND.copy()
     q[20] = np.nan
     with pytest.raises(LayoutError) as exc:
-        decode_state(sample(q))  # its CRC is right: the value itself is refused
+        DECODER.decode(sample(q))  # its CRC is right: the value itself is refused
     assert exc.value.reason == "non_finite"
 
 
 def test_only_the_newest_valid_sample_is_decoded_and_refusals_are_counted() -> None:
     rejected: Counter[str] = Counter()
     batch = [sample(STAND, tick=1), sample(STAND, tick=2), sample(STAND, tick=3, crc=7)]
-    state, looked = newest_state(batch, rejected)
+    state, looked = DECODER.newest(batch, rejected)
     assert state is not None and state.tick == 2 and looked == 2
     assert rejected == Counter({"crc_mismatch": 1})
-    assert newest_state([], rejected) == (None, 0)
-    state, looked = newest_state([b"\x00\x01\x00\x00", sample(STAND, crc=7)], rejected)
+    assert DECODER.newest([], rejected) == (None, 0)
+    state, looked = DECODER.newest([b"\x00\x01\x00\x00", sample(STAND, crc=7)], rejected)
     assert state is None and looked == 2
     assert rejected == Counter({"crc_mismatch": 2, "short_sample": 1})
 
@@ -69,19 +72,19 @@ def test_only_the_newest_valid_sample_is_decoded_and_refusals_are_counted() -> N
 def test_group_errors_are_mean_and_max_of_the_absolute_error() -> None:
     measured = STAND.copy()
     measured[ARMS] += np.linspace(-0.2, 0.1, 14)
-    measured[WAIST.start] -= 0.3
-    err = group_errors(measured, STAND)
+    measured[WAIST[0]] -= 0.3
+    err = group_errors(measured, STAND, GROUPS)
     assert err["legs"] == {"mean": 0.0, "max": 0.0}
     assert err["waist"]["mean"] == pytest.approx(0.1) and err["waist"]["max"] == pytest.approx(0.3)
     assert err["arms"]["max"] == pytest.approx(0.2)
     assert err["arms"]["mean"] == pytest.approx(np.abs(np.linspace(-0.2, 0.1, 14)).mean())
-    assert set(err) == {"legs", "waist", "arms"} and LEGS.stop == 12
+    assert set(err) == {"legs", "waist", "arms"} and list(LEGS) == list(range(12))
 
 
 @given(st.binary(max_size=2200))
 def test_any_bytes_decode_to_a_state_or_a_refusal(data: bytes) -> None:
     try:
-        m = decode_state(data)
+        m = DECODER.decode(data)
     except LayoutError as exc:
         assert exc.reason in ("short_sample", "encapsulation", "crc_mismatch", "non_finite")
     else:

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 import pytest
+from g1_facts import G1, G1_JOINT_NAMES, load_ik_model
 
 from mocapline.core import pb
 from mocapline.core.counters import to_json
 from mocapline.core.header import MessageType, decode_frame, encode_frame
 from mocapline.core.stage import Links
 from mocapline.core.transport import Received
-from mocapline.robot.g1 import G1_JOINT_NAMES, load_ik_model
 from mocapline.services.viewer.apply import FrameApplier, FrameValidator, QposWriter, ViewerCounters
 from mocapline.services.viewer.measured import CLOSE_AFTER_S, MeasuredRobot
 from mocapline.services.viewer.scene import MeasuredPose
@@ -120,14 +120,14 @@ class FakeLowState:
 
 
 def measured_loop(web: FakeWeb, q: np.ndarray) -> tuple[ViewerLoop, FakeLowState]:
-    from mocapline.robot.unitree.lowlevel import LOW_STATE, new_low_state
+    from mocapline.robot.unitree.hg import LOW_STATE, new_low_state
 
     loop, _ = viewer_loop(3, web)
     state = new_low_state()
     state["motor_state"]["q"][:29] = q
     LOW_STATE.seal(state)
     fake = FakeLowState([LOW_STATE.sample(state)])
-    loop.measured = MeasuredRobot(7, "lo", loop.applier.model, loop.applier.writer.joint_adr)
+    loop.measured = MeasuredRobot(G1, 7, "lo", loop.applier.model, loop.applier.writer.joint_adr)
     loop.measured._dds = fake
     return loop, fake
 
@@ -166,11 +166,12 @@ def test_with_a_page_open_the_measured_robot_is_sent_with_its_error_then_the_rea
 
 
 def test_the_measured_robot_stands_at_the_origin_without_a_target() -> None:
-    from mocapline.robot.g1 import load_ik_model
-    from mocapline.robot.unitree.lowlevel import LOW_STATE, new_low_state
+    from g1_facts import load_ik_model
+
+    from mocapline.robot.unitree.hg import LOW_STATE, new_low_state
 
     model = load_ik_model()
-    robot = MeasuredRobot(7, "lo", model, QposWriter(model, G1_JOINT_NAMES).joint_adr)
+    robot = MeasuredRobot(G1, 7, "lo", model, QposWriter(model, G1_JOINT_NAMES).joint_adr)
     assert robot.view(None) is None  # no LowState yet
     state = new_low_state()
     state["imu_state"]["quaternion"] = (0.0, 0.0, 0.0, 2.0)  # yawed half a turn (normalised here)
@@ -190,7 +191,7 @@ def test_without_cyclonedds_the_page_goes_on_without_the_physics_robot(monkeypat
     monkeypatch.setitem(sys.modules, "mocapline.robot.unitree.dds", None)  # import fails
     web = FakeWeb(watching=True)
     loop, _ = viewer_loop(3, web)
-    loop.measured = MeasuredRobot(7, "lo", loop.applier.model, loop.applier.writer.joint_adr)
+    loop.measured = MeasuredRobot(G1, 7, "lo", loop.applier.model, loop.applier.writer.joint_adr)
     assert loop.step() and loop.step()
     assert web.measured == [None, None] and loop.measured.unavailable is not None  # tried once, not again
     assert web.updates[0][0][:2] == (0, 1002)  # the target still drawn

@@ -5,8 +5,8 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
+from g1_facts import load_full_model
 
-from mocapline.robot.g1 import load_full_model
 from mocapline.services.viewer.window import LABEL_HEIGHT_M, SPACING_M, add_labels, add_side_by_side, frame_camera
 
 

@@ -19,11 +19,14 @@ import pytest
 pytest.importorskip("cyclonedds")
 
 from browser import Browser, chromium_binary  # noqa: E402
+from g1_facts import (  # noqa: E402
+    ARMS,
+    STAND,
+    load_ik_model,  # noqa: E402
+)
 from robot_rig import Port, Proc, motion, private_domain, start_robot, start_sim  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
 
-from mocapline.robot.g1 import load_ik_model  # noqa: E402
-from mocapline.robot.unitree.g1 import ARMS, STAND  # noqa: E402
 from mocapline.tools.pipeline.procs import free_tcp_port  # noqa: E402
 
 pytestmark = pytest.mark.integration
@@ -35,7 +38,7 @@ class StatePublisher:
 
     def __init__(self, domain: int, q: np.ndarray) -> None:
         from mocapline.robot.unitree.dds import DdsSettings, LowLevel
-        from mocapline.robot.unitree.lowlevel import LOW_STATE, new_low_state
+        from mocapline.robot.unitree.hg import LOW_STATE, new_low_state
 
         self.dds = LowLevel(DdsSettings(domain, "lo"))
         self.writer = self.dds.state_writer()

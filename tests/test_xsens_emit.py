@@ -133,17 +133,18 @@ def test_the_body_is_a_moving_human_of_its_height(take: list[bytes], character: 
 def test_it_retargets_as_the_axis_take_of_the_same_motion() -> None:
     """The MVN conventions are right when the xsens config gives the G1 the joint angles the
     axis_studio config gives it from the same motion sent as Axis BVH (FK bodies)."""
-    from mocapline.robot import g1 as robot_model
+    import g1_facts as robot_model
+
     from mocapline.services.retarget.config import load_ik_config
     from mocapline.services.retarget.ik.options import RetargetOptions
-    from mocapline.services.retarget.ik.retargeter import G1Retargeter
+    from mocapline.services.retarget.ik.retargeter import Retargeter
     from mocapline.tools.emitter.motion import pose_channels
 
     model = robot_model.load_ik_model()
     body = mvn.MvnBody(1.75)
-    xsens = G1Retargeter(load_ik_config("xsens", model=model), RetargetOptions(fps=60.0, human_height=1.75),
+    xsens = Retargeter(load_ik_config("xsens", model=model), RetargetOptions(fps=60.0, human_height=1.75),
                          model=model)
-    axis = G1Retargeter(load_ik_config("axis_studio", model=model), RetargetOptions(fps=60.0, human_height=1.75),
+    axis = Retargeter(load_ik_config("axis_studio", model=model), RetargetOptions(fps=60.0, human_height=1.75),
                         model=model)
     diffs = []
     for f in range(0, 120, 2):

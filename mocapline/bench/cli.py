@@ -12,7 +12,7 @@ from mocapline.core.subcommands import dispatch
 
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "capture": ("mocapline.bench.capture", "parse + forward kinematics frames/s vs a bare struct.unpack"),
-    "retarget": ("mocapline.bench.retarget", "IK onto the G1 frames/s"),
+    "retarget": ("mocapline.bench.retarget", "IK onto the robot (--robot-model) against the GMR baseline"),
     "e2e": ("mocapline.bench.e2e", "end-to-end through every service"),
     "tracing": ("mocapline.bench.tracing", "per-frame cost of a trace per posture_index, traced vs untraced"),
     "durability": ("mocapline.bench.durability", "crash safety's cost: reliable links and logs vs plain"),

@@ -25,7 +25,7 @@ from typing import Any
 import zmq
 
 from mocapline.bench.e2e import sample_payload
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.reliable import (
     NO_EPOCH,
     ReliableReceiver,
@@ -36,9 +36,12 @@ from mocapline.core.reliable import (
 from mocapline.core.segmentlog import Fsync, LogConfig
 from mocapline.core.stagelog import Output, StageLog, StageRecord
 from mocapline.core.transport import FrameReceiver, FrameSender, lossless_socket
+from mocapline.robot.registry import get_robot
 from mocapline.tools.emitter.emitter import TakePlan, emit_take
 from mocapline.tools.pipeline.procs import free_tcp_port
 from mocapline.tools.pipeline.stack import Stack, local_config
+
+JOINTS = get_robot().joint_count  # the default build's: these benches measure links, not a robot
 
 MT = MessageType.MOTION_FRAME
 
@@ -49,7 +52,7 @@ def _endpoint() -> str:
 
 def _send_plain(ep: str, n: int) -> None:
     ctx = zmq.Context()
-    tx = FrameSender(lossless_socket(ctx, zmq.PUSH, ep, bind=True), MT, G1_JOINT_COUNT)
+    tx = FrameSender(lossless_socket(ctx, zmq.PUSH, ep, bind=True), MT, JOINTS)
     payload = sample_payload()
     for _ in range(n):
         tx.send(payload, capture_timestamp_us=1)
@@ -60,7 +63,7 @@ def _send_plain(ep: str, n: int) -> None:
 def _send_reliable(ep: str, n: int, fsync: Fsync, state: str) -> None:
     ctx = zmq.Context()
     data, control = sender_sockets(ctx, ep)
-    tx = ReliableSender(data, control, StageLog(Path(state), "out", LogConfig(fsync=fsync)), G1_JOINT_COUNT)
+    tx = ReliableSender(data, control, StageLog(Path(state), "out", LogConfig(fsync=fsync)), JOINTS)
     payload = sample_payload()
     for _ in range(n):  # one record per frame (the durable step), then what the window allows
         tx.commit(StageRecord(NO_EPOCH, -1, b"{}", [Output(MT, payload, 1)]))
@@ -92,7 +95,7 @@ def _plain_link(n: int) -> float:
     sender = multiprocessing.get_context("spawn").Process(target=_send_plain, args=(ep, n))
     sender.start()
     ctx = zmq.Context()
-    rx = FrameReceiver(lossless_socket(ctx, zmq.PULL, ep, bind=False), MT, G1_JOINT_COUNT)
+    rx = FrameReceiver(lossless_socket(ctx, zmq.PULL, ep, bind=False), MT, JOINTS)
     try:
         return _rate(rx, n)
     finally:
@@ -108,7 +111,7 @@ def _reliable_link(n: int, fsync: Fsync) -> float:
         sender.start()
         ctx = zmq.Context()
         rdata, rcontrol = receiver_sockets(ctx, ep)
-        rx = ReliableReceiver(rdata, rcontrol, MT, G1_JOINT_COUNT)
+        rx = ReliableReceiver(rdata, rcontrol, MT, JOINTS)
         try:
             fps = _rate(rx, n)
             deadline = time.monotonic() + 30

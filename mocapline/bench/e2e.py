@@ -22,15 +22,18 @@ import numpy as np
 import zmq
 
 from mocapline.core import pb
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.transport import FrameReceiver, FrameSender, lossless_socket
+from mocapline.robot.registry import get_robot
 from mocapline.tools.emitter.emitter import TakePlan, emit_take
 from mocapline.tools.pipeline.procs import free_tcp_port
 from mocapline.tools.pipeline.stack import Stack, local_config
 
+JOINTS = get_robot().joint_count  # the default build's: these benches measure links, not a robot
+
 
 def sample_payload() -> bytes:
-    q = np.linspace(-1, 1, G1_JOINT_COUNT)
+    q = np.linspace(-1, 1, JOINTS)
     return pb.MocapFrame(
         index=1, body_pos_w=[0.1, 0.2, 0.8], body_lin_vel_w=[0.0] * 3, body_quat_w=[1, 0, 0, 0],
         body_ang_vel_w=[0.0] * 3, joint_pos=q.tolist(), joint_vel=q.tolist(), left_hand=[0.0] * 7,
@@ -46,8 +49,8 @@ def _throughput(n: int, enveloped: bool) -> float:
     pull = lossless_socket(ctx, zmq.PULL, endpoint, bind=False)
     payload = sample_payload()
     bare = payload + bytes(44)
-    sender = FrameSender(push, MessageType.MOTION_FRAME, G1_JOINT_COUNT)
-    receiver = FrameReceiver(pull, MessageType.MOTION_FRAME, G1_JOINT_COUNT)
+    sender = FrameSender(push, MessageType.MOTION_FRAME, JOINTS)
+    receiver = FrameReceiver(pull, MessageType.MOTION_FRAME, JOINTS)
 
     def send() -> None:
         for _ in range(n):

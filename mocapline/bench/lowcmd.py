@@ -18,8 +18,8 @@ from mocapline.bench.timing import per_call_us
 
 
 def measure(number: int) -> dict[str, float]:
-    from mocapline.robot.unitree.idl import LowCmd_, LowState_, MotorCmd_
-    from mocapline.robot.unitree.lowlevel import LOW_CMD, LOW_STATE, new_low_state
+    from mocapline.robot.unitree.hg import LOW_CMD, LOW_STATE, new_low_state
+    from mocapline.robot.unitree.idl_hg import LowCmd_, LowState_, MotorCmd_
 
     record = LOW_CMD.new()
     record["motor_cmd"]["mode"] = 1

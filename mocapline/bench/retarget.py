@@ -9,13 +9,14 @@ Takes (:func:`take_set`), each run at two frame rates:
   frame asks the most of the IK);
 - demo: ``assets/demo/walk_60hz.mlrec`` decoded exactly as capture does, at 60 Hz and
   interpolated to 120 Hz (positions linear, rotations slerp);
-- g1: a synthetic G1 motion mapped back to the human bodies the Axis config maps exactly onto it
-  (known answer), at 60 and 120 Hz;
+- robot: a synthetic motion of the robot mapped back to the human bodies the Axis config maps
+  exactly onto it (known answer), at 60 and 120 Hz;
 - human: a walking / arm-raising take on the Axis Studio skeleton, at 60 and 120 Hz.
 
 The baseline is :class:`mocapline.services.retarget.gmr.GmrBaseline` (GMR's algorithm, re-written);
 both start from the same pose, get the same targets (same config, same human height) on the same
-mesh-free G1 model, and are timed frame by frame alternately (baseline, then ours). The ratio is
+mesh-free model of the robot (``--robot-model``, default the G1), and are
+timed frame by frame alternately (baseline, then ours). The ratio is
 by each IK's own CPU time (``time.thread_time``: both run in this thread, and their BLAS calls are
 too small to use OpenBLAS's threads), so that other sessions on a shared machine do not move it: a
 frame of ours is an order of magnitude shorter than GMR's, so one preemption of a few ms weighs that
@@ -28,7 +29,7 @@ orientation error (deg); joint jerk (rad/s^3); configuration jumps; limit-to-lim
 sweeping > 80 % of its range and > pi rad within 3 s); joint-limit contacts (frames); range and
 velocity violations. ``--json``: the same per run, plus an overall line.
 
-``--overhead`` runs a stress sweep instead: sideways raises to overhead that pass the G1
+``--overhead`` runs a stress sweep instead: sideways raises to overhead that pass the robot's
 shoulder's gimbal pole at planes from 15 deg in front to 15 deg behind it, on the same side every
 raise or on alternate ones, with the shoulder poles (``services/retarget/shoulder_pole.py``),
 without them and the baseline: accuracy, jumps and limit-to-limit swings, no timing.
@@ -49,16 +50,18 @@ import numpy as np
 from mocapline.core import quat as Q
 from mocapline.core.paths import ASSETS_DIR, DEMO_TAKE
 from mocapline.formats.bvh import estimate_height, gmr_bodies, load_bvh
-from mocapline.robot import g1 as robot_model
+from mocapline.robot import model as robot_model
+from mocapline.robot.description import RobotDescription
+from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import IKConfig, detect_bvh_skeleton, load_ik_config
 from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.ik.options import RetargetOptions
-from mocapline.services.retarget.ik.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.quality import Quality, evaluate
 
 MOTION_DIR = ASSETS_DIR / "motion"
-KINDS = ("real", "demo", "g1", "human")
+KINDS = ("real", "demo", "robot", "human")
 SYNTHETIC_FRAMES_S = 8.0  # seconds of each synthetic take
 
 
@@ -110,17 +113,18 @@ def _rates(take: Take, rates: tuple[float, ...]) -> list[Take]:
     return out
 
 
-def real_takes(model: mujoco.MjModel, directory: Path = MOTION_DIR) -> list[Take]:
+def real_takes(model: mujoco.MjModel, directory: Path = MOTION_DIR,
+               robot: RobotDescription | None = None) -> list[Take]:
     out = []
     for path in sorted(directory.glob("*.bvh")):
         motion = load_bvh(path)
-        config, skeleton = detect_bvh_skeleton(motion, model=model)
+        config, skeleton = detect_bvh_skeleton(motion, robot=robot, model=model)
         pos, quat = gmr_bodies(motion, skeleton)
         out.append(Take(path.stem, "real", motion.fps, pos, quat, config, estimate_height(pos)))
     return out
 
 
-def demo_take(model: mujoco.MjModel) -> Take:
+def demo_take(model: mujoco.MjModel, robot: RobotDescription | None = None) -> Take:
     from mocapline.formats.mlrec import read_recording
     from mocapline.tools.recorder.take import TakeConfig, human_frames
 
@@ -129,17 +133,18 @@ def demo_take(model: mujoco.MjModel) -> Take:
     frames, _ = human_frames(rec, cfg)
     pos = np.array([f.positions for f in frames])
     quat = np.array([f.quaternions for f in frames])
-    config = load_ik_config(cfg.ik_config, model=model)
+    config = load_ik_config(cfg.ik_config, robot=robot, model=model)
     return Take("demo_walk", "demo", float(cfg.input_fps or 60.0), pos, quat, config)
 
 
-def synthetic_takes(model: mujoco.MjModel, fps: float) -> list[Take]:
-    axis = load_ik_config("axis_studio", model=model)
+def synthetic_takes(model: mujoco.MjModel, fps: float, robot: RobotDescription | None = None) -> list[Take]:
+    robot = robot or get_robot()
+    axis = load_ik_config("axis_studio", robot=robot, model=model)
     n = int(SYNTHETIC_FRAMES_S * fps)
-    truth = synthetic.g1_motion(n, fps, model=model)
-    g1_pos, g1_quat = synthetic.human_from_robot(truth, axis, model=model)
+    truth = synthetic.robot_motion(n, fps, robot=robot, model=model)
+    r_pos, r_quat = synthetic.human_from_robot(truth, axis, model=model)
     h_pos, h_quat = synthetic.human_motion(n, fps)
-    return [Take("g1", "g1", fps, g1_pos, g1_quat, axis, None, truth[0]),
+    return [Take(robot.name, "robot", fps, r_pos, r_quat, axis, None, truth[0]),
             Take("human", "human", fps, h_pos, h_quat, axis)]
 
 
@@ -147,10 +152,10 @@ OVERHEAD_PLANES = (-15.0, -8.0, -3.0, 3.0, 8.0, 15.0)  # deg, > 0: behind the sh
 OVERHEAD_S = 16.0  # seconds: three raises
 
 
-def overhead_takes(model: mujoco.MjModel, fps: float = 60.0) -> list[Take]:
+def overhead_takes(model: mujoco.MjModel, fps: float = 60.0, robot: RobotDescription | None = None) -> list[Take]:
     """``--overhead``: sideways raises to overhead passing the shoulder's gimbal pole at each plane
     of OVERHEAD_PLANES, on the same side every raise and on alternate sides."""
-    axis = load_ik_config("axis_studio", model=model)
+    axis = load_ik_config("axis_studio", robot=robot, model=model)
     out = []
     for alternate in (False, True):
         for plane in OVERHEAD_PLANES:
@@ -161,16 +166,17 @@ def overhead_takes(model: mujoco.MjModel, fps: float = 60.0) -> list[Take]:
     return out
 
 
-def take_set(model: mujoco.MjModel, kinds: tuple[str, ...] = KINDS, frames: int | None = None) -> list[Take]:
+def take_set(model: mujoco.MjModel, kinds: tuple[str, ...] = KINDS, frames: int | None = None,
+             robot: RobotDescription | None = None) -> list[Take]:
     """Every take of the bench at both of its rates, each cut to ``frames`` frames."""
     out: list[Take] = []
     if "real" in kinds:
-        for take in real_takes(model):
+        for take in real_takes(model, robot=robot):
             out += _rates(take, (take.fps, 30.0))
     if "demo" in kinds:
-        out += _rates(demo_take(model), (60.0, 120.0))
+        out += _rates(demo_take(model, robot), (60.0, 120.0))
     for fps in (60.0, 120.0):
-        out += [t for t in synthetic_takes(model, fps) if t.kind in kinds]
+        out += [t for t in synthetic_takes(model, fps, robot) if t.kind in kinds]
     out.sort(key=lambda t: (KINDS.index(t.kind), t.name, t.fps))
     return [t.head(frames) for t in out]
 
@@ -213,13 +219,15 @@ class Run:
 
 
 def run_take(
-    take: Take, model: mujoco.MjModel, options: RetargetOptions | None = None, *, baseline: bool = True
+    take: Take, model: mujoco.MjModel, options: RetargetOptions | None = None, *, baseline: bool = True,
+    robot: RobotDescription | None = None,
 ) -> Run:
     """Both IKs over one take, timed alternately; quality of both against our targets."""
+    robot = robot or get_robot()
     opts = options or RetargetOptions()
     opts = RetargetOptions(**{**opts.__dict__, "fps": take.fps, "human_height": take.human_height})
-    ours = G1Retargeter(take.config, opts, model=model)
-    q0 = take.q0 if take.q0 is not None else robot_model.default_qpos(model)
+    ours = Retargeter(take.config, opts, robot=robot, model=model)
+    q0 = take.q0 if take.q0 is not None else robot_model.default_qpos(robot, model)
     ours.reset(q0)
     base = GmrBaseline(take.config, model, q0, take.human_height) if baseline else None
     n = len(take.positions)
@@ -253,14 +261,14 @@ def run_take(
 def _tracks(r: Run) -> bool:
     """Error and hands' error at or below the baseline's; on the known answer both are exact (a few
     micrometres: the IK stops once the targets are met), so there it must be within 0.01 mm."""
-    if r.kind == "g1":
+    if r.kind == "robot":
         return r.ours.err_mm < 0.01 and r.ours.hands_mm < 0.01
     return r.ours.err_mm <= r.base.err_mm and r.ours.hands_mm <= r.base.hands_mm
 
 
 def _smoother(r: Run) -> bool:
     """Jerk below the baseline's; on the known answer both track the true motion, whose jerk it is."""
-    if r.kind == "g1":
+    if r.kind == "robot":
         return r.ours.err_mm < 0.01 and abs(r.ours.jerk - r.base.jerk) <= 0.01 * r.base.jerk
     return r.ours.jerk < r.base.jerk
 
@@ -284,9 +292,9 @@ def _summary(runs: list[Run]) -> dict:
     }
 
 
-def _table(summary: dict, options: RetargetOptions) -> str:
+def _table(summary: dict, options: RetargetOptions, robot: RobotDescription) -> str:
     lines = [
-        f"retarget bench: G1 29-DoF; mocapline {options.backend} backend, {options.describe()}",
+        f"retarget bench: {robot.title}; mocapline {options.backend} backend, {options.describe()}",
         "baseline: GMR's algorithm (2 stages, each until drop < 0.001 or 10 iter, lm_damping 1, damping 0.5)",
         "errors: mm over the position-weighted frames (hands / feet / pelvis), deg over the rotation-weighted ones;",
         "each cell: mocapline | baseline. jumps: joint > 1 rad in 10 frames while targets < 5 cm, 20 deg;",
@@ -327,13 +335,13 @@ def _table(summary: dict, options: RetargetOptions) -> str:
     return "\n".join(lines)
 
 
-def _overhead(model: mujoco.MjModel, options: RetargetOptions, as_json: bool) -> None:
+def _overhead(model: mujoco.MjModel, options: RetargetOptions, as_json: bool, robot: RobotDescription) -> None:
     """The stress sweep: each overhead take with the shoulder poles (the default), without them,
     and the baseline; accuracy, jumps and swings (no timing)."""
     rows = []
-    for take in overhead_takes(model):
-        ours = run_take(take, model, options)
-        plain = run_take(take, model, replace(options, shoulder_poles=False), baseline=False)
+    for take in overhead_takes(model, robot=robot):
+        ours = run_take(take, model, options, robot=robot)
+        plain = run_take(take, model, replace(options, shoulder_poles=False), baseline=False, robot=robot)
         rows.append({"take": take.name, "ours": ours.ours, "without_poles": plain.ours, "baseline": ours.base})
     totals = {k: {m: sum(getattr(r[k], m) for r in rows) for m in ("jumps", "swings")}
               for k in ("ours", "without_poles", "baseline")}
@@ -359,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mocapline bench retarget", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_robot_model_argument(parser)
     parser.add_argument("--takes", default=",".join(KINDS),
                         help=f"kinds of take, comma separated (default {','.join(KINDS)})")
     parser.add_argument("--frames", type=int, default=None,
@@ -389,14 +398,16 @@ def main(argv: list[str] | None = None) -> int:
         options.validate()
     except ValueError as exc:
         parser.error(str(exc))
-    model = robot_model.load_ik_model()
+    robot = get_robot(args.robot_model)
+    model = robot_model.load_ik_model(robot)
     if args.overhead:
-        _overhead(model, options, args.json)
+        _overhead(model, options, args.json, robot)
         return 0
-    runs = [run_take(t, model, options) for t in take_set(model, kinds, args.frames)]
+    runs = [run_take(t, model, options, robot=robot) for t in take_set(model, kinds, args.frames, robot)]
     summary = _summary(runs)
-    summary["settings"] = {"backend": options.backend, "options": options.describe(), "frames": args.frames}
-    print(json.dumps(summary) if args.json else _table(summary, options))
+    summary["settings"] = {"robot_model": robot.name, "backend": options.backend, "options": options.describe(),
+                           "frames": args.frames}
+    print(json.dumps(summary) if args.json else _table(summary, options, robot))
     return 0
 
 

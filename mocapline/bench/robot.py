@@ -185,13 +185,17 @@ def floor(rate: float, seconds: float, domain: int) -> dict[str, Any]:
 
 
 def floor_child(rate: float, seconds: float, domain: int) -> dict[str, Any]:
-    from mocapline.robot.unitree.dds import DdsSettings, LowLevel
-    from mocapline.robot.unitree.lowlevel import LOW_CMD
+    from mocapline.robot.registry import get_robot
+    from mocapline.robot.unitree.dds import LowLevel, dds_settings
+    from mocapline.robot.unitree.family import family
 
-    dds = LowLevel(DdsSettings(domain, "lo"))  # kept: the participant owns the writer
+    robot = get_robot()
+    dds = LowLevel(dds_settings(robot, domain, "lo"))  # kept: the participant owns the writer
     writer = dds.command_writer()
-    cmd = LOW_CMD.new()
-    cmd["motor_cmd"]["mode"][:29] = 1
+    messages = family(robot.low_level.family)
+    LOW_CMD = messages.low_cmd  # noqa: N806 - the message's layout, as the bridge names it
+    cmd = messages.new_low_cmd()
+    cmd["motor_cmd"]["mode"][robot.motor_index] = robot.motor_modes
     period = 1.0 / rate
     start = time.monotonic()
     cpu0 = time.process_time()

@@ -44,7 +44,10 @@ from mocapline.core.header import MessageType
 from mocapline.core.options import positive_float
 from mocapline.core.segmentlog import LogConfig
 from mocapline.core.transport import FrameSender, lossless_socket
+from mocapline.robot.registry import get_robot
 from mocapline.tools.pipeline.procs import free_tcp_port, stop_all
+
+JOINTS = get_robot().joint_count  # the default build's: this bench measures the viewer, not a robot
 
 TARGETS = {"no_page_cpu_pct": 3.0, "one_page_cpu_pct": 10.0, "rss_mb": 200.0}
 
@@ -63,11 +66,11 @@ class Phase:
 
 def motion(index: int, sent_us: int) -> bytes:
     """A frame stamped with its send time as capture time: the viewer's latency is then send -> applied."""
-    q = np.linspace(-0.4, 0.4, 29) * np.sin(index / 20)
+    q = np.linspace(-0.4, 0.4, JOINTS) * np.sin(index / 20)
     return pb.MocapFrame(index=index, capture_timestamp_us=sent_us,
                          body_pos_w=[0.01 * np.sin(index / 50), 0.0, 0.79], body_lin_vel_w=[0, 0, 0],
                          body_quat_w=[1, 0, 0, 0], body_ang_vel_w=[0, 0, 0], joint_pos=q.tolist(),
-                         joint_vel=[0.0] * 29, left_hand=[0.0] * 7, right_hand=[0.0] * 7,
+                         joint_vel=[0.0] * JOINTS, left_hand=[0.0] * 7, right_hand=[0.0] * 7,
                          posture_index=index).SerializeToString()
 
 
@@ -162,7 +165,7 @@ def floor_cpu(rate: float, seconds: float) -> float:
     sock = lossless_socket(ctx, zmq.PUSH, "tcp://127.0.0.1:0", bind=True)
     endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
     proc = subprocess.Popen([sys.executable, "-c", FLOOR, endpoint, str(seconds + 4)])
-    feeder = Feeder(FrameSender(sock, MessageType.MOTION_FRAME, 29), rate)
+    feeder = Feeder(FrameSender(sock, MessageType.MOTION_FRAME, JOINTS), rate)
     try:
         feeder.start()
         time.sleep(2.0)
@@ -205,10 +208,10 @@ def viewer_process(durable: bool) -> Iterator[tuple[subprocess.Popen[bytes], Fra
             "--log-level=WARNING"]
     if durable:
         sender = DurableStage(ctx, state / "streamer", LogConfig(),
-                              output=LinkSpec(endpoint, MessageType.MOTION_FRAME, 29, kind="fanout"))
+                              output=LinkSpec(endpoint, MessageType.MOTION_FRAME, JOINTS, kind="fanout"))
         args += [f"--state-dir={state / 'viewer'}", f"--metrics-port={free_tcp_port()}", "--metrics-host=127.0.0.1"]
     else:
-        sender = FrameSender(lossless_socket(ctx, zmq.PUSH, endpoint, bind=True), MessageType.MOTION_FRAME, 29)
+        sender = FrameSender(lossless_socket(ctx, zmq.PUSH, endpoint, bind=True), MessageType.MOTION_FRAME, JOINTS)
         args.append("--metrics-port=0")
     viewer = subprocess.Popen([sys.executable, "-m", "mocapline.cli", "viewer", *args],
                               stdout=subprocess.DEVNULL, start_new_session=True)

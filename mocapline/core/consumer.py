@@ -42,11 +42,17 @@ import zmq
 
 from mocapline.core import pb
 from mocapline.core.frames import parse_mocap_frame
-from mocapline.core.header import G1_JOINT_COUNT, MessageType, MotionFrameHeader
+from mocapline.core.header import MessageType, MotionFrameHeader
 from mocapline.core.reliable import NO_EPOCH, ReliableReceiver
 from mocapline.core.transport import client_link
 
 __all__ = ["ClientSettings", "FilePosition", "Frame", "MemoryPosition", "MocapClient", "PositionStore"]
+
+
+class WrongRobot(ValueError):
+    """A frame for another robot build than the consumer's (MocapFrame.robot_model)."""
+
+    reason = "robot_model"
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,11 @@ class ClientSettings:
     state: Path | str | None = None  # where the position is kept (a JSON file); None = in memory only
     curve_client_key: str = ""
     curve_server_public: str = ""
-    joint_count: int = G1_JOINT_COUNT
+    # The robot this consumer drives: frames for another build are refused (counted ``robot_model``);
+    # "" takes any. ``joint_count`` None takes the count each frame's header gives (and checks the
+    # payload against it); a number refuses any other.
+    robot_model: str = ""
+    joint_count: int | None = None
     fsync: bool = False  # flush the position file to disk on every write (power cuts, not just crashes)
     message_type: MessageType = MessageType.MOTION_FRAME  # HUMAN_FRAME: a retarget worker on capture's fan-out
     # Several performers: hand out only these avatar indices (None: all). The others are still
@@ -180,7 +190,10 @@ class MocapClient:
                 if got.header.message_type is MessageType.END_OF_STREAM:
                     frame.end = pb.EndOfStream.FromString(frame.payload)
                 else:
-                    frame.mocap = parse_mocap_frame(frame.payload)
+                    frame.mocap = parse_mocap_frame(frame.payload, got.header.joint_count)
+                    robot = self.settings.robot_model
+                    if robot and frame.mocap.robot_model and frame.mocap.robot_model != robot:
+                        raise WrongRobot(f"a frame for {frame.mocap.robot_model!r}, this consumer drives {robot!r}")
                     wanted = self.settings.performers
                     if wanted is not None and frame.mocap.avatar_index not in wanted:
                         self.skipped += 1

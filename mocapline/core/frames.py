@@ -14,7 +14,6 @@ from mocapline.core import pb
 from mocapline.core.bodies import GMR_BODIES
 
 N_BODIES = len(GMR_BODIES)
-N_JOINTS = 29
 
 
 class FrameFieldError(ValueError):
@@ -143,19 +142,21 @@ class HumanFrame:
 
 @dataclass(slots=True)
 class RobotFrame:
-    """One retargeted G1 pose: root position (m), root quaternion (w x y z), 29 joints (rad)."""
+    """One retargeted robot pose: root position (m), root quaternion (w x y z), the robot's joints
+    (rad, its stream order; ``robot_model`` names the build)."""
 
     posture_index: int
     capture_timestamp_us: int
     root_pos: np.ndarray  # (3,)
     root_quat: np.ndarray  # (4,)
-    joint_pos: np.ndarray  # (29,)
+    joint_pos: np.ndarray  # (n,)
     ik_failed: bool = False
     traceparent: str = ""
     segment: int = 0
     session_id: str = ""
     avatar_index: int = 0  # the performer, carried from the HumanFrame
     avatar_name: str = ""
+    robot_model: str = ""
 
     def to_proto(self) -> pb.RobotFrame:
         return pb.RobotFrame(
@@ -170,16 +171,19 @@ class RobotFrame:
             session_id=self.session_id,
             avatar_index=self.avatar_index,
             avatar_name=self.avatar_name,
+            robot_model=self.robot_model,
         )
 
     def to_bytes(self) -> bytes:
         return self.to_proto().SerializeToString()
 
     @classmethod
-    def from_proto(cls, msg: pb.RobotFrame) -> RobotFrame:
+    def from_proto(cls, msg: pb.RobotFrame, joint_count: int | None = None) -> RobotFrame:
+        """``joint_count``: the robot's (None: any, as the link's header already checked it)."""
         _check("root_pos", msg.root_pos, 3)
         _check("root_quat", msg.root_quat, 4)
-        _check("joint_pos", msg.joint_pos, N_JOINTS)
+        if joint_count is not None:
+            _check("joint_pos", msg.joint_pos, joint_count)
         return cls(
             posture_index=msg.posture_index,
             capture_timestamp_us=msg.capture_timestamp_us,
@@ -192,35 +196,40 @@ class RobotFrame:
             session_id=msg.session_id,
             avatar_index=msg.avatar_index,
             avatar_name=msg.avatar_name,
+            robot_model=msg.robot_model,
         )
 
     @classmethod
-    def from_bytes(cls, data: bytes | memoryview) -> RobotFrame:
-        return cls.from_proto(_parse(pb.RobotFrame(), data))
+    def from_bytes(cls, data: bytes | memoryview, joint_count: int | None = None) -> RobotFrame:
+        return cls.from_proto(_parse(pb.RobotFrame(), data), joint_count)
 
 
-# Every repeated field of the MocapFrame and its fixed length (docs/protocol.md).
+# The MocapFrame's repeated fields of fixed length (docs/protocol.md); joint_pos and joint_vel
+# carry the robot's joint count (the header's joint_count).
 MOCAP_FIELD_LENGTHS: dict[str, int] = {
     "body_pos_w": 3,
     "body_lin_vel_w": 3,
     "body_quat_w": 4,
     "body_ang_vel_w": 3,
-    "joint_pos": N_JOINTS,
-    "joint_vel": N_JOINTS,
     "left_hand": 7,
     "right_hand": 7,
 }
+MOCAP_JOINT_FIELDS = ("joint_pos", "joint_vel")
 
 
-def check_mocap_frame(msg: pb.MocapFrame) -> None:
-    """Raise FrameFieldError unless every repeated field has its fixed length."""
+def check_mocap_frame(msg: pb.MocapFrame, joint_count: int | None = None) -> None:
+    """Raise FrameFieldError unless every repeated field has its length: the fixed ones, and the
+    joints ``joint_count`` each (None: as many as ``joint_pos`` has)."""
     for name, expected in MOCAP_FIELD_LENGTHS.items():
         _check(name, getattr(msg, name), expected)
+    joints = len(msg.joint_pos) if joint_count is None else joint_count
+    for name in MOCAP_JOINT_FIELDS:
+        _check(name, getattr(msg, name), joints)
 
 
-def parse_mocap_frame(data: bytes | memoryview) -> pb.MocapFrame:
-    """Decode and length-check a MocapFrame; FrameFieldError (reason field_length) or
-    ProtobufDecodeError (reason protobuf) on bad bytes."""
+def parse_mocap_frame(data: bytes | memoryview, joint_count: int | None = None) -> pb.MocapFrame:
+    """Decode and length-check a MocapFrame (``joint_count``: the header's, or the robot's);
+    FrameFieldError (reason field_length) or ProtobufDecodeError (reason protobuf) on bad bytes."""
     msg = _parse(pb.MocapFrame(), data)
-    check_mocap_frame(msg)
+    check_mocap_frame(msg, joint_count)
     return msg

@@ -23,7 +23,6 @@ _PREFIX_STRUCT = struct.Struct("<IHHQQQIHH")
 MAGIC = 0x4D4C4346  # "FCLM" on the wire: MoCapLine Frame
 VERSION = 1
 SUPPORTED_VERSIONS = frozenset({VERSION})
-G1_JOINT_COUNT = 29
 
 
 class MessageType(IntEnum):

@@ -81,8 +81,9 @@ E2E_BUCKETS: tuple[float, ...] = (
 
 # What a FrameReceiver counts on every ZeroMQ link (mocapline.core.transport): the header checks and two more.
 LINK_REJECT_REASONS: tuple[str, ...] = (*HEADER_REJECT_REASONS, "bad_parts", "wrong_topic")
-# A valid envelope whose protobuf payload is bad (mocapline.core.frames).
-PAYLOAD_REJECT_REASONS: tuple[str, ...] = ("protobuf", "field_length")
+# A valid envelope whose protobuf payload is bad (mocapline.core.frames), or is for another robot
+# build than the stage's (``robot_model``).
+PAYLOAD_REJECT_REASONS: tuple[str, ...] = ("protobuf", "field_length", "robot_model")
 
 # Where the auditor places a missing index (mocapline.core.verdict).
 MISSING_CLASSES: tuple[str, ...] = ("main_only", "both", "side_only", "main_no_side_data", "late")

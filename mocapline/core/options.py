@@ -16,8 +16,8 @@ import enum
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
-from typing import Any, Literal, TypeVar, get_args
+from dataclasses import MISSING, dataclass, fields, is_dataclass
+from typing import Any, Literal, TypeVar, get_args, get_type_hints
 
 T = TypeVar("T")
 
@@ -178,9 +178,32 @@ def _text(value: Any) -> str:
 
 def settings_from(cls: type[T], args: argparse.Namespace, **given: Any) -> T:
     """A frozen settings dataclass from parsed flags: each field from the flag of the same name,
-    unless ``given`` holds it (nested settings, derived values)."""
-    values = {f.name: given[f.name] if f.name in given else getattr(args, f.name) for f in fields(cls)}  # type: ignore[arg-type]
+    unless ``given`` holds it (derived values); a field that is itself a settings dataclass is made
+    the same way from the same flags, and a field no flag sets keeps its default."""
+    values = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in given:
+            values[f.name] = given[f.name]
+        elif not hasattr(args, f.name) and is_dataclass(nested := get_type_hints(cls).get(f.name)):
+            values[f.name] = settings_from(nested, args)  # type: ignore[arg-type]
+        elif hasattr(args, f.name) or (f.default is MISSING and f.default_factory is MISSING):
+            values[f.name] = getattr(args, f.name)
     return cls(**values)
+
+
+def flag_values(parser: EnvArgumentParser, settings: Any, *, skip: Iterable[str] = ()) -> dict[str, Any]:
+    """The values of a settings dataclass by flag (dest), nested settings flattened: the inverse of
+    :func:`settings_from` for :func:`argv` (fields no flag sets are left out)."""
+    out: dict[str, Any] = {}
+    for f in fields(settings):
+        if f.name in skip:
+            continue
+        value = getattr(settings, f.name)
+        if is_dataclass(value) and f.name not in parser.flags:
+            out |= flag_values(parser, value)
+        elif f.name in parser.flags:
+            out[f.name] = value
+    return out
 
 
 def parse_settings(make: Callable[[argparse.Namespace], T], parser: argparse.ArgumentParser,

@@ -9,4 +9,5 @@ import mocapline.assets
 
 ASSETS_DIR = Path(mocapline.assets.__file__).resolve().parent
 IK_CONFIG_DIR = ASSETS_DIR / "ik_configs"
+SKELETON_DIR = ASSETS_DIR / "skeletons"
 DEMO_TAKE = ASSETS_DIR / "demo" / "walk_60hz.mlrec"

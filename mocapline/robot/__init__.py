@@ -1,1 +1,2 @@
-"""The robot model: the Unitree G1 (29 DoF) MuJoCo model, its joint table and limits."""
+"""The robot as data: each build a description (``builds/*.toml``, :mod:`.registry`), its MuJoCo
+models (:mod:`.model`), and the vendor's low-level interface (:mod:`.unitree`)."""

@@ -21,23 +21,25 @@ import zmq
 from mocapline.core import pb
 from mocapline.core import quat as Q
 from mocapline.core.fanout import DEFAULT_MAX_BACKLOG, FanoutSender
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.reliable import NO_EPOCH
 from mocapline.core.segmentlog import LogConfig
 from mocapline.core.stagelog import Output, StageLog, StageRecord
 from mocapline.core.transport import lossless_socket, server_link
+from mocapline.robot.description import RobotDescription
+from mocapline.robot.registry import get_robot
 from mocapline.tools.pipeline.procs import free_tcp_port
 
 FIRST_POSTURE_INDEX = 1000
 
 
-def joint_frame(i: int, q: np.ndarray, dq: np.ndarray, t: float) -> pb.MocapFrame:
+def joint_frame(i: int, q: np.ndarray, dq: np.ndarray, t: float, robot_model: str = "") -> pb.MocapFrame:
     """Frame ``i`` of a joint trajectory alone: the root still 1 m up, no hands."""
     return pb.MocapFrame(index=i, body_pos_w=[0.0, 0.0, 1.0], body_lin_vel_w=[0.0] * 3, body_quat_w=[1.0, 0, 0, 0],
                          body_ang_vel_w=[0.0] * 3, joint_pos=list(q), joint_vel=list(dq), left_hand=[0.0] * 7,
                          right_hand=[0.0] * 7, posture_index=FIRST_POSTURE_INDEX + i,
                          posture_index_first=FIRST_POSTURE_INDEX + i, posture_index_last=FIRST_POSTURE_INDEX + i,
-                         source_time_s=t)
+                         source_time_s=t, robot_model=robot_model)
 
 
 def root_angular_velocity(time_s: np.ndarray, root_quat: np.ndarray) -> np.ndarray:
@@ -52,12 +54,14 @@ def root_angular_velocity(time_s: np.ndarray, root_quat: np.ndarray) -> np.ndarr
     return Q.log(Q.multiply(root_quat[hi], Q.conjugate(root_quat[lo]))) / dt
 
 
-def clip_frames(clip: Mapping[str, np.ndarray], first_posture_index: int = FIRST_POSTURE_INDEX) -> list[pb.MocapFrame]:
-    """A G1 reference clip (the contract of ``mocapline export`` / ``retarget-file``: ``time``,
-    ``q``, ``qd``, ``root_pose``, ``posture_index``) as the streamer's MocapFrames, one per sample:
-    joints and their velocities as the clip has them, root pose and velocities, hands from the
-    G1's forward kinematics (the streamer's builder), posture indices the clip's source frames
-    offset by ``first_posture_index``. ``capture_timestamp_us`` is left 0: the player stamps it."""
+def clip_frames(clip: Mapping[str, np.ndarray], first_posture_index: int = FIRST_POSTURE_INDEX,
+                robot: RobotDescription | None = None) -> list[pb.MocapFrame]:
+    """A reference clip (the contract of ``mocapline export`` / ``retarget-file``: ``time``,
+    ``q``, ``qd``, ``root_pose``, ``posture_index``) of ``robot`` (default: the clip's
+    ``robot_model``, else the default build) as the streamer's MocapFrames, one per sample: joints
+    and their velocities as the clip has them, root pose and velocities, hands from the robot's
+    forward kinematics (the streamer's builder), posture indices the clip's source frames offset by
+    ``first_posture_index``. ``capture_timestamp_us`` is left 0: the player stamps it."""
     from mocapline.services.streamer.frames import MocapFrameBuilder
 
     time_s = np.asarray(clip["time"], dtype=np.float64)
@@ -67,7 +71,9 @@ def clip_frames(clip: Mapping[str, np.ndarray], first_posture_index: int = FIRST
     lin = np.gradient(pos, time_s, axis=0) if len(time_s) > 1 else np.zeros_like(pos)
     ang = root_angular_velocity(time_s, rot)
     source = np.asarray(clip["posture_index"], dtype=np.int64) + first_posture_index
-    builder = MocapFrameBuilder()
+    if robot is None:
+        robot = get_robot(str(clip["robot_model"])) if "robot_model" in clip else get_robot()
+    builder = MocapFrameBuilder(robot)
     return [builder.build(k, root_pos=pos[k], root_quat=rot[k], root_lin_vel=lin[k], root_ang_vel=ang[k],
                           joint_pos=q[k], joint_vel=qd[k], posture_index=int(source[k]),
                           posture_index_first=int(source[k]), posture_index_last=int(source[k]),
@@ -81,9 +87,10 @@ class PortPlayer:
 
     def __init__(self, state: Path, endpoint: str | None = None, window: int = 256, *, push: bool = False,
                  max_backlog: int = DEFAULT_MAX_BACKLOG, curve: dict[str, str] | None = None,
-                 segment_bytes: int = LogConfig.max_segment_bytes) -> None:
+                 segment_bytes: int = LogConfig.max_segment_bytes, joint_count: int | None = None) -> None:
         """``push``, ``max_backlog``: as the streamer's ``FanoutSender``; ``curve``: the
-        ``server_link`` keys of a CURVE port; ``segment_bytes``: the log's segment size."""
+        ``server_link`` keys of a CURVE port; ``segment_bytes``: the log's segment size;
+        ``joint_count``: the robot's (default: the default build's)."""
         self.endpoint = endpoint or f"tcp://127.0.0.1:{free_tcp_port()}"
         self.ctx = zmq.Context()
         self.auth = None
@@ -92,7 +99,8 @@ class PortPlayer:
         else:
             sock = lossless_socket(self.ctx, zmq.PUSH if push else zmq.ROUTER, self.endpoint, bind=True)
         self.log = StageLog(state, "stage", LogConfig(fsync="never", max_segment_bytes=segment_bytes))
-        self.sender = FanoutSender(sock, self.log, G1_JOINT_COUNT, window=window, push=push,
+        joints = joint_count if joint_count is not None else get_robot().joint_count
+        self.sender = FanoutSender(sock, self.log, joints, window=window, push=push,
                                    max_backlog=max_backlog)
         self.lock = threading.Lock()
         self.halt = threading.Event()

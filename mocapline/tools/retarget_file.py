@@ -1,4 +1,5 @@
-"""`mocapline retarget-file TAKE.bvh`: a BVH take of any supported skeleton -> a G1 reference clip.
+"""`mocapline retarget-file TAKE.bvh`: a BVH take of any supported skeleton -> a reference clip of a
+robot build (``--robot-model``, default the G1).
 
 What GMR users do with ``bvh_to_robot``, offline: the BVH is read (any rotation orders and channel
 counts, namespaced joints, any frame time; ``mocapline.formats.bvh``), its skeleton is picked by
@@ -28,11 +29,12 @@ import numpy as np
 
 from mocapline.core.options import EnvArgumentParser
 from mocapline.formats.bvh import BvhError, estimate_height, gmr_bodies, load_bvh
-from mocapline.robot import g1 as robot_model
+from mocapline.robot import model as robot_model
+from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, detect_bvh_skeleton
 from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.ik.options import RetargetOptions
-from mocapline.services.retarget.ik.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.quality import evaluate
 from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
 
@@ -42,6 +44,7 @@ PROG = "mocapline retarget-file"
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog=PROG, description=__doc__)
     p.add_argument("take", type=Path, help="a .bvh file")
+    add_robot_model_argument(p)
     p.add_argument("--skeleton", default="auto",
                    help=f"skeleton of the BVH: {', '.join(BVH_SKELETONS)}, auto (from the joint names) or an IK config "
                         "JSON with a 'bvh' section")
@@ -92,14 +95,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.start < 0 or args.start >= motion.frames or (stop is not None and stop <= args.start):
             return _fail(f"{args.take}: --start/--frames select no frames (the take has {motion.frames})")
         motion = motion.slice(args.start, stop)
-        model = robot_model.load_ik_model()
-        config, skeleton = detect_bvh_skeleton(motion, args.skeleton, model=model)
+        robot = get_robot(args.robot_model)
+        model = robot_model.load_ik_model(robot)
+        config, skeleton = detect_bvh_skeleton(motion, args.skeleton, robot=robot, model=model)
         positions, quaternions = gmr_bodies(motion, skeleton)
     except (BvhError, IKConfigError) as exc:
         return _fail(str(exc))
     height = args.human_height or estimate_height(positions)
     n = motion.frames
-    ours = G1Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height), model=model)
+    ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height), robot=robot, model=model)
     qpos = np.empty((n, model.nq))
     failed = np.zeros(n, dtype=bool)
     progress = Progress(n, enabled=not args.no_progress)
@@ -114,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     limits = config.velocity_limits(robot_model.joint_names(model))
     quality = evaluate(model, ours.table_entries(), targets, qpos, motion.fps, limits, root=config.human_root_name)
     summary = {
-        "take": str(args.take), "skeleton": skeleton.name, "frames": n, "source_fps": round(motion.fps, 3),
+        "take": str(args.take), "robot_model": robot.name, "skeleton": skeleton.name, "frames": n,
+        "source_fps": round(motion.fps, 3),
         "human_height_m": round(height, 3), "err_mm": round(quality.err_mm, 1),
         "err_p99_mm": round(quality.err_p99_mm, 1),
         "hands_mm": round(quality.hands_mm, 1), "limit_contacts": quality.limit_contacts, "jumps": quality.jumps,
@@ -123,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_seconds": round(cpu_seconds, 3), "frames_per_s": round(n / seconds, 1),
     }
     if args.baseline:
-        base = GmrBaseline(config, model, robot_model.default_qpos(model), height)
+        base = GmrBaseline(config, model, robot_model.default_qpos(robot, model), height)
         t0, cpu0 = time.perf_counter(), time.thread_time()
         base_q = np.array([base.retarget(positions[f], quaternions[f]) for f in range(n)])
         base_s, base_cpu = time.perf_counter() - t0, time.thread_time() - cpu0
@@ -140,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     r = resample(np.arange(n), qpos[:, 0:3], qpos[:, 3:7], qpos[:, 7:], motion.fps, args.fps,
                  ik_failed=failed)
-    clip = build_clip(r, args.fps, motion.fps, meta)
+    clip = build_clip(r, args.fps, motion.fps, meta, robot)
     out = Path(args.out or args.take.with_suffix(".npz"))  # beside the take, as export and plot write
     summary.update(write_clip_files(out, clip, csv=args.csv))
     print(json.dumps(summary))

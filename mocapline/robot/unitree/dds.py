@@ -25,7 +25,7 @@ from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 from cyclonedds.util import duration
 
-from mocapline.robot.unitree.idl import LowCmd_, LowState_
+from mocapline.robot.description import RobotDescription
 
 LOWCMD_TOPIC = "rt/lowcmd"
 LOWSTATE_TOPIC = "rt/lowstate"
@@ -37,8 +37,26 @@ SIM_DOMAIN = 1  # Unitree's simulator (and mocapline sim's default)
 class DdsSettings:
     domain: int = SIM_DOMAIN
     # "" = Cyclone's own choice (or CYCLONEDDS_URI); "lo" = loopback only, discovery by unicast
-    # to 127.0.0.1 (tests, one machine); a name (enp3s0) = the G1's network.
+    # to 127.0.0.1 (tests, one machine); a name (enp3s0) = the robot's network.
     interface: str = ""
+    family: str = "unitree_hg"  # the robot's message family (its description's low_level.family)
+    lowcmd_topic: str = LOWCMD_TOPIC
+    lowstate_topic: str = LOWSTATE_TOPIC
+
+
+def dds_settings(robot: RobotDescription, domain: int = SIM_DOMAIN, interface: str = "") -> DdsSettings:
+    """The DDS settings of a robot build: its family and topics, on ``domain`` / ``interface``."""
+    ll = robot.low_level
+    return DdsSettings(domain, interface, ll.family, ll.lowcmd_topic, ll.lowstate_topic)
+
+
+def idl_types(family: str) -> tuple[type, type]:
+    """(LowCmd_, LowState_) IDL types of a family."""
+    if family == "unitree_go":
+        from mocapline.robot.unitree import idl_go as idl
+    else:
+        from mocapline.robot.unitree import idl_hg as idl  # type: ignore[no-redef]
+    return idl.LowCmd_, idl.LowState_
 
 
 def config_xml(settings: DdsSettings) -> str | None:
@@ -98,8 +116,9 @@ class LowLevel:
         self.domain: Any = Domain(settings.domain, xml) if xml else None
         self.participant = DomainParticipant(settings.domain)
         self.qos = Qos(Policy.Reliability.Reliable(duration(milliseconds=10)), Policy.History.KeepLast(depth))
-        self.cmd_topic = Topic(self.participant, LOWCMD_TOPIC, LowCmd_)
-        self.state_topic = Topic(self.participant, LOWSTATE_TOPIC, LowState_)
+        low_cmd, low_state = idl_types(settings.family)
+        self.cmd_topic: Topic = Topic(self.participant, settings.lowcmd_topic, low_cmd)
+        self.state_topic: Topic = Topic(self.participant, settings.lowstate_topic, low_state)
 
     def command_writer(self) -> RawWriter:
         return RawWriter(DataWriter(self.participant, self.cmd_topic, qos=self.qos))

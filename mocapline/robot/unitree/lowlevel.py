@@ -1,16 +1,10 @@
-"""The ``unitree_hg`` LowCmd_ / LowState_ messages as numpy records, and their bytes in the two
-layouts that matter: the C struct (what the CRC covers, natural alignment) and the CDR payload of
-a DDS sample (little endian, each value aligned to its own size, no padding at a struct's end).
+"""Unitree's low-level messages as numpy records, and their bytes in the two layouts that matter:
+the C struct (what the CRC covers, natural alignment) and the CDR payload of a DDS sample (little
+endian, each value aligned to its own size, no padding at a struct's end).
 
-LowCmd_ is the same 1004 bytes in both. LowState_ is not: in C its ``imu_state`` (54 bytes of
-fields) is padded to 56, in CDR the first MotorState_'s ``mode`` follows at once, so the motors
-sit 4 bytes earlier on the wire and the sample is 2088 bytes, not 2092. A record here is always
-the C layout; :class:`Layout` maps it to and from CDR through one precomputed byte map.
-
-Field meanings (public IDL of Unitree's SDK): ``mode_pr`` 0 = the ankles and waist are commanded
-as pitch/roll; ``mode_machine`` is the robot's type, copied from LowState into every LowCmd;
-``motor_cmd[i].mode`` 1 enables motor i. Motor i of the G1 (29 DoF) is joint i of
-:data:`mocapline.robot.g1.G1_JOINT_NAMES`; motors 29-34 are unused.
+A message is a list of fields (:data:`Fields`); :class:`Layout` makes its C record type and maps it
+to and from CDR through one precomputed byte map. The messages of each family are in :mod:`.hg`
+(``unitree_hg``: G1, H1-2) and :mod:`.go` (``unitree_go``: H1); :mod:`.family` picks one by name.
 """
 
 from __future__ import annotations
@@ -21,24 +15,10 @@ import numpy as np
 
 from mocapline.robot.unitree.crc import crc32_words
 
-MOTOR_SLOTS = 35
 CDR_LE_HEADER = b"\x00\x01\x00\x00"  # XCDR1 (plain CDR), little endian, no options
 
 # (name, primitive numpy code or nested fields, element count)
 Fields = list[tuple[str, Union[str, "Fields"], int]]
-
-MOTOR_CMD_FIELDS: Fields = [("mode", "u1", 1), ("q", "f4", 1), ("dq", "f4", 1), ("tau", "f4", 1), ("kp", "f4", 1),
-                            ("kd", "f4", 1), ("reserve", "u4", 1)]
-LOW_CMD_FIELDS: Fields = [("mode_pr", "u1", 1), ("mode_machine", "u1", 1), ("motor_cmd", MOTOR_CMD_FIELDS, MOTOR_SLOTS),
-                          ("reserve", "u4", 4), ("crc", "u4", 1)]
-IMU_FIELDS: Fields = [("quaternion", "f4", 4), ("gyroscope", "f4", 3), ("accelerometer", "f4", 3), ("rpy", "f4", 3),
-                      ("temperature", "i2", 1)]
-MOTOR_STATE_FIELDS: Fields = [("mode", "u1", 1), ("q", "f4", 1), ("dq", "f4", 1), ("ddq", "f4", 1),
-                              ("tau_est", "f4", 1), ("temperature", "i2", 2), ("vol", "f4", 1), ("sensor", "u4", 2),
-                              ("motorstate", "u4", 1), ("reserve", "u4", 4)]
-LOW_STATE_FIELDS: Fields = [("version", "u4", 2), ("mode_pr", "u1", 1), ("mode_machine", "u1", 1), ("tick", "u4", 1),
-                            ("imu_state", IMU_FIELDS, 1), ("motor_state", MOTOR_STATE_FIELDS, MOTOR_SLOTS),
-                            ("wireless_remote", "u1", 40), ("reserve", "u4", 4), ("crc", "u4", 1)]
 
 
 def c_dtype(fields: Fields) -> np.dtype:
@@ -75,6 +55,7 @@ class Layout:
     def __init__(self, fields: Fields) -> None:
         self.dtype = c_dtype(fields)
         self.size = self.dtype.itemsize
+        self.crc_offset = int(self.dtype.fields["crc"][1])  # type: ignore[index]
         cdr: list[int] = []
         _cdr_walk(fields, self.dtype, 0, 0, cdr)
         self.cdr_size = len(cdr)
@@ -93,7 +74,8 @@ class Layout:
         return np.zeros((), dtype=self.dtype)
 
     def crc(self, record: np.ndarray) -> int:
-        return crc32_words(self.c_bytes(record)[: self.size - 4])
+        """The CRC over every word before the ``crc`` field (each family's last word)."""
+        return crc32_words(self.c_bytes(record)[: self.crc_offset])
 
     def seal(self, record: np.ndarray) -> None:
         record["crc"] = self.crc(record)
@@ -139,14 +121,3 @@ class LayoutError(ValueError):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
-
-
-LOW_CMD = Layout(LOW_CMD_FIELDS)
-LOW_STATE = Layout(LOW_STATE_FIELDS)
-
-
-def new_low_state() -> np.ndarray:
-    """A zeroed LowState_ record, its quaternion the identity."""
-    state = LOW_STATE.new()
-    state["imu_state"]["quaternion"] = (1.0, 0.0, 0.0, 0.0)
-    return state

@@ -1,7 +1,10 @@
-"""IK configuration: which G1 frame follows which human body, with what weights and offsets.
+"""IK configuration: which robot frame follows which human body, with what weights and offsets.
 
 GMR's JSON schema, plus keys of our own that GMR ignores; the format, its semantics and the frame
-conventions of each source are in docs/retarget.md ("IK config format").
+conventions of each source are in docs/retarget.md ("IK config format"). A robot's description
+names its shipped config per source skeleton (``ik_configs``); the BVH skeleton variants of a
+source (which BVH joint is which body) are the source's, shared by every robot
+(``assets/skeletons/<source>.json``), unless a config file carries its own ``bvh`` section.
 """
 
 from __future__ import annotations
@@ -15,18 +18,15 @@ import mujoco
 import numpy as np
 
 from mocapline.core.bodies import GMR_BODIES
-from mocapline.core.paths import IK_CONFIG_DIR
+from mocapline.core.paths import IK_CONFIG_DIR, SKELETON_DIR
 from mocapline.formats.bvh import BvhMotion, SkeletonMap
-from mocapline.robot import g1 as robot_model
+from mocapline.robot import model as robot_model
+from mocapline.robot.description import RobotDescription
+from mocapline.robot.registry import get_robot
 
-SHIPPED_CONFIGS: dict[str, str] = {
-    "axis_studio": "axis_studio_to_g1.json",
-    "axis": "axis_studio_to_g1.json",
-    "xsens": "xsens_to_g1.json",
-    "cmu": "cmu_to_g1.json",
-    "mixamo": "mixamo_to_g1.json",
-}
-# Shipped configs with BVH skeletons, in detection order (ties go to the first).
+SOURCES = ("axis_studio", "xsens", "cmu", "mixamo")  # the source skeletons every robot has a config for
+ALIASES = {"axis": "axis_studio"}
+# Sources with BVH skeleton variants (assets/skeletons), in detection order (ties go to the first).
 BVH_SKELETONS = ("axis", "mixamo", "cmu")
 DEFAULT_CONFIG = "axis_studio"
 
@@ -76,6 +76,7 @@ class IKConfig:
     joint_velocity_limits: dict[str, float] = field(default_factory=dict)
     source: str = ""
     bvh: tuple[SkeletonMap, ...] = ()
+    robot_velocity_limits: dict[str, float] = field(default_factory=dict)  # the robot's own, by joint
 
     def scaled(self, human_height: float | None) -> dict[str, float]:
         """The scale table for a human of ``human_height`` m (None: the assumed height).
@@ -91,9 +92,10 @@ class IKConfig:
         ratio = self.human_height_assumption / human_height
         return {k: v * ratio for k, v in self.human_scale_table.items()}
 
-    def velocity_limits(self, joint_names: tuple[str, ...] = robot_model.G1_JOINT_NAMES) -> np.ndarray:
-        """Per-joint velocity limits (rad/s) in ``joint_names`` order."""
-        table = dict(robot_model.G1_VELOCITY_LIMITS)
+    def velocity_limits(self, joint_names: tuple[str, ...]) -> np.ndarray:
+        """Per-joint velocity limits (rad/s) in ``joint_names`` order: the robot's published ones
+        (its description), unless the config's ``joint_velocity_limits`` says otherwise."""
+        table = dict(self.robot_velocity_limits)
         default = self.joint_velocity_limits.get("default")
         if default is not None:
             table = {name: float(default) for name in joint_names}
@@ -112,26 +114,46 @@ class IKConfig:
         return out
 
 
-def resolve_config_path(name_or_path: str | Path) -> Path:
-    """A shipped config name (``axis_studio``, ``xsens``) or a path to a JSON file."""
-    key = str(name_or_path)
-    if key in SHIPPED_CONFIGS:
-        return IK_CONFIG_DIR / SHIPPED_CONFIGS[key]
-    path = Path(key)
+def shipped_names() -> tuple[str, ...]:
+    """The names ``--ik-config`` takes besides a path: the sources and their aliases."""
+    return (*SOURCES, *ALIASES)
+
+
+def resolve_config_path(name_or_path: str | Path, robot: RobotDescription | None = None) -> Path:
+    """A shipped config name (``axis_studio``, ``xsens``, ...: the robot's config for that source)
+    or a path to a JSON file."""
+    robot = robot or get_robot()
+    key = ALIASES.get(str(name_or_path), str(name_or_path))
+    if key in robot.ik_configs:
+        return IK_CONFIG_DIR / robot.ik_configs[key]
+    path = Path(str(name_or_path))
     if not path.is_file():
-        shipped = ", ".join(sorted(SHIPPED_CONFIGS))
-        raise IKConfigError(f"IK config {key!r}: no such file and not a shipped config ({shipped})")
+        shipped = ", ".join(sorted((*robot.ik_configs, *ALIASES)))
+        raise IKConfigError(f"IK config {str(name_or_path)!r}: no such file and not a config shipped for "
+                            f"{robot.name} ({shipped})")
     return path
 
 
-def load_ik_config(name_or_path: str | Path = DEFAULT_CONFIG, *, model: mujoco.MjModel | None = None) -> IKConfig:
-    """Load and validate a config file (see :func:`parse_ik_config`)."""
-    path = resolve_config_path(name_or_path)
+def _read_json(path: Path) -> Any:
     try:
-        raw = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise IKConfigError(f"{path}: not valid JSON: {exc}") from None
-    return parse_ik_config(raw, model=model, source=str(path))
+
+
+def load_ik_config(name_or_path: str | Path = DEFAULT_CONFIG, *, robot: RobotDescription | None = None,
+                   model: mujoco.MjModel | None = None) -> IKConfig:
+    """Load and validate a config file for ``robot`` (default: the registry's default build; see
+    :func:`parse_ik_config`). A shipped config without a ``bvh`` section gets its source's skeleton
+    variants (``assets/skeletons``)."""
+    robot = robot or get_robot()
+    path = resolve_config_path(name_or_path, robot)
+    raw = _read_json(path)
+    key = ALIASES.get(str(name_or_path), str(name_or_path))
+    skeletons = SKELETON_DIR / f"{key}.json"
+    if isinstance(raw, dict) and "bvh" not in raw and key in robot.ik_configs and skeletons.is_file():
+        raw = {**raw, "bvh": _read_json(skeletons)["bvh"]}
+    return parse_ik_config(raw, robot=robot, model=model, source=str(path))
 
 
 def _frame_kind(model: mujoco.MjModel, name: str) -> str | None:
@@ -226,15 +248,18 @@ class _Checker:
         return {name: self.positive(v, f"joint_velocity_limits[{name!r}] (rad/s)") for name, v in raw.items()}
 
 
-def parse_ik_config(raw: dict[str, Any], *, model: mujoco.MjModel | None = None, source: str = "") -> IKConfig:
-    """Validate a decoded config; errors name the file, the entry and the valid choices."""
+def parse_ik_config(raw: dict[str, Any], *, robot: RobotDescription | None = None,
+                    model: mujoco.MjModel | None = None, source: str = "") -> IKConfig:
+    """Validate a decoded config against ``robot``'s IK model (default: the registry's default
+    build); errors name the file, the entry and the valid choices."""
+    robot = robot or get_robot()
     where = source or "IK config"
     if not isinstance(raw, dict):
         raise IKConfigError(f"{where}: top level must be a JSON object")
     missing = [k for k in _REQUIRED if k not in raw]
     if missing:
         raise IKConfigError(f"{where}: missing keys {missing}")
-    check = _Checker(model if model is not None else robot_model.load_ik_model(), where)
+    check = _Checker(model if model is not None else robot_model.load_ik_model(robot), where)
     human_root = check.human(raw["human_root_name"], "human_root_name")
     scales = check.scales(raw["human_scale_table"], human_root)
     height = check.positive(raw["human_height_assumption"], "human_height_assumption")
@@ -261,6 +286,7 @@ def parse_ik_config(raw: dict[str, Any], *, model: mujoco.MjModel | None = None,
         joint_velocity_limits=check.velocity_limits(raw.get("joint_velocity_limits", {})),
         source=source,
         bvh=_bvh_skeletons(raw.get("bvh", []), where),
+        robot_velocity_limits={j.name: j.velocity for j in robot.joints},
     )
 
 
@@ -291,7 +317,8 @@ def required_bodies(config: IKConfig) -> tuple[str, ...]:
 
 
 def detect_bvh_skeleton(
-    motion: BvhMotion, name: str = "auto", *, model: mujoco.MjModel | None = None
+    motion: BvhMotion, name: str = "auto", *, robot: RobotDescription | None = None,
+    model: mujoco.MjModel | None = None,
 ) -> tuple[IKConfig, SkeletonMap]:
     """The config and skeleton variant to read ``motion`` with: ``name`` is a shipped config
     (``axis``, ``cmu``, ``mixamo``), a config file with a ``bvh`` section, or ``auto`` (the shipped
@@ -299,7 +326,7 @@ def detect_bvh_skeleton(
     names = BVH_SKELETONS if name == "auto" else (name,)
     candidates = []
     for n in names:
-        config = load_ik_config(n, model=model)
+        config = load_ik_config(n, robot=robot, model=model)
         if not config.bvh:
             shipped = ", ".join(BVH_SKELETONS)
             raise IKConfigError(f"{config.source}: no 'bvh' section (skeletons with BVH support: {shipped})")

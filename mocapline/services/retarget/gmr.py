@@ -17,7 +17,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from mocapline.core.bodies import GMR_BODIES
-from mocapline.robot import g1 as robot_model
+from mocapline.robot import model as robot_model
 
 from .config import IKConfig
 
@@ -38,7 +38,7 @@ class GmrBaseline:
             mink.VelocityLimit(model, {name: 3 * np.pi for name in joint_names}),
         ]
         self.human_root_name = config.human_root_name
-        # the same targets as G1Retargeter's (GMR's own height ratio is inverted, see config.py)
+        # the same targets as Retargeter's (GMR's own height ratio is inverted, see config.py)
         self.human_scale_table = config.scaled(human_height)
         self.tables = []
         self.pos_offsets: dict[str, np.ndarray] = {}

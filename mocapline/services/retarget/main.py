@@ -10,12 +10,13 @@ import sys
 
 from mocapline.core import durable
 from mocapline.core.bodies import GMR_BODIES
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.metrics import LINK_REJECT_REASONS
 from mocapline.core.stage import Stage, StageError
+from mocapline.robot.registry import get_robot
 
 from .config import load_ik_config
-from .ik.retargeter import G1Retargeter
+from .ik.retargeter import Retargeter
 from .service import RetargetLoop, RetargetService, RetargetSettings, build_parser, log, status_line
 from .worker import run_worker
 
@@ -23,7 +24,8 @@ from .worker import run_worker
 def main(argv: list[str] | None = None) -> int:
     try:
         settings = RetargetSettings.from_args(build_parser().parse_args(argv))
-        retargeter = G1Retargeter(load_ik_config(settings.ik_config), settings.options)
+        robot = get_robot(settings.robot_model)
+        retargeter = Retargeter(load_ik_config(settings.ik_config, robot=robot), settings.options, robot=robot)
     except (ValueError, OSError) as exc:
         print(f"mocapline retarget: {exc}", file=sys.stderr)
         return 2
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             links = stage.open_links(
                 input=durable.LinkSpec(settings.input, MessageType.HUMAN_FRAME, len(GMR_BODIES)),
-                output=durable.LinkSpec(settings.output, MessageType.ROBOT_STATE, G1_JOINT_COUNT),
+                output=durable.LinkSpec(settings.output, MessageType.ROBOT_STATE, robot.joint_count),
                 output_linger_ms=int(settings.shutdown_wait * 1000),
             )
         except StageError as exc:
@@ -43,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
                                   tracer=stage.tracer, heights=settings.performer_height)
         if links.durable is not None and links.durable.restored is not None:
             service.restore(links.durable.restored)
-        log.info("retarget %s -> %s (config %s, %d steps/frame, lm_damping %s, filter %s)", settings.input,
-                 settings.output, retargeter.config.source, settings.options.iterations,
+        log.info("retarget %s -> %s (%s, config %s, %d steps/frame, lm_damping %s, filter %s)", settings.input,
+                 settings.output, robot.title, retargeter.config.source, settings.options.iterations,
                  settings.options.lm_damping, settings.filter)
         return stage.run(RetargetLoop(service, links, settings.max_takes))
 

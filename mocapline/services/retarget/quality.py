@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 import mujoco
 import numpy as np
 
-from mocapline.robot import g1 as robot_model
+from mocapline.robot import model as robot_model
 
 JUMP_WINDOW = 10
 JUMP_JOINT_RAD = 1.0

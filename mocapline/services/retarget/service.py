@@ -1,6 +1,6 @@
-"""`mocapline retarget`: HumanFrames in, G1 RobotFrames out, one per frame, same posture_index.
+"""`mocapline retarget`: HumanFrames in, RobotFrames out, one per frame, same posture_index.
 
-PULL (connect) HumanFrames from capture, GMR-style IK onto the Unitree G1 (mujoco + mink's
+PULL (connect) HumanFrames from capture, GMR-style IK onto the robot (``--robot-model``; mujoco + mink's
 formulation + daqp; see ``mocapline/services/retarget/ik/retargeter.py``), PUSH (bind) RobotFrames to the
 streamer, with the capture timestamp and trace context carried over. A failed solve never stops
 the stream: the frame goes out with the last good pose, flagged ``ik_failed``, and is counted.
@@ -34,10 +34,11 @@ from mocapline.core.stage import (
 )
 from mocapline.core.tracing import StageTracer
 from mocapline.core.transport import FrameSink
+from mocapline.robot.registry import add_robot_model_argument
 
-from .config import DEFAULT_CONFIG, SHIPPED_CONFIGS
+from .config import DEFAULT_CONFIG, shipped_names
 from .ik.options import BACKENDS, DEFAULT_FPS, DEFAULT_ITERATIONS, DEFAULT_LM_DAMPING, RetargetOptions
-from .ik.retargeter import G1Retargeter, robot_frame_from
+from .ik.retargeter import Retargeter, robot_frame_from
 from .ik.smoothing import OneFrameSmoother
 
 log = logging.getLogger("mocapline.retarget")
@@ -62,8 +63,10 @@ def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline retarget", description=__doc__)
     p.add_argument("--input", default="tcp://127.0.0.1:5556", help="capture's HumanFrame endpoint (connect)")
     p.add_argument("--output", default="tcp://127.0.0.1:5557", help="endpoint to bind the RobotFrame PUSH on")
+    add_robot_model_argument(p)
     p.add_argument("--ik-config", default=DEFAULT_CONFIG,
-                   help=f"IK config: a shipped name ({', '.join(sorted(SHIPPED_CONFIGS))}) or a JSON file")
+                   help=f"IK config: the robot's shipped config for a source ({', '.join(shipped_names())}) or a "
+                        "JSON file")
     p.add_argument("--human-height", type=float, default=None,
                    help="the performer's height in m (default: the config's human_height_assumption)")
     p.add_argument("--performer-height", type=parse_performer_height, action="append", default=[],
@@ -146,7 +149,7 @@ class PerformerTrack:
     """One performer's IK state (its own retargeter, take position, last pose, output filter) and
     counts: each performer's frames go in order through its own IK, never another's."""
 
-    retargeter: G1Retargeter
+    retargeter: Retargeter
     smoother: OneFrameSmoother | None = None
     name: str = ""
     last_posture_index: int | None = None
@@ -171,7 +174,7 @@ class RetargetService:
 
     def __init__(
         self,
-        retargeter: G1Retargeter,
+        retargeter: Retargeter,
         sender: FrameSink,
         *,
         filter: Filter = "none",
@@ -197,7 +200,8 @@ class RetargetService:
         track = self.tracks.get(avatar_index)
         if track is None:
             base = self.retargeter
-            retargeter = base if not self.tracks else G1Retargeter(base.config, replace(base.options), model=base.model)
+            retargeter = base if not self.tracks else Retargeter(base.config, replace(base.options), robot=base.robot,
+                                                                 model=base.model)
             retargeter.set_human_height(self.heights.get(name, self.default_height))
             smoother = OneFrameSmoother() if self.filter == "smooth3" else None
             track = self.tracks[avatar_index] = PerformerTrack(retargeter, smoother, name)
@@ -264,7 +268,7 @@ class RetargetService:
             c.ik_failed += 1
             c.last_error = result.error
         if track.smoother is None:
-            self._send(robot_frame_from(frame, result.qpos, result.ik_failed), t_in_ns)
+            self._send(robot_frame_from(frame, result.qpos, result.ik_failed, self.retargeter.robot.name), t_in_ns)
         else:
             ready = track.smoother.push(result.qpos, (frame, result.ik_failed, t_in_ns))
             if ready is not None:
@@ -276,7 +280,7 @@ class RetargetService:
 
     def _send_held(self, ready: tuple[Any, Any]) -> None:
         qpos, (frame, failed, t_in_ns) = ready
-        self._send(robot_frame_from(frame, qpos, failed), t_in_ns)
+        self._send(robot_frame_from(frame, qpos, failed, self.retargeter.robot.name), t_in_ns)
 
     def _send(self, robot_frame: Any, t_in_ns: int) -> None:
         self.sender.send(robot_frame.to_bytes(), capture_timestamp_us=robot_frame.capture_timestamp_us)
@@ -374,6 +378,7 @@ class RetargetSettings:
 
     input: str
     output: str
+    robot_model: str
     ik_config: str
     options: RetargetOptions
     performer_height: dict[str, float]
@@ -422,8 +427,8 @@ class RetargetSettings:
     def to_argv(self) -> list[str]:
         """The flags that give these settings (those not at their default)."""
         parser, o = build_parser(), self.options
-        flat = ("input", "output", "ik_config", "filter", "max_takes", "status_interval", "shutdown_wait", "worker",
-                "advertise_host")
+        flat = ("input", "output", "robot_model", "ik_config", "filter", "max_takes", "status_interval",
+                "shutdown_wait", "worker", "advertise_host")
         values = {f: getattr(self, f) for f in flat}
         values |= {"performer_height": [f"{name}={h!r}" for name, h in self.performer_height.items()],
                    "iterations": o.iterations, "lm_damping": o.lm_damping, "input_fps": o.fps,

@@ -1,14 +1,15 @@
-"""Each G1 shoulder keeps its branch at the gimbal pole: the live fix for limit-to-limit swings.
+"""Each shoulder keeps its branch at the gimbal pole: the live fix for limit-to-limit swings.
 
-A G1 shoulder is pitch, then roll, then yaw. When the upper arm points along the pitch axis (the
-torso's lateral axis: the arm straight out sideways), pitch and yaw turn about the same line: that
-direction is the shoulder's *pole*, and the pitch is the arm's azimuth around it. An arm rising
-sideways past the pole turns the pitch by about half a turn, and the side of the pole it passes
-decides which way: in front (negative pitch for the G1) 0 -> -pi, behind 0 -> +pi. The range is
--3.09 .. +2.67 rad, so the two ways end at opposite limits, and when successive raises pass on
-alternate sides (the demo take's walk swings the arms a few degrees either way) the joint sweeps
-from one limit to the other between them: the limit-to-limit swing (docs/retarget.md). The IK
-tracks exactly either way where the side is decided, so no cost inside the IK can tell them apart.
+A humanoid shoulder such as the G1's (and the H1's) is pitch, then roll, then yaw. When the upper
+arm points along the pitch axis (the torso's lateral axis: the arm straight out sideways), pitch
+and yaw turn about the same line: that direction is the shoulder's *pole*, and the pitch is the
+arm's azimuth around it. An arm rising sideways past the pole turns the pitch by about half a turn,
+and the side of the pole it passes decides which way: in front (negative pitch for the G1) 0 ->
+-pi, behind 0 -> +pi. The range is -3.09 .. +2.67 rad, so the two ways end at opposite limits, and
+when successive raises pass on alternate sides (the demo take's walk swings the arms a few degrees
+either way) the joint sweeps from one limit to the other between them: the limit-to-limit swing
+(docs/retarget.md). The IK tracks exactly either way where the side is decided, so no cost inside
+the IK can tell them apart.
 
 What decides is the target, so the target is moved. Each arm remembers the branch it last
 committed to (its pitch beyond ``committed``); while the arm is within ``zone`` of its pole:
@@ -25,7 +26,8 @@ committed to (its pitch beyond ``committed``); while the arm is within ``zone`` 
 So the pitch never changes branch between crossings, and a take whose arms pass each crossing on
 its branch's side (every real take in ``assets/motion``) is not changed at all. Causal, no delay:
 the state is two signs. The pole and the forward direction come from the human torso's target
-(the config's ``torso_link`` entry) and the G1's shoulder pitch axes in the torso frame.
+(the config's entry for the robot's torso body) and the robot's shoulder pitch axes (the joints its
+description names, ``shoulder_pitch``) in the torso frame.
 """
 
 from __future__ import annotations
@@ -41,8 +43,6 @@ from mocapline.core.bodies import GMR_BODY_INDEX
 
 from .config import IKConfig, MatchEntry
 
-SIDES = ("left", "right")
-TORSO = "torso_link"
 FRONT, BACK = 1.0, -1.0  # sides of the pole; FRONT is the negative-pitch branch
 
 
@@ -64,26 +64,27 @@ def _smoothstep(x: float) -> float:
 class ShoulderPoles:
     """Moves arm targets to the side of their shoulder's pole that keeps the pitch's branch (see
     the module). One per IK stream: it holds each arm's branch; :meth:`reset` between takes.
-    ``entry``: the IK config's ``torso_link`` entry (:meth:`for_config` finds it)."""
+    ``entry``: the IK config's entry for the torso body (:meth:`for_config` finds it)."""
 
     @classmethod
-    def for_config(cls, model: mujoco.MjModel, config: IKConfig,
+    def for_config(cls, model: mujoco.MjModel, config: IKConfig, pitch_joints: tuple[str, str], torso: str,
                    options: PoleOptions | None = None) -> ShoulderPoles | None:
-        """The poles for ``config``; None for a config without a ``torso_link`` entry (no torso
+        """The poles for ``config``; None for a config without an entry for ``torso`` (no torso
         target to take the poles from)."""
-        entry = next((e for e in config.tables()[-1] if e.robot_frame == TORSO), None)
-        return None if entry is None else cls(model, entry, options)
+        entry = next((e for e in config.tables()[-1] if e.robot_frame == torso), None)
+        return None if entry is None else cls(model, entry, pitch_joints, options)
 
-    def __init__(self, model: mujoco.MjModel, entry: MatchEntry, options: PoleOptions | None = None) -> None:
+    def __init__(self, model: mujoco.MjModel, entry: MatchEntry, pitch_joints: tuple[str, str],
+                 options: PoleOptions | None = None) -> None:
         self.options = options or PoleOptions()
         data = mujoco.MjData(model)
         mujoco.mj_kinematics(model, data)
-        body = model.body(TORSO).id
+        body = model.body(entry.robot_frame).id
         torso_rot = data.xmat[body].reshape(3, 3)
         offset = Q.to_matrix(entry.rotation_offset)
         outward = []
-        for side in SIDES:
-            joint = model.joint(f"{side}_shoulder_pitch_joint")
+        for name in pitch_joints:
+            joint = model.joint(name)
             axis = torso_rot.T @ data.xaxis[joint.id]
             where = torso_rot.T @ (data.xanchor[joint.id] - data.xpos[body])
             outward.append(axis * np.sign(axis @ where))

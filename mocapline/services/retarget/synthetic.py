@@ -1,10 +1,11 @@
-"""Synthetic takes with a known answer: G1 motions turned into the HumanFrames that map onto them.
+"""Synthetic takes with a known answer: robot motions turned into the HumanFrames that map onto them.
 
-:func:`g1_motion` makes a plausible whole-body G1 motion (walking with turning, arm swing, an
-arm-raising cycle, torso twist; every joint inside 90 % of its range). :func:`human_from_robot`
-inverts an IK config's target mapping (scale, offsets, ground) so that the human bodies it returns
-map exactly onto the G1's own frames at that pose: the retargeter's exact answer is the motion
-itself. Used by the tests (round-trip accuracy) and by ``mocapline bench retarget``.
+:func:`robot_motion` makes a plausible whole-body motion of a humanoid (walking with turning, arm
+swing, an arm-raising cycle, torso twist; every joint inside 90 % of its range), its joints found
+by their role in the name (``left_knee``, ``waist_yaw``; a joint the build lacks is left out).
+:func:`human_from_robot` inverts an IK config's target mapping (scale, offsets, ground) so that
+the human bodies it returns map exactly onto the robot's own frames at that pose: the retargeter's
+exact answer is the motion itself. Used by the tests (round-trip accuracy) and by ``mocapline bench retarget``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import numpy as np
 
 from mocapline.core import quat as Q
 from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX
-from mocapline.robot import g1 as robot_model
+from mocapline.robot import model as robot_model
+from mocapline.robot.description import RobotDescription
+from mocapline.robot.registry import get_robot
 
 from .config import IKConfig, MatchEntry
 
@@ -25,32 +28,48 @@ STEP_HZ = 0.9
 ARM_RAISE_HZ = 0.15
 
 
-def _j(name: str) -> int:
-    return 7 + robot_model.G1_JOINT_NAMES.index(name)
+class _Roles:
+    """Sets qpos columns by a joint's role in its name (``left_knee`` is ``left_knee_joint`` on a
+    G1, ``left_knee`` on an H1); a role the model has no joint for is skipped."""
+
+    def __init__(self, model: mujoco.MjModel, q: np.ndarray) -> None:
+        self.names = robot_model.joint_names(model)
+        self.q = q
+
+    def set(self, roles: str | tuple[str, ...], value: np.ndarray) -> None:
+        for role in (roles,) if isinstance(roles, str) else roles:
+            for name in (role, f"{role}_joint"):
+                if name in self.names:
+                    self.q[:, 7 + self.names.index(name)] = value
+                    return
 
 
-def g1_motion(
+def robot_motion(
     n_frames: int,
     fps: float = 60.0,
     speed: float = 1.0,
     *,
     facing_yaw: float = -np.pi / 2,
+    robot: RobotDescription | None = None,
     model: mujoco.MjModel | None = None,
 ) -> np.ndarray:
-    """(n_frames, 36) qpos of a walking / arm-raising G1; ``speed`` scales the tempo."""
-    model = model or robot_model.load_ik_model()
+    """(n_frames, nq) qpos of a walking / arm-raising humanoid; ``speed`` scales the tempo."""
+    robot = robot or get_robot()
+    model = model or robot_model.load_ik_model(robot)
     ranges = robot_model.joint_ranges(model)
+    height = robot.standing_height - 0.053  # knees bent
     t = np.arange(n_frames) / fps * speed
     ph = 2 * np.pi * STEP_HZ * t
     s, c = np.sin(ph), np.cos(ph)
     raise_amount = 0.5 - 0.5 * np.cos(2 * np.pi * ARM_RAISE_HZ * t)
     q = np.zeros((n_frames, model.nq))
+    joint = _Roles(model, q)
 
     yaw = facing_yaw + 0.5 * np.sin(2 * np.pi * 0.05 * t)
     forward = np.stack((np.cos(yaw), np.sin(yaw)), axis=1)
     dist = 0.35 * t  # m, along the (turning) heading
     q[:, 0:2] = forward * dist[:, None] + 0.03 * np.stack((s, c), axis=1)
-    q[:, 2] = 0.74 + 0.015 * np.cos(2 * ph)
+    q[:, 2] = height + 0.015 * np.cos(2 * ph)
     roll = 0.04 * s
     pitch = 0.05 + 0.02 * np.cos(2 * ph)
     qz = Q.from_axis_angle(np.array([0.0, 0.0, 1.0]), yaw)
@@ -61,23 +80,23 @@ def g1_motion(
     for side, sign in (("left", 1.0), ("right", -1.0)):
         leg = sign * s
         knee_wave = np.maximum(0.0, sign * c)
-        q[:, _j(f"{side}_hip_pitch_joint")] = -0.25 - 0.45 * leg
-        q[:, _j(f"{side}_hip_roll_joint")] = sign * (0.05 + 0.04 * c)
-        q[:, _j(f"{side}_hip_yaw_joint")] = sign * 0.08 * s
-        q[:, _j(f"{side}_knee_joint")] = 0.45 + 0.6 * knee_wave
-        q[:, _j(f"{side}_ankle_pitch_joint")] = -0.2 + 0.25 * leg - 0.2 * knee_wave
-        q[:, _j(f"{side}_ankle_roll_joint")] = -sign * 0.05 * c
+        joint.set(f"{side}_hip_pitch", -0.25 - 0.45 * leg)
+        joint.set(f"{side}_hip_roll", sign * (0.05 + 0.04 * c))
+        joint.set(f"{side}_hip_yaw", sign * 0.08 * s)
+        joint.set(f"{side}_knee", 0.45 + 0.6 * knee_wave)
+        joint.set((f"{side}_ankle_pitch", f"{side}_ankle"), -0.2 + 0.25 * leg - 0.2 * knee_wave)
+        joint.set(f"{side}_ankle_roll", -sign * 0.05 * c)
         swing = -sign * 0.45 * s * (1 - raise_amount)
-        q[:, _j(f"{side}_shoulder_pitch_joint")] = 0.2 + swing - 0.6 * raise_amount
-        q[:, _j(f"{side}_shoulder_roll_joint")] = sign * (0.15 + 1.3 * raise_amount)
-        q[:, _j(f"{side}_shoulder_yaw_joint")] = sign * 0.3 * np.sin(ph / 2)
-        q[:, _j(f"{side}_elbow_joint")] = 1.0 - 0.4 * raise_amount + 0.3 * np.sin(ph + 0.5)
-        q[:, _j(f"{side}_wrist_roll_joint")] = 0.4 * np.sin(0.7 * ph)
-        q[:, _j(f"{side}_wrist_pitch_joint")] = 0.3 * np.sin(0.5 * ph + sign)
-        q[:, _j(f"{side}_wrist_yaw_joint")] = 0.25 * np.cos(0.6 * ph)
-    q[:, _j("waist_yaw_joint")] = -0.25 * s
-    q[:, _j("waist_roll_joint")] = 0.06 * c
-    q[:, _j("waist_pitch_joint")] = 0.1 + 0.05 * np.sin(2 * ph)
+        joint.set(f"{side}_shoulder_pitch", 0.2 + swing - 0.6 * raise_amount)
+        joint.set(f"{side}_shoulder_roll", sign * (0.15 + 1.3 * raise_amount))
+        joint.set(f"{side}_shoulder_yaw", sign * 0.3 * np.sin(ph / 2))
+        joint.set(f"{side}_elbow", 1.0 - 0.4 * raise_amount + 0.3 * np.sin(ph + 0.5))
+        joint.set(f"{side}_wrist_roll", 0.4 * np.sin(0.7 * ph))
+        joint.set(f"{side}_wrist_pitch", 0.3 * np.sin(0.5 * ph + sign))
+        joint.set(f"{side}_wrist_yaw", 0.25 * np.cos(0.6 * ph))
+    joint.set(("waist_yaw", robot.joint_names[robot.group("waist")[0]]), -0.25 * s)
+    joint.set("waist_roll", 0.06 * c)
+    joint.set("waist_pitch", 0.1 + 0.05 * np.sin(2 * ph))
 
     lo, hi = ranges[:, 0], ranges[:, 1]
     mid, half = 0.5 * (lo + hi), 0.5 * (hi - lo)
@@ -86,11 +105,12 @@ def g1_motion(
 
 
 def random_poses(
-    n: int, rng: np.random.Generator, *, model: mujoco.MjModel | None = None, spread: float = 0.6
+    n: int, rng: np.random.Generator, *, model: mujoco.MjModel | None = None, spread: float = 0.6,
+    robot: RobotDescription | None = None,
 ) -> np.ndarray:
     """(n, 36) random reachable poses: joints uniform in ``spread`` of their range about the middle
     (clipped to include 0), root anywhere near the origin with any yaw and a small tilt."""
-    model = model or robot_model.load_ik_model()
+    model = model or robot_model.load_ik_model(robot or get_robot())
     ranges = robot_model.joint_ranges(model)
     lo, hi = ranges[:, 0], ranges[:, 1]
     mid, half = 0.5 * (lo + hi), 0.5 * (hi - lo)
@@ -119,7 +139,7 @@ def interpolate_poses(keys: np.ndarray, frames_between: int) -> np.ndarray:
 
 
 class FramePoses:
-    """World poses of named G1 frames (bodies or sites) for a batch of qpos."""
+    """World poses of named robot frames (bodies or sites) for a batch of qpos."""
 
     def __init__(self, model: mujoco.MjModel, frames: list[tuple[str, str]]) -> None:
         self.model = model
@@ -151,14 +171,15 @@ def human_from_robot(
     human_height: float | None = None,
     ground_offset: float = 0.0,
     model: mujoco.MjModel | None = None,
+    robot: RobotDescription | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The 23 human bodies (positions (F, 23, 3), quaternions (F, 23, 4)) whose IK targets under
-    ``config`` are exactly the G1's frames at ``qpos`` ((F, 36) or (36,)).
+    ``config`` are exactly the robot's frames at ``qpos`` ((F, nq) or (nq,)).
 
     Bodies the config does not use copy the root's pose (Spine3 copies Spine2 when only Spine2 is
     used, the toes copy the feet), as capture's stand-ins do.
     """
-    model = model or robot_model.load_ik_model()
+    model = model or robot_model.load_ik_model(robot or get_robot())
     qpos = np.atleast_2d(qpos)
     entries: dict[str, MatchEntry] = {}
     for table in config.tables():
@@ -298,7 +319,7 @@ def human_motion(n_frames: int, fps: float = 60.0, speed: float = 1.0,
                  overhead: OverheadRaise | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A walking / arm-raising Axis Studio take as HumanFrame arrays: positions (F, 23, 3) m and
     quaternions (F, 23, 4), Z-up, after GMR's BVH conversion (rest pose: T-pose, every quaternion =
-    quat(C), facing -Y). Human proportions (the Axis default skeleton, about 1.75 m), so the G1
+    quat(C), facing -Y). Human proportions (the Axis default skeleton, about 1.75 m), so a robot
     cannot match every target exactly: the IK's objective decides. ``overhead``: the arms rise
     overhead instead of to the horizontal."""
     from mocapline.formats.skeleton import AXIS_STUDIO_BONES

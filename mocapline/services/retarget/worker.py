@@ -54,11 +54,11 @@ from mocapline.core.bodies import GMR_BODIES
 from mocapline.core.counters import RetargetCounts, WorkerInfo
 from mocapline.core.fanout import FanoutSender
 from mocapline.core.frames import HumanFrame
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.metrics import LINK_REJECT_REASONS
 from mocapline.core.stage import Links, Stage, StageError
 
-from .ik.retargeter import G1Retargeter
+from .ik.retargeter import Retargeter
 from .service import RetargetService, RetargetSettings, status_line
 
 log = logging.getLogger("mocapline.retarget.worker")
@@ -422,7 +422,7 @@ def advertised_host(flag: str, output: str, nats_url: str) -> str:
         return "127.0.0.1"
 
 
-def run_worker(settings: RetargetSettings, retargeter: G1Retargeter) -> int:
+def run_worker(settings: RetargetSettings, retargeter: Retargeter) -> int:
     """`mocapline retarget --worker NAME`: the stage with capture's fan-out as input, its own
     fan-out as output, and the WorkerLoop as handler."""
     name = f"retarget.{settings.worker}"
@@ -434,7 +434,8 @@ def run_worker(settings: RetargetSettings, retargeter: G1Retargeter) -> int:
             links = stage.open_links(
                 input=durable.LinkSpec(settings.input, MessageType.HUMAN_FRAME, len(GMR_BODIES), kind="fanout",
                                        name=name),
-                output=durable.LinkSpec(settings.output, MessageType.ROBOT_STATE, G1_JOINT_COUNT, kind="fanout"),
+                output=durable.LinkSpec(settings.output, MessageType.ROBOT_STATE, retargeter.robot.joint_count,
+                                       kind="fanout"),
             )
         except StageError as exc:
             return stage.fail(str(exc))

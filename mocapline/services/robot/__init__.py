@@ -1,1 +1,1 @@
-"""`mocapline robot`: the stream drives a Unitree G1 through its low-level DDS interface."""
+"""`mocapline robot`: the stream drives a Unitree robot through its low-level DDS interface."""

@@ -1,7 +1,7 @@
-"""The G1's bias torque at a pose (gravity, and Coriolis with a velocity): MuJoCo's recursive
+"""The robot's bias torque at a pose (gravity, and Coriolis with a velocity): MuJoCo's recursive
 Newton-Euler on the mesh-free model, the base's orientation from the IMU. Sent as feed-forward
 ``tau``, it leaves the PD gains only the tracking to do (gravity otherwise pulls every joint off
-by tau_g / kp: 0.3 rad on the waist pitch of a hanging G1).
+by tau_g / kp: 0.3 rad on the waist pitch of a G1 hanging on a band).
 
 Which joints carry which weight depends on what holds the robot up (``SUPPORTS``):
 
@@ -12,7 +12,7 @@ Which joints carry which weight depends on what holds the robot up (``SUPPORTS``
 - ``pelvis``: the pelvis held still (a test stand, `mocapline sim --base fixed`): MuJoCo's bias
   as it is, the waist carrying the torso, arms and head.
 
-A G1 standing on its feet is neither (the legs carry the body; how the weight splits between the
+A robot standing on its feet is neither (the legs carry the body; how the weight splits between the
 feet is the locomotion controller's business): send no bias (``--no-bias``) or ``--joints upper``.
 """
 
@@ -21,25 +21,22 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from mocapline.robot.g1 import G1_JOINT_NAMES, load_ik_model
+from mocapline.robot.description import RobotDescription
+from mocapline.robot.model import load_ik_model, qpos_addresses
 from mocapline.services.robot.controller import SUPPORTS
-
-ROPE_BODY = "torso_link"
 
 
 class BiasTorque:
-    def __init__(self, support: str = "torso") -> None:
+    def __init__(self, robot: RobotDescription, support: str = "torso") -> None:
         if support not in SUPPORTS:
             raise ValueError(f"support {support!r}: choose from {SUPPORTS}")
         self.support = support
-        self.model = load_ik_model()
+        self.model = load_ik_model(robot)
         self.data = mujoco.MjData(self.model)
-        ids = [self.model.joint(n).id for n in G1_JOINT_NAMES]
-        self.qadr = np.array([self.model.jnt_qposadr[i] for i in ids])
-        self.vadr = np.array([self.model.jnt_dofadr[i] for i in ids])
+        self.qadr, self.vadr = qpos_addresses(self.model, robot.joint_names)
         self.data.qpos[3] = 1.0
         self._out = np.zeros(self.model.nv)
-        self._rope = self.model.body(ROPE_BODY).id
+        self._rope = self.model.body(robot.torso_body).id  # the rope (band, harness) holds the torso
         self._jacp = np.zeros((3, self.model.nv))
 
     def __call__(self, q: np.ndarray, quat: np.ndarray | None = None, dq: np.ndarray | None = None) -> np.ndarray:

@@ -8,7 +8,7 @@ States (docs/robot.md has the diagram):
   ``ramp_speed`` while the stream plays on (so no lag builds up), every step within the limits;
 - ``tracking``: the stream, interpolated (``timeline``), with velocity and bias feed-forward;
 - ``holding``: the stream ran dry: the last target, held stiff;
-- ``damping``: held past ``stall_damp_s``: kp 0, kd > 0; frames resuming -> ``ramp_in``;
+- ``damping``: held past ``stall_damp_ms``: kp 0, kd > 0; frames resuming -> ``ramp_in``;
 - ``ended``: END_OF_STREAM played: hold (``resting`` first ramps to the rest pose when asked);
 - ``estop``: damping until the process exits; nothing leaves it.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mocapline.robot.unitree.g1 import KD, KP, LEGS, REST, STAND
+from mocapline.robot.description import RobotDescription
 from mocapline.services.robot.counters import RobotCounters
 from mocapline.services.robot.safety import SafetyFilter
 from mocapline.services.robot.timeline import Step, StreamFrame, Timeline
@@ -34,18 +34,21 @@ STATES = ("waiting", "ramp_in", "tracking", "holding", "damping", "ended", "rest
 
 @dataclass(frozen=True)
 class ControlSettings:
-    rate_hz: float = 500.0
+    """The control law's settings, each named and in the unit of its ``mocapline robot`` flag (so
+    the flags and these settings map onto each other without a table: core/options.settings_from)."""
+
+    rate: float = 500.0  # Hz: a command this often
     joints: str = "all"  # "upper": legs held at the stand pose
     feed_forward: bool = True
     bias: bool = True
-    stall_s: float = 0.1  # no frame to play for this long while tracking: a stall (hold)
-    stall_damp_s: float = 1.0  # holding this long: damping
+    stall_ms: float = 100.0  # no frame to play for this long while tracking: a stall (hold)
+    stall_damp_ms: float = 1000.0  # holding this long: damping
     ramp_speed: float = 1.0  # rad/s of the largest joint move during a ramp
     min_ramp_s: float = 0.3
     damping_kd: float = 2.0
     rest_after_end: bool = False
     max_speed: float = Timeline.max_speed  # the playback's catch-up policy is the timeline's
-    lag_target_s: float = Timeline.lag_target_s
+    lag_target_ms: float = Timeline.lag_target_s * 1000
 
 
 @dataclass
@@ -67,14 +70,20 @@ class Measured:
 
 
 class Controller:
-    def __init__(self, settings: ControlSettings, safety: SafetyFilter, counters: RobotCounters,
-                 bias: object | None = None) -> None:
+    """The pd controller: the stream's joint targets through the safety filter, the vendor's gains
+    (the robot's description), gravity fed forward."""
+
+    def __init__(self, robot: RobotDescription, settings: ControlSettings, safety: SafetyFilter,
+                 counters: RobotCounters, bias: object | None = None) -> None:
+        self.robot = robot
+        self.kp, self.kd = robot.kp, robot.kd
+        self.legs, self.stand, self.rest = robot.group("legs"), robot.stand, robot.rest
         self.settings = settings
         self.safety = safety
         self.counters = counters
         counters.clamps = safety.clamps
         self.bias = bias if settings.bias else None
-        self.timeline = Timeline(max_speed=settings.max_speed, lag_target_s=settings.lag_target_s,
+        self.timeline = Timeline(max_speed=settings.max_speed, lag_target_s=settings.lag_target_ms / 1000,
                                  velocity_limits=safety.limits.velocity)
         self.state = "waiting"
         self.measured: Measured | None = None
@@ -100,9 +109,9 @@ class Controller:
             self.timeline.push(frame)
             return
         if self.settings.joints == "upper":
-            frame.q[LEGS] = STAND[LEGS]
+            frame.q[self.legs] = self.stand[self.legs]
             if frame.dq is not None:
-                frame.dq[LEGS] = 0.0
+                frame.dq[self.legs] = 0.0
         self.timeline.push(frame)
         self.end_pending = False
 
@@ -177,7 +186,7 @@ class Controller:
                 self._go("tracking", now)
             elif self.state == "resting":
                 assert self.ramp_from is not None
-                target = self.ramp_from + self._ramp_fraction(now) * (REST - self.ramp_from)
+                target = self.ramp_from + self._ramp_fraction(now) * (self.rest - self.ramp_from)
         return self._stiff(target, dq, dt, step.started, step.reached)
 
     def _ramp_fraction(self, now: float) -> float:
@@ -193,16 +202,16 @@ class Controller:
             return False
         if self.end_pending:
             if s.rest_after_end:
-                self._start_ramp(REST, now, "resting")
+                self._start_ramp(self.rest, now, "resting")
             else:
                 self._go("ended", now)
             return False
         if self.starved_since is None:
             self.starved_since = now
-        if self.state == "tracking" and now - self.starved_since >= s.stall_s:
+        if self.state == "tracking" and now - self.starved_since >= s.stall_ms / 1000:
             self.counters.stalls += 1
             self._go("holding", now)
-        elif self.state == "holding" and now - self.since >= s.stall_damp_s:
+        elif self.state == "holding" and now - self.since >= s.stall_damp_ms / 1000:
             self._go("damping", now)
             self.timeline.reset()
             return True
@@ -211,14 +220,14 @@ class Controller:
     def _shape(self, q: np.ndarray) -> np.ndarray:
         if self.settings.joints == "upper":
             q = q.copy()
-            q[LEGS] = STAND[LEGS]
+            q[self.legs] = self.stand[self.legs]
         return q
 
     def _stiff(self, target: np.ndarray, dq: np.ndarray, dt: float, started: list[StreamFrame],
                reached: list[StreamFrame]) -> Command:
         assert self.q_cmd is not None and self.measured is not None
         # each step within the velocity limits over at most two periods, however late this tick is
-        q = self.safety.target(target, self.q_cmd, min(dt, 2.0 / self.settings.rate_hz))
+        q = self.safety.target(target, self.q_cmd, min(dt, 2.0 / self.settings.rate))
         dq = self.safety.velocity(dq)
         tau = np.zeros_like(q)
         if self.bias is not None:
@@ -232,7 +241,7 @@ class Controller:
         self.q_cmd = q
         if self.state == "tracking":
             self.counters.errors.append(self.measured.q - q)
-        return Command(q, dq, tau, KP.copy(), KD.copy(), started, reached)
+        return Command(q, dq, tau, self.kp.copy(), self.kd.copy(), started, reached)
 
     def _damping(self, started: list[StreamFrame], reached: list[StreamFrame]) -> Command:
         assert self.measured is not None

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from mocapline.core.counters import RobotCounts, TrackingError
-from mocapline.robot.unitree.g1 import GROUPS
+from mocapline.robot.description import RobotDescription
 
 WINDOW_TICKS = 5000  # the percentiles are over the last 10 s at 500 Hz
 
@@ -61,12 +61,23 @@ class RobotCounters:
     periods_s: Ring = field(default_factory=lambda: Ring(WINDOW_TICKS))
     sent_at: Ring = field(default_factory=lambda: Ring(2 * WINDOW_TICKS))
     latencies_s: Ring = field(default_factory=lambda: Ring(20_000))
-    errors: Ring = field(default_factory=lambda: Ring(WINDOW_TICKS, 29))
+    # the robot's joints and their groups (legs, waist, arms: stream indices); the ring of
+    # measured - commanded is as wide as the robot
+    groups: dict[str, np.ndarray] = field(kw_only=True)
+    joint_count: int = field(kw_only=True)
+    errors: Ring = field(init=False)
     _stats: dict[str, Any] | None = field(default=None, repr=False)
     _stats_at: float = field(default=0.0, repr=False)
     first_sent_at: float | None = None  # the achieved rate over the run: commands / (last - first)
     last_sent_at: float | None = None
     clamps: Counter[str] = field(default_factory=Counter)  # the safety filter's (shared)
+
+    def __post_init__(self) -> None:
+        self.errors = Ring(WINDOW_TICKS, self.joint_count)
+
+    @classmethod
+    def for_robot(cls, robot: RobotDescription, **values: Any) -> RobotCounters:
+        return cls(groups=robot.groups, joint_count=robot.joint_count, **values)
 
     def rate_hz(self, now: float) -> float:
         return float(np.count_nonzero(self.sent_at.values() > now - 1.0))
@@ -81,7 +92,9 @@ class RobotCounters:
             return {}
         err = np.abs(self.errors.values())
         out = {}
-        for name, group in GROUPS.items():
+        for name, group in self.groups.items():
+            if not len(group):
+                continue
             values = err[:, group].ravel()
             p50, p99 = np.percentile(values, [50, 99])
             out[name] = {"mean": round(float(values.mean()), 5), "p50": round(float(p50), 5),

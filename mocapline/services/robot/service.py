@@ -1,6 +1,7 @@
-"""`mocapline robot`: a named, acknowledging consumer of the robot port that drives a Unitree G1
-through its low-level DDS interface (LowCmd on rt/lowcmd at ``--rate``, LowState from
-rt/lowstate), safely. The control law and safety states are in ``controller.py``, the playback
+"""`mocapline robot`: a named, acknowledging consumer of the robot port that drives a Unitree robot
+(``--robot-model``: the G1 builds, the H1) through its low-level DDS interface (LowCmd on
+rt/lowcmd at ``--rate``, LowState from rt/lowstate, in the build's message family), safely. The
+control law and safety states are in ``controller.py``, the playback
 of the stream in ``timeline.py``; docs/robot.md describes both.
 
 In durable mode a frame counts as processed (its position stored, then acknowledged) only once
@@ -24,12 +25,13 @@ import zmq
 from mocapline.core import durable
 from mocapline.core.counters import RobotCounts
 from mocapline.core.frames import FrameFieldError, ProtobufDecodeError, parse_mocap_frame
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS
 from mocapline.core.options import (
     EnvArgumentParser,
     argv,
     declared_defaults,
+    flag_values,
     non_negative_float,
     non_negative_int,
     parse_settings,
@@ -39,6 +41,8 @@ from mocapline.core.options import (
 from mocapline.core.stage import Links, Stage, StageError, StageSettings, add_stage_arguments
 from mocapline.core.transport import Received, add_curve_client_options, client_link
 from mocapline.core.udp import raise_priority
+from mocapline.robot.description import RobotDescription
+from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.robot.controller import SUPPORTS, Command, Controller, ControlSettings, Measured
 from mocapline.services.robot.counters import RobotCounters
 from mocapline.services.robot.safety import Limits, SafetyFilter
@@ -51,12 +55,13 @@ def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline robot", description=__doc__)
     p.add_argument("--input", default="tcp://127.0.0.1:5555", help="the streamer's robot port")
     p.add_argument("--name", default="robot", help="durable mode: this consumer's name at the streamer")
+    add_robot_model_argument(p)
     p.add_argument("--performer", type=non_negative_int, default=None,
                    help="the performer (avatar_index) this robot follows; default: the first one seen")
     p.add_argument("--domain", type=non_negative_int, default=1,
-                   help="DDS domain id: 0 a real G1, 1 Unitree's simulator and `mocapline sim`")
+                   help="DDS domain id: 0 a real robot, 1 Unitree's simulator and `mocapline sim`")
     p.add_argument("--interface", default="",
-                   help="network interface for DDS (the one wired to the G1, e.g. enp3s0); lo = loopback only")
+                   help="network interface for DDS (the one wired to the robot, e.g. enp3s0); lo = loopback only")
     p.add_argument("--require-lowstate-crc", action="store_true",
                    help="refuse a LowState whose crc field is 0 too (by default it is taken and counted "
                         "lowstate_unsealed: Unitree's simulators publish LowState unsealed)")
@@ -66,7 +71,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--no-feed-forward", dest="feed_forward", action="store_false",
                    help="send no joint velocity feed-forward (dq = 0)")
     p.add_argument("--no-bias", dest="bias", action="store_false",
-                   help="send no gravity/bias torque from the G1 model (tau = 0)")
+                   help="send no gravity/bias torque from the robot's model (tau = 0)")
     p.add_argument("--support", choices=SUPPORTS, default="torso",
                    help="what holds the robot up, for the bias torque: torso = a rope at the torso (Unitree's "
                         "elastic band, `mocapline sim --base band`, a gantry), pelvis = the pelvis held still (a "
@@ -81,7 +86,7 @@ def build_parser() -> EnvArgumentParser:
                    help="rad kept from each joint's end stops")
     p.add_argument("--max-speed", type=positive_float, default=ControlSettings.max_speed,
                    help="fastest playback while catching up with the stream (1 = never faster)")
-    p.add_argument("--lag-target-ms", type=non_negative_float, default=ControlSettings.lag_target_s * 1000,
+    p.add_argument("--lag-target-ms", type=non_negative_float, default=ControlSettings.lag_target_ms,
                    help="stream time queued ahead of the playback, beyond one frame interval, from which it "
                         "plays faster (up to --max-speed)")
     p.add_argument("--damping-kd", type=positive_float, default=2.0, help="kd while damping (kp 0)")
@@ -98,6 +103,7 @@ def build_parser() -> EnvArgumentParser:
 class RobotSettings:
     input: str
     name: str
+    robot_model: str
     performer: int | None
     domain: int
     interface: str
@@ -112,12 +118,7 @@ class RobotSettings:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RobotSettings:
-        control = ControlSettings(rate_hz=args.rate, joints=args.joints, feed_forward=args.feed_forward,
-                                  bias=args.bias, stall_s=args.stall_ms / 1000, stall_damp_s=args.stall_damp_ms / 1000,
-                                  ramp_speed=args.ramp_speed, damping_kd=args.damping_kd,
-                                  rest_after_end=args.rest_after_end, max_speed=args.max_speed,
-                                  lag_target_s=args.lag_target_ms / 1000)
-        return settings_from(cls, args, control=control, stage=StageSettings.from_args(args))
+        return settings_from(cls, args, stage=StageSettings.from_args(args))
 
     @classmethod
     def defaults(cls) -> RobotSettings:
@@ -126,17 +127,8 @@ class RobotSettings:
 
     def to_argv(self) -> list[str]:
         """The flags that give these settings (those not at their default)."""
-        parser, c = build_parser(), self.control
-        values = {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("control", "stage")}
-        values |= {"rate": c.rate_hz, "joints": c.joints, "feed_forward": c.feed_forward, "bias": c.bias,
-                   "stall_ms": _ms(c.stall_s), "stall_damp_ms": _ms(c.stall_damp_s), "ramp_speed": c.ramp_speed,
-                   "damping_kd": c.damping_kd, "rest_after_end": c.rest_after_end, "max_speed": c.max_speed,
-                   "lag_target_ms": _ms(c.lag_target_s)}
-        return argv(parser, values) + self.stage.to_argv(parser)
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 6)
+        parser = build_parser()
+        return argv(parser, flag_values(parser, self, skip=("stage",))) + self.stage.to_argv(parser)
 
 
 class RobotLoop:
@@ -144,8 +136,15 @@ class RobotLoop:
 
     def __init__(self, settings: RobotSettings, links: Links, controller: Controller, counters: RobotCounters,
                  dds: Any) -> None:
-        from mocapline.robot.unitree.lowlevel import LOW_CMD
+        from mocapline.robot.unitree.family import family
+        from mocapline.robot.unitree.state import StateDecoder
 
+        robot = controller.robot
+        self.robot = robot
+        self.family = family(robot.low_level.family)
+        self.decoder = StateDecoder(robot)
+        self.motors = robot.motor_index
+        self.wrong_robot_logged = False
         self.settings = settings
         self.links = links
         self.controller = controller
@@ -153,9 +152,9 @@ class RobotLoop:
         self.commands = dds.command_writer()
         self.states = dds.state_reader()
         self.dds = dds
-        self.period = 1.0 / settings.control.rate_hz
-        self.cmd = LOW_CMD.new()
-        self.cmd["motor_cmd"]["mode"][:G1_JOINT_COUNT] = 1
+        self.period = 1.0 / settings.control.rate
+        self.cmd = self.family.new_low_cmd()
+        self.cmd["motor_cmd"]["mode"][self.motors] = robot.motor_modes
         self.mode_machine = 0
         self.next_tick = time.monotonic()
         self.last_tick: float | None = None
@@ -181,12 +180,11 @@ class RobotLoop:
 
     def _read_state(self) -> None:
         from mocapline.robot.unitree.lowlevel import LayoutError
-        from mocapline.robot.unitree.state import decode_state
 
         newest = None
         for sample in self.states.take(64):
             try:
-                newest = decode_state(sample, self.settings.require_lowstate_crc)
+                newest = self.decoder.decode(sample, self.settings.require_lowstate_crc)
             except LayoutError as exc:
                 self.counters.lowstate_rejected[exc.reason] += 1
                 continue
@@ -211,9 +209,16 @@ class RobotLoop:
             self.controller.timeline.push(StreamFrame(frame_id, 0.0, None, None, end=True))
             return
         try:
-            m = parse_mocap_frame(msg.payload)
+            m = parse_mocap_frame(msg.payload, self.robot.joint_count)
         except (FrameFieldError, ProtobufDecodeError) as exc:
             self._reject(frame_id, exc.reason)
+            return
+        if m.robot_model and m.robot_model != self.robot.name:
+            if not self.wrong_robot_logged:
+                log.error("the stream is for %r; this bridge drives %r (--robot-model): its frames are refused",
+                          m.robot_model, self.robot.name)
+                self.wrong_robot_logged = True
+            self._reject(frame_id, "robot_model")
             return
         if self.performer is None:
             self.performer = m.avatar_index
@@ -259,14 +264,14 @@ class RobotLoop:
         return self.estop_until is None or now < self.estop_until
 
     def _send(self, command: Command, now: float) -> None:
-        from mocapline.robot.unitree.lowlevel import LOW_CMD
-
-        motors = self.cmd["motor_cmd"][:G1_JOINT_COUNT]
-        motors["q"], motors["dq"], motors["tau"] = command.q, command.dq, command.tau
-        motors["kp"], motors["kd"] = command.kp, command.kd
-        self.cmd["mode_machine"] = self.mode_machine
-        LOW_CMD.seal(self.cmd)
-        self.commands.write(LOW_CMD.sample(self.cmd))
+        motors, slots = self.cmd["motor_cmd"], self.motors
+        motors["q"][slots], motors["dq"][slots], motors["tau"][slots] = command.q, command.dq, command.tau
+        motors["kp"][slots], motors["kd"][slots] = command.kp, command.kd
+        if self.family.has_mode_machine:
+            self.cmd["mode_machine"] = self.mode_machine
+        layout = self.family.low_cmd
+        layout.seal(self.cmd)
+        self.commands.write(layout.sample(self.cmd))
         c = self.counters
         c.commands_sent += 1
         c.sent_at.append(now)
@@ -303,7 +308,7 @@ class RobotLoop:
     def reset(self) -> None:
         keep = self.counters.clamps
         keep.clear()
-        fresh = RobotCounters(state=self.counters.state)
+        fresh = RobotCounters.for_robot(self.robot, state=self.counters.state)
         self.counters.__dict__.update(fresh.__dict__)
         self.counters.clamps = keep
         self.links.remember(self.counters.durable_state())
@@ -318,20 +323,20 @@ class RobotLoop:
         """Whatever ends the run, the robot is left damped: ``estop_damp_s`` of damping commands."""
         self.estop("exit")
         assert self.estop_until is not None
-        for _ in range(int(self.settings.estop_damp_s * self.settings.control.rate_hz) + 1):
+        for _ in range(int(self.settings.estop_damp_s * self.settings.control.rate) + 1):
             if time.monotonic() >= self.estop_until:
                 break
             self.step()
 
 
-def g1_limits(range_margin: float) -> Limits:
-    """The G1's joint ranges (less ``range_margin``), velocity and torque limits, from its model."""
-    from mocapline.robot.g1 import G1_JOINT_NAMES, joint_ranges, load_ik_model
-    from mocapline.robot.unitree.g1 import VELOCITY_LIMITS
+def robot_limits(robot: RobotDescription, range_margin: float) -> Limits:
+    """The robot's joint ranges (less ``range_margin``) and torque limits from its model, its
+    velocity limits from its description."""
+    from mocapline.robot.model import joint_ranges, physics_spec, torque_limits
 
-    model = load_ik_model()
-    torque = np.array([model.jnt_actfrcrange[model.joint(n).id][1] for n in G1_JOINT_NAMES])
-    return Limits.with_margin(joint_ranges(model), VELOCITY_LIMITS, torque, range_margin)
+    model = physics_spec(robot).compile()
+    return Limits.with_margin(joint_ranges(model, robot.joint_names), robot.velocity_limits,
+                              torque_limits(model, robot.joint_names), range_margin)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -339,20 +344,21 @@ def main(argv: list[str] | None = None) -> int:
     if settings is None:
         return 2
     try:
-        from mocapline.robot.unitree.dds import DdsSettings, LowLevel
+        from mocapline.robot.unitree.dds import LowLevel, dds_settings
     except ImportError:
         print("mocapline robot: needs Cyclone DDS 0.10 (pip install -e '.[robot]', see README: The robot end)",
               file=sys.stderr)
         return 2
     from mocapline.services.robot.bias import BiasTorque
 
-    limits = g1_limits(settings.range_margin)
-    counters = RobotCounters()
+    robot = get_robot(settings.robot_model)
+    limits = robot_limits(robot, settings.range_margin)
+    counters = RobotCounters.for_robot(robot)
     reasons = (*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite")
     with Stage("robot", settings.stage, reasons=reasons) as stage:
         try:
             links = stage.open_links(
-                input=durable.LinkSpec(settings.input, MessageType.MOTION_FRAME, G1_JOINT_COUNT, kind="fanout",
+                input=durable.LinkSpec(settings.input, MessageType.MOTION_FRAME, robot.joint_count, kind="fanout",
                                        name=settings.name, curve_client_key=settings.curve_client_key,
                                        curve_server_public=settings.curve_server_public),
                 plain_input=lambda ctx: client_link(ctx, zmq.PULL, settings.input,
@@ -364,14 +370,16 @@ def main(argv: list[str] | None = None) -> int:
         links.rx.rejects = counters.rejected
         if links.durable is not None and links.durable.restored is not None:
             counters.restore(links.durable.restored)
-        controller = Controller(settings.control, SafetyFilter(limits), counters, BiasTorque(settings.support))
-        dds = LowLevel(DdsSettings(settings.domain, settings.interface))
+        controller = Controller(robot, settings.control, SafetyFilter(limits), counters,
+                                BiasTorque(robot, settings.support))
+        dds = LowLevel(dds_settings(robot, settings.domain, settings.interface))
         stage.exits.callback(dds.close)
         loop = RobotLoop(settings, links, controller, counters, dds)
         # a command every 2 ms: the bridge asks to be scheduled before the pipeline's batch work
         log.info("scheduling priority %s", raise_priority())
-        log.info("driving the G1 on DDS domain %d (%s) at %.0f Hz, joints %s", settings.domain,
-                 settings.interface or "default interface", settings.control.rate_hz, settings.control.joints)
+        log.info("driving the %s on DDS domain %d (%s, %s) at %.0f Hz, joints %s", robot.title, settings.domain,
+                 settings.interface or "default interface", robot.low_level.family, settings.control.rate,
+                 settings.control.joints)
         return stage.run(loop)
 
 

@@ -26,8 +26,7 @@ import zmq
 from mocapline.client import ClientSettings, MemoryPosition, MocapClient
 from mocapline.core.assign import Registry
 from mocapline.core.counters import FanInInfo, StreamerCounts
-from mocapline.core.frames import RobotFrame
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.transport import Received
 
 from .service import StreamerLoop
@@ -40,9 +39,10 @@ REFRESH_S = 0.5
 class FanIn:
     """One acknowledging consumer per live worker, read round-robin."""
 
-    def __init__(self, ctx: zmq.Context, registry: Registry, name: str = "streamer",
+    def __init__(self, ctx: zmq.Context, registry: Registry, joint_count: int, name: str = "streamer",
                  positions: dict[str, list[Any]] | None = None) -> None:
         self.ctx = ctx
+        self.joint_count = joint_count
         self.registry = registry
         self.name = name
         self.inputs: dict[str, tuple[str, MocapClient]] = {}  # worker -> (endpoint, client)
@@ -68,7 +68,7 @@ class FanIn:
                 known[1].close()
             store = MemoryPosition()
             store.position = self.saved.get(worker)
-            client = MocapClient(ClientSettings(endpoint, name=self.name, joint_count=G1_JOINT_COUNT,
+            client = MocapClient(ClientSettings(endpoint, name=self.name, joint_count=self.joint_count,
                                                 message_type=MessageType.ROBOT_STATE), store=store, ctx=self.ctx)
             self.inputs[worker] = (endpoint, client)
             self.poller.register(client.sock, zmq.POLLIN)
@@ -145,7 +145,7 @@ class FanInLoop(StreamerLoop):
 
     def on_frame(self, payload: bytes | memoryview) -> None:
         try:
-            frame = RobotFrame.from_bytes(payload)
+            frame = self.streamer.robot_frame(payload)
         except ValueError as exc:
             assert self.fanin is not None
             self.fanin.rejects[getattr(exc, "reason", "invalid")] += 1
@@ -196,7 +196,7 @@ def fan_in_loop(loop: StreamerLoop, ctx: zmq.Context, nats_url: str, restored: d
     """The fan-in variant of ``loop``: inputs discovered in NATS, positions from ``restored``."""
     registry = Registry(nats_url)
     saved = (restored or {}).get("fan_in") or {}
-    fanin = FanIn(ctx, registry, positions=saved.get("inputs"))
+    fanin = FanIn(ctx, registry, loop.streamer.robot.joint_count, positions=saved.get("inputs"))
     out = FanInLoop(loop.streamer, loop.links, fanin=fanin)
     if restored is not None:
         out.restore(restored)

@@ -1,7 +1,8 @@
 """Build the MocapFrame (docs/protocol.md) from an interpolated robot sample, hands included.
 
-left_hand / right_hand are the world poses (position, quaternion w x y z) of the G1's wrist-yaw
-links, where the hands are mounted, from the robot's forward kinematics at the sample's pose.
+left_hand / right_hand are the world poses (position, quaternion w x y z) of the robot's wrists
+(its description's ``wrists``: the G1's wrist-yaw links, where the hands are mounted; a site at the
+H1's forearm end), from the robot's forward kinematics at the sample's pose.
 """
 
 from __future__ import annotations
@@ -10,26 +11,39 @@ import mujoco
 import numpy as np
 
 from mocapline.core import pb
-from mocapline.robot.g1 import load_ik_model
-
-HAND_BODIES = ("left_wrist_yaw_link", "right_wrist_yaw_link")
+from mocapline.robot.description import RobotDescription
+from mocapline.robot.model import load_ik_model
 
 
 class MocapFrameBuilder:
-    def __init__(self) -> None:
-        self.model = load_ik_model()
+    def __init__(self, robot: RobotDescription) -> None:
+        self.robot = robot
+        self.model = load_ik_model(robot)
         self.data = mujoco.MjData(self.model)
-        self.hand_ids = [self.model.body(name).id for name in HAND_BODIES]
+        self.wrists = [self._frame(name) for name in robot.wrists]
+
+    def _frame(self, name: str) -> tuple[bool, int]:
+        """(is a body, id) of a body or a site."""
+        body = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, name)
+        if body >= 0:
+            return True, body
+        return False, self.model.site(name).id
 
     def hands(self, root_pos: np.ndarray, root_quat: np.ndarray, joint_pos: np.ndarray) -> list[list[float]]:
-        qpos = self.data.qpos
-        qpos[0:3] = root_pos
-        qpos[3:7] = root_quat
-        qpos[7:] = joint_pos
-        mujoco.mj_kinematics(self.model, self.data)
-        return [
-            [*self.data.xpos[i].tolist(), *self.data.xquat[i].tolist()] for i in self.hand_ids
-        ]
+        d = self.data
+        d.qpos[0:3] = root_pos
+        d.qpos[3:7] = root_quat
+        d.qpos[7:] = joint_pos
+        mujoco.mj_kinematics(self.model, d)
+        out = []
+        for is_body, i in self.wrists:
+            if is_body:
+                out.append([*d.xpos[i].tolist(), *d.xquat[i].tolist()])
+            else:
+                quat = np.zeros(4)
+                mujoco.mju_mat2Quat(quat, d.site_xmat[i])
+                out.append([*d.site_xpos[i].tolist(), *quat.tolist()])
+        return out
 
     def build(
         self,
@@ -73,4 +87,5 @@ class MocapFrameBuilder:
             avatar_index=avatar_index,
             avatar_name=avatar_name,
             bridged=bridged,
+            robot_model=self.robot.name,
         )

@@ -12,11 +12,12 @@ import time
 import zmq
 
 from mocapline.core import durable
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS
 from mocapline.core.options import parse_settings
 from mocapline.core.stage import Links, Stage, StageError
 from mocapline.core.transport import server_link
+from mocapline.robot.registry import get_robot
 
 from .fanin import fan_in_loop
 from .service import Streamer, StreamerLoop, StreamerSettings, build_parser, exposed, log
@@ -37,11 +38,12 @@ def open_links(stage: Stage, settings: StreamerSettings) -> Links:
         print(f"mocapline streamer: WARNING: the robot port {settings.output} is reachable from other hosts "
               "without CURVE: anyone there can connect (use `mocapline keys` and --curve-server-key, or bind "
               "127.0.0.1)", file=sys.stderr, flush=True)
-    output = durable.LinkSpec(settings.output, MessageType.MOTION_FRAME, G1_JOINT_COUNT,
+    joints = get_robot(settings.robot_model).joint_count
+    output = durable.LinkSpec(settings.output, MessageType.MOTION_FRAME, joints,
                               kind="push" if settings.plain_output else "fanout",
                               curve_server_key=settings.curve_server_key, curve_clients=settings.curve_clients,
                               max_backlog=settings.consumer_backlog)
-    source = None if settings.fan_in else durable.LinkSpec(settings.input, MessageType.ROBOT_STATE, G1_JOINT_COUNT)
+    source = None if settings.fan_in else durable.LinkSpec(settings.input, MessageType.ROBOT_STATE, joints)
     return stage.open_links(input=source, output=output, plain_output=plain_output, output_linger_ms=5000)
 
 
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         except StageError as exc:
             return stage.fail(str(exc))
         streamer = Streamer(links.tx, settings.input_fps, settings.output_fps, metrics=stage.metrics,
-                            tracer=stage.tracer)
+                            tracer=stage.tracer, robot=get_robot(settings.robot_model))
         if links.durable is not None and links.durable.restored is not None:
             streamer.restore(links.durable.restored)
         if settings.record_frames is not None:

@@ -48,10 +48,16 @@ from mocapline.core.stage import (
 )
 from mocapline.core.tracing import StageTracer
 from mocapline.core.transport import FrameSink, add_curve_server_options
+from mocapline.robot.description import RobotDescription
+from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.streamer.frames import MocapFrameBuilder
 from mocapline.services.streamer.interpolator import MotionStreamInterpolator
 
 log = logging.getLogger("mocapline.streamer")
+
+
+class WrongRobotFrame(ValueError):
+    reason = "robot_model"
 
 
 def build_parser() -> EnvArgumentParser:
@@ -59,6 +65,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--input", default="tcp://127.0.0.1:5557", help="retarget's RobotFrame endpoint (connect)")
     p.add_argument("--output", default="tcp://127.0.0.1:5555",
                    help="the robot port to bind (loopback by default; another address without CURVE warns)")
+    add_robot_model_argument(p)
     p.add_argument("--input-fps", type=float, default=60.0, help="rate of the incoming frames (Axis rate)")
     p.add_argument("--output-fps", type=float, default=60.0, help="rate of the outgoing stream")
     p.add_argument("--record-frames", type=Path, default=None,
@@ -118,20 +125,29 @@ class Streamer:
         *,
         metrics: ServiceMetrics | None = None,
         tracer: StageTracer | None = None,
+        robot: RobotDescription | None = None,
     ) -> None:
         self.sender = sender
+        self.robot = robot or get_robot()
         self.stage_seconds = metrics.stage_seconds if metrics is not None else None
         self.tracer = tracer
         self.input_fps = input_fps
         self.output_fps = output_fps
         self.performers: dict[int, PerformerStream] = {}
-        self.builder = MocapFrameBuilder()
+        self.builder = MocapFrameBuilder(self.robot)
         self.counters = StreamerCounters()
         # (payload, capture_timestamp_us or -1 for END_OF_STREAM, taken in at (time_ns),
         #  posture_index, the span to end once this, the frame's last sample, is sent, avatar_index)
         self.outbox: deque[tuple[bytes, int, int, int, Any, int]] = deque()
         self.recorder: Any = None  # a FrameFileWriter: every MocapFrame sent, as sent (--record-frames)
         self.ended = False
+
+    def robot_frame(self, payload: bytes | memoryview) -> RobotFrame:
+        """A RobotFrame off the link, for this streamer's robot (ValueError with its reason if not)."""
+        frame = RobotFrame.from_bytes(payload, self.robot.joint_count)
+        if frame.robot_model and frame.robot_model != self.robot.name:
+            raise WrongRobotFrame(f"a RobotFrame for {frame.robot_model!r}; this streamer streams {self.robot.name!r}")
+        return frame
 
     def on_robot_frame(self, frame: RobotFrame, t_in_ns: int | None = None) -> None:
         """Interpolate one RobotFrame; ``t_in_ns`` (time.time_ns) when it was taken off the link."""
@@ -266,6 +282,7 @@ class StreamerSettings:
 
     input: str
     output: str
+    robot_model: str
     input_fps: float
     output_fps: float
     record_frames: Path | None
@@ -320,7 +337,7 @@ class StreamerLoop:
                 self.streamer.on_end()
             else:
                 try:
-                    self.streamer.on_robot_frame(RobotFrame.from_bytes(msg.payload), time.time_ns())
+                    self.streamer.on_robot_frame(self.streamer.robot_frame(msg.payload), time.time_ns())
                 except ValueError as exc:
                     rx.rejects[getattr(exc, "reason", "invalid")] += 1
         self.streamer.send_ready(timeout_ms=0 if msg is not None else 1)

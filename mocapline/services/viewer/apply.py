@@ -1,7 +1,8 @@
 """Validate MocapFrames and write them into MuJoCo's qpos, counting every reject by reason.
 
-qpos[0:3] root position, qpos[3:7] root quaternion (w x y z), qpos[7:36] the 29 joints, matched to
-the model's joints by name (so a model with another joint order still gets the right angles).
+qpos[0:3] root position, qpos[3:7] root quaternion (w x y z), then the robot's joints, matched to
+the model's joints by name (so a model with more joints, such as hands, or another joint order
+still gets the right angles).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from mocapline.core.frames import (
     ProtobufDecodeError,
     parse_mocap_frame,
 )
-from mocapline.core.header import G1_JOINT_COUNT
 from mocapline.core.ledger import SequenceLedger
 from mocapline.core.tracing import ATTR_BRIDGED, ATTR_BRIDGED_FROM
 from mocapline.core.transport import Received
@@ -138,11 +138,9 @@ class ViewerCounters:
 
 
 class QposWriter:
-    """Maps MocapFrame joint order (the G1's 29 joints, by name) onto a model's qpos addresses."""
+    """Maps MocapFrame joint order (the robot's stream order, by name) onto a model's qpos addresses."""
 
     def __init__(self, model: mujoco.MjModel, joint_names: tuple[str, ...]) -> None:
-        if len(joint_names) != G1_JOINT_COUNT:
-            raise ValueError(f"expected {G1_JOINT_COUNT} joint names, got {len(joint_names)}")
         missing = [n for n in joint_names if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n) < 0]
         if missing:
             raise ValueError(f"model lacks joints {missing}")
@@ -159,8 +157,9 @@ class QposWriter:
 class FrameValidator:
     """Everything a received motion frame must pass before it may touch qpos."""
 
-    def __init__(self, counters: ViewerCounters) -> None:
+    def __init__(self, counters: ViewerCounters, robot_model: str = "") -> None:
         self.counters = counters
+        self.robot_model = robot_model  # frames for another robot build are refused ("": any)
         self.pending: deque[pb.MocapFrame] = deque()
         self.arrivals: deque[int] = deque()  # time.time_ns() each pending frame was taken in at
 
@@ -170,9 +169,12 @@ class FrameValidator:
         t_in_ns = time.time_ns()
         c = self.counters
         try:
-            msg = parse_mocap_frame(received.payload)
+            msg = parse_mocap_frame(received.payload, received.header.joint_count)
         except (FrameFieldError, ProtobufDecodeError) as exc:
             c.rejected[exc.reason] += 1
+            return None
+        if self.robot_model and msg.robot_model and msg.robot_model != self.robot_model:
+            c.rejected["robot_model"] += 1
             return None
         isfinite = math.isfinite
         if not (all(map(isfinite, msg.body_pos_w)) and all(map(isfinite, msg.body_quat_w))

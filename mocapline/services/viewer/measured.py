@@ -1,4 +1,4 @@
-"""The physics robot on the web page: the G1 as its LowState reports it (a real G1, `mocapline
+"""The physics robot on the web page: the robot as its LowState reports it (a real one, `mocapline
 sim`, Unitree's simulator), drawn over the streamed target, with the live tracking error.
 
 The viewer reads ``rt/lowstate`` itself (``--robot-domain``): it needs nothing from the bridge,
@@ -8,7 +8,7 @@ viewer works without it), and the DDS reader exists only while a page is open: w
 sample is delivered to this process, read or decoded. Of the samples waiting at each pose update
 only the newest is decoded.
 
-The measured joint angles go through forward kinematics on the viewer's G1 model. LowState
+The measured joint angles go through forward kinematics on the viewer's model of the robot. LowState
 carries no base position and a G1 on a band or a gantry does not walk, so the measured robot is
 drawn at the streamed target's root pose: what differs between the two robots is the joint error,
 which is what the tracking error measures (measured minus the target the page shows, per joint
@@ -26,8 +26,9 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from mocapline.robot.g1 import default_qpos
-from mocapline.robot.unitree.state import MeasuredState, group_errors, newest_state
+from mocapline.robot.description import RobotDescription
+from mocapline.robot.model import default_qpos
+from mocapline.robot.unitree.state import MeasuredState, StateDecoder, group_errors
 from mocapline.services.viewer.scene import MeasuredPose
 
 log = logging.getLogger("mocapline.viewer")
@@ -49,10 +50,14 @@ class MeasuredCounters:
 
 
 class MeasuredRobot:
-    """LowState in, the measured G1's body poses out (``joint_adr``: the model's qpos address of
-    each motor's joint, as the viewer's QposWriter maps them)."""
+    """LowState in, the measured robot's body poses out (``joint_adr``: the model's qpos address of
+    each of the robot's joints in stream order, as the viewer's QposWriter maps them)."""
 
-    def __init__(self, domain: int, interface: str, model: mujoco.MjModel, joint_adr: np.ndarray) -> None:
+    def __init__(self, robot: RobotDescription, domain: int, interface: str, model: mujoco.MjModel,
+                 joint_adr: np.ndarray) -> None:
+        self.robot = robot
+        self.decoder = StateDecoder(robot)
+        self.groups = robot.groups
         self.domain, self.interface = domain, interface
         self.model = model
         self.data = mujoco.MjData(model)
@@ -84,7 +89,7 @@ class MeasuredRobot:
         samples = self._reader.take(256)
         if not samples:
             return
-        state, looked = newest_state(samples, self.counters.lowstate_rejected)
+        state, looked = self.decoder.newest(samples, self.counters.lowstate_rejected)
         self.counters.lowstate_skipped += len(samples) - looked
         if state is not None:
             self.counters.lowstate_received += 1
@@ -95,9 +100,9 @@ class MeasuredRobot:
             return False
         try:
             if self._dds is None:
-                from mocapline.robot.unitree.dds import DdsSettings, LowLevel
+                from mocapline.robot.unitree.dds import LowLevel, dds_settings
 
-                self._dds = LowLevel(DdsSettings(self.domain, self.interface))
+                self._dds = LowLevel(dds_settings(self.robot, self.domain, self.interface))
             self._reader = self._dds.state_reader(waitable=False)
         except Exception as exc:  # noqa: BLE001 - no cyclonedds, or no such interface: the page goes on without
             self.unavailable = f"{type(exc).__name__}: {exc}"
@@ -120,14 +125,14 @@ class MeasuredRobot:
         if target is not None:
             qpos[0:7] = target[1][0:7]
         else:
-            qpos[0:7] = default_qpos(self.model)[0:7]
+            qpos[0:7] = default_qpos(self.robot, self.model)[0:7]
             quat = self.latest.quaternion
             norm = float(np.linalg.norm(quat))
             if norm > 1e-6:
                 qpos[3:7] = quat / norm
         qpos[self.joint_adr] = self.latest.q
         mujoco.mj_kinematics(self.model, self.data)
-        errors = group_errors(self.latest.q, target[1][self.joint_adr]) if target is not None else None
+        errors = group_errors(self.latest.q, target[1][self.joint_adr], self.groups) if target is not None else None
         return MeasuredPose(target[0] if target is not None else -1, now - self.latest_at, errors,
                             self.data.xpos, self.data.xquat)
 

@@ -1,4 +1,4 @@
-"""The G1 as the browser draws it: the model's visual meshes once, then body poses per update.
+"""The robot as the browser draws it: the model's visual meshes once, then body poses per update.
 
 The web viewer renders nothing on the server. A page fetches the robot once (``describe``: which
 body each visual mesh hangs on, where, in what colour; ``mesh_bytes``: the vertices and triangles)
@@ -9,8 +9,8 @@ display rate with three.js.
 Compiling the model with its meshes takes hundreds of MB that the allocator keeps afterwards, and
 the viewer itself only needs the kinematics (the mesh-free model, a few MB; docs/benchmarks.md).
 So the meshes are extracted
-by a short-lived child process (``python -m mocapline.services.viewer.scene DIR``), the first time
-a page asks for them, into a cache folder keyed by the model file and the MuJoCo version
+by a short-lived child process (``python -m mocapline.services.viewer.scene DIR ROBOT``), the first
+time a page asks for them, into a cache folder keyed by the robot, its model file and the MuJoCo version
 (``RobotAssets``); the viewer process never holds them beyond the gzipped bytes it serves.
 
 MuJoCo is z-up and quaternions are (w, x, y, z); the page sets its camera up-vector to +z and
@@ -37,7 +37,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
-VISUAL_GROUP = 2  # the G1 model's visual meshes (collision geoms are group 3, the floor group 0)
+VISUAL_GROUP = 2  # Menagerie's visual meshes (collision geoms are group 3, the floor group 0)
 ERROR_GROUPS = ("legs", "waist", "arms")
 
 
@@ -131,11 +131,12 @@ class RobotScene:
 FORMAT = 1  # bump when describe() / mesh_bytes() change shape: old caches are then ignored
 
 
-def build(out_dir: Path) -> None:
-    """Compile the G1 with its meshes and write robot.json and robot.bin (gzip) into ``out_dir``."""
-    from mocapline.robot.g1 import load_full_model
+def build(out_dir: Path, robot_model: str) -> None:
+    """Compile the robot with its meshes and write robot.json and robot.bin (gzip) into ``out_dir``."""
+    from mocapline.robot.model import load_full_model
+    from mocapline.robot.registry import get_robot
 
-    scene = RobotScene(load_full_model())
+    scene = RobotScene(load_full_model(get_robot(robot_model)))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "robot.bin").write_bytes(scene.mesh_bytes)
     (out_dir / "robot.json").write_text(json.dumps(scene.describe()))
@@ -149,17 +150,20 @@ def cache_root() -> Path:
 class RobotAssets:
     """robot.json / robot.bin for the page, extracted once by a child process and cached."""
 
+    robot_model: str = "g1"
     cache: Path = field(default_factory=cache_root)
     timeout_s: float = 180.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @cached_property
     def folder(self) -> Path:
-        from mocapline.robot.g1 import reference_xml_path
+        from mocapline.robot.model import reference_xml_path
+        from mocapline.robot.registry import get_robot
 
-        key = hashlib.sha256(reference_xml_path().read_bytes())
-        key.update(f"{mujoco.__version__}/{FORMAT}".encode())
-        return self.cache / f"robot-{key.hexdigest()[:16]}"
+        robot = get_robot(self.robot_model)
+        key = hashlib.sha256(reference_xml_path(robot).read_bytes())
+        key.update(f"{mujoco.__version__}/{FORMAT}/{robot.model.lock}".encode())
+        return self.cache / f"{robot.name}-{key.hexdigest()[:16]}"
 
     def _ensure(self) -> Path:
         with self._lock:
@@ -167,7 +171,8 @@ class RobotAssets:
                 self.cache.mkdir(parents=True, exist_ok=True)
                 tmp = Path(tempfile.mkdtemp(prefix="robot-", dir=self.cache))
                 try:
-                    subprocess.run([sys.executable, "-m", "mocapline.services.viewer.scene", str(tmp)],
+                    subprocess.run([sys.executable, "-m", "mocapline.services.viewer.scene", str(tmp),
+                                    self.robot_model],
                                    check=True, timeout=self.timeout_s, stdout=subprocess.DEVNULL)
                     with contextlib.suppress(OSError):  # whole or not at all; another viewer may have won
                         tmp.rename(self.folder)
@@ -183,4 +188,4 @@ class RobotAssets:
 
 
 if __name__ == "__main__":
-    build(Path(sys.argv[1]))
+    build(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "g1")

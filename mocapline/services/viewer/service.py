@@ -29,7 +29,7 @@ import zmq
 
 from mocapline.core import durable
 from mocapline.core.counters import ViewerCounts, to_json
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS
 from mocapline.core.modes import Display
 from mocapline.core.options import (
@@ -52,6 +52,7 @@ from mocapline.core.stage import (
     add_stage_arguments,
 )
 from mocapline.core.transport import add_curve_client_options, client_link
+from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.viewer.apply import (
     FrameApplier,
     FrameValidator,
@@ -71,6 +72,7 @@ def build_parser() -> EnvArgumentParser:
                         "mocapline.client; plain mode: a PULL)")
     p.add_argument("--name", default="viewer", help="durable mode: this viewer's consumer name at the streamer "
                                                     "(stable across restarts; unique per viewer)")
+    add_robot_model_argument(p)
     p.add_argument("--display", choices=choices(Display), default="auto",
                    help="auto: a window where a display exists, else the web page; none: apply only")
     p.add_argument("--web-host", default="127.0.0.1", help="address of the web view")
@@ -109,6 +111,7 @@ class ViewerSettings:
 
     input: str
     name: str
+    robot_model: str
     display: Display
     web_host: str
     web_port: int
@@ -253,19 +256,20 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse_settings(ViewerSettings.from_args, build_parser(), argv)
     if settings is None:
         return 2
-    from mocapline.robot.g1 import G1_JOINT_NAMES, load_full_model, load_ik_model
+    from mocapline.robot.model import load_full_model, load_ik_model
 
     # The window draws the meshes itself; otherwise only the kinematics are needed (the web page
     # gets the meshes from scene.RobotAssets), a small fraction of the memory (docs/benchmarks.md).
+    robot = get_robot(settings.robot_model)
     display = choose_display(settings.display)
-    model = load_full_model(scene=True) if display == "window" else load_ik_model()
+    model = load_full_model(robot, scene=True) if display == "window" else load_ik_model(robot)
     data = mujoco.MjData(model)
     counters = ViewerCounters()
     reasons = (*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite")
     with Stage("viewer", settings.stage, reasons=reasons) as stage:
         try:
             links = stage.open_links(
-                input=durable.LinkSpec(settings.input, MessageType.MOTION_FRAME, G1_JOINT_COUNT, kind="fanout",
+                input=durable.LinkSpec(settings.input, MessageType.MOTION_FRAME, robot.joint_count, kind="fanout",
                                        name=settings.name, curve_client_key=settings.curve_client_key,
                                        curve_server_public=settings.curve_server_public),
                 plain_input=lambda ctx: client_link(ctx, zmq.PULL, settings.input,
@@ -277,9 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         links.rx.rejects = counters.rejected
         if links.durable is not None and links.durable.restored is not None:
             counters.restore(links.durable.restored)
-        applier = FrameApplier(model, data, QposWriter(model, G1_JOINT_NAMES), counters, metrics=stage.metrics,
+        applier = FrameApplier(model, data, QposWriter(model, robot.joint_names), counters, metrics=stage.metrics,
                                tracer=stage.tracer)
-        loop = ViewerLoop(links, data, counters, FrameValidator(counters), applier, settings.exit_on_end,
+        loop = ViewerLoop(links, data, counters, FrameValidator(counters, robot.name), applier, settings.exit_on_end,
                           period=1.0 / settings.fps if settings.fps > 0 else 0.0,
                           idle_batch_s=settings.idle_batch_ms / 1000, report_applied=settings.report_applied)
         try:
@@ -297,14 +301,15 @@ def open_display(stage: Stage, settings: ViewerSettings, model: mujoco.MjModel, 
         from mocapline.services.viewer.web import WebView
 
         web = WebView(settings.web_host, settings.web_port, lambda: to_json(stage.heartbeat(loop)), settings.fps,
-                      plots_dir=settings.plots_dir, assets=RobotAssets(), nats_url=settings.stage.nats,
+                      plots_dir=settings.plots_dir, assets=RobotAssets(settings.robot_model),
+                      nats_url=settings.stage.nats,
                       latencies=loop.counters.take_recent_latencies)
         web.start()
         stage.exits.callback(web.stop)
         loop.web = web
         if settings.robot_domain is not None:
-            loop.measured = MeasuredRobot(settings.robot_domain, settings.robot_interface, model,
-                                          loop.applier.writer.joint_adr)
+            loop.measured = MeasuredRobot(get_robot(settings.robot_model), settings.robot_domain,
+                                          settings.robot_interface, model, loop.applier.writer.joint_adr)
             stage.exits.callback(loop.measured.close)
         print(f"mocapline viewer: live view at {web.address}", file=sys.stderr, flush=True)
     elif display == "window":

@@ -20,16 +20,17 @@ import mujoco
 import zmq
 
 from mocapline.core.bodies import GMR_BODIES
-from mocapline.core.frames import HumanFrame, RobotFrame
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.frames import HumanFrame
+from mocapline.core.header import MessageType
 from mocapline.core.transport import FrameReceiver, FrameSender, lossless_socket
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import AxisBvhConfig, encode_datagram
-from mocapline.robot.g1 import G1_JOINT_NAMES, load_ik_model
+from mocapline.robot.model import load_ik_model
+from mocapline.robot.registry import get_robot
 from mocapline.services.capture.core import AxisDecoder, CaptureCore
 from mocapline.services.capture.service import CaptureService
 from mocapline.services.retarget.config import load_ik_config
-from mocapline.services.retarget.ik.retargeter import G1Retargeter
+from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.service import RetargetService
 from mocapline.services.streamer.service import Streamer
 from mocapline.services.viewer.apply import (
@@ -103,27 +104,30 @@ class InProcessPipeline:
     _instances = 0
 
     def __init__(self, *, fps: float = 60.0, tracers: StageTracers | None = None, metrics: Any = None,
-                 config: AxisBvhConfig | None = None) -> None:
+                 config: AxisBvhConfig | None = None, robot_model: str = "g1") -> None:
+        robot = get_robot(robot_model)
         tracers = tracers or StageTracers()
         metrics = metrics or {}
         InProcessPipeline._instances += 1
         tag = f"mocapline-inprocess-{id(self)}-{InProcessPipeline._instances}"
         self.ctx = zmq.Context()
         self.human = _Link(self.ctx, f"{tag}-human", MessageType.HUMAN_FRAME, len(GMR_BODIES))
-        self.robot = _Link(self.ctx, f"{tag}-robot", MessageType.ROBOT_STATE, G1_JOINT_COUNT)
-        self.mocap = _Link(self.ctx, f"{tag}-mocap", MessageType.MOTION_FRAME, G1_JOINT_COUNT)
+        self.robot = _Link(self.ctx, f"{tag}-robot", MessageType.ROBOT_STATE, robot.joint_count)
+        self.mocap = _Link(self.ctx, f"{tag}-mocap", MessageType.MOTION_FRAME, robot.joint_count)
         self.source = FedSource(CaptureCore(AxisDecoder(config or AxisBvhConfig()), [PORT]))
         self.capture = CaptureService(self.source, self.human.tx, metrics=metrics.get("capture"),  # type: ignore[arg-type]
                                       tracer=tracers.capture)
-        model = load_ik_model()
-        self.retarget = RetargetService(G1Retargeter(load_ik_config("axis_studio", model=model), model=model),
-                                        self.robot.tx, metrics=metrics.get("retarget"), tracer=tracers.retarget)
-        self.streamer = Streamer(self.mocap.tx, fps, fps, metrics=metrics.get("streamer"), tracer=tracers.streamer)
+        model = load_ik_model(robot)
+        self.retarget = RetargetService(
+            Retargeter(load_ik_config("axis_studio", robot=robot, model=model), robot=robot, model=model),
+            self.robot.tx, metrics=metrics.get("retarget"), tracer=tracers.retarget)
+        self.streamer = Streamer(self.mocap.tx, fps, fps, metrics=metrics.get("streamer"), tracer=tracers.streamer,
+                                 robot=robot)
         self.viewer_model = model
         self.viewer_data = mujoco.MjData(model)
         self.viewer_counters = ViewerCounters()
-        self.validator = FrameValidator(self.viewer_counters)
-        self.applier = FrameApplier(model, self.viewer_data, QposWriter(model, G1_JOINT_NAMES), self.viewer_counters,
+        self.validator = FrameValidator(self.viewer_counters, robot.name)
+        self.applier = FrameApplier(model, self.viewer_data, QposWriter(model, robot.joint_names), self.viewer_counters,
                                     metrics=metrics.get("viewer"), tracer=tracers.viewer)
         self.applied: list[int] = []  # posture_index of every frame the viewer applied, in order
 
@@ -152,7 +156,7 @@ class InProcessPipeline:
             if msg.header.message_type is MessageType.END_OF_STREAM:
                 self.streamer.on_end()
             else:
-                self.streamer.on_robot_frame(RobotFrame.from_bytes(msg.payload), time.time_ns())
+                self.streamer.on_robot_frame(self.streamer.robot_frame(msg.payload), time.time_ns())
             self.streamer.send_ready(timeout_ms=0)
         while (msg := self.mocap.rx.recv(timeout_ms=0)) is not None:
             if msg.header.message_type is MessageType.END_OF_STREAM:

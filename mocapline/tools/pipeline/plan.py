@@ -13,6 +13,7 @@ from mocapline.core.modes import Display, Source, Transport
 from mocapline.core.options import declared_defaults
 from mocapline.core.segmentlog import Fsync
 from mocapline.formats.skeleton import skeleton_kind
+from mocapline.robot.registry import DEFAULT_ROBOT
 from mocapline.tools.pipeline.procs import free_tcp_port, free_udp_port
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class StackConfig:
     input_fps: float = 60.0
     output_fps: float = 60.0
     human_height: float | None = None
+    robot_model: str = DEFAULT_ROBOT  # the build every stage that touches a robot is told (mocapline/robot/builds)
     ik_config: Path | None = None
     log_dir: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -62,8 +64,8 @@ class StackConfig:
     # Capture's port becomes a fan-out, the streamer fans in, NATS runs with JetStream (the
     # assignment), services "retarget.w1" .. (mocapline/services/retarget/worker.py).
     retarget_workers: int = 0
-    # The robot end (docs/robot.md): "sim" = `mocapline robot` driving `mocapline sim` (a G1 in
-    # physics); "g1" = the bridge alone, for a real G1 (domain 0, its network interface); "" = none.
+    # The robot end (docs/robot.md): "sim" = `mocapline robot` driving `mocapline sim` (the robot in
+    # physics); "real" = the bridge alone, for a real robot (domain 0, its network interface); "" = none.
     robot: str = ""
     robot_domain: int = 1
     robot_interface: str = "lo"
@@ -125,6 +127,7 @@ def plan(config: StackConfig, fds: dict[str, tuple[int, ...]], workers: list[str
         stage=stage_settings(c, "capture", capture.stage))))
     retarget = replace(
         retarget, input=f"tcp://127.0.0.1:{c.human_port}", output=f"tcp://127.0.0.1:{c.robot_port}",
+        robot_model=c.robot_model,
         ik_config=str(c.ik_config) if c.ik_config is not None else "xsens" if c.source == "xsens"
         else retarget.ik_config,
         options=replace(retarget.options, fps=c.input_fps, human_height=c.human_height),
@@ -136,13 +139,15 @@ def plan(config: StackConfig, fds: dict[str, tuple[int, ...]], workers: list[str
         out.append(Planned("retarget", retarget))
     out.append(Planned("streamer", replace(
         streamer, input=f"tcp://127.0.0.1:{c.robot_port}", output=f"tcp://{c.bind_host}:{c.output_port}",
+        robot_model=c.robot_model,
         input_fps=c.input_fps, output_fps=c.output_fps, fan_in=scale_out,
         plain_output=c.plain_output and c.state_dir is not None,
         stage=stage_settings(c, "streamer", streamer.stage))))
     if c.viewer:
         viewer = ViewerSettings.defaults()
         out.append(Planned("viewer", replace(
-            viewer, input=f"tcp://127.0.0.1:{c.output_port}", display=c.display, web_port=c.web_port,
+            viewer, input=f"tcp://127.0.0.1:{c.output_port}", robot_model=c.robot_model, display=c.display,
+            web_port=c.web_port,
             plots_dir=c.plots_dir, stage=stage_settings(c, "viewer", viewer.stage),
             # the page draws the physics robot (LowState) over the target
             robot_domain=c.robot_domain if c.robot else None, robot_interface=c.robot_interface if c.robot else "")))
@@ -152,7 +157,7 @@ def plan(config: StackConfig, fds: dict[str, tuple[int, ...]], workers: list[str
 
 
 def robot_end(c: StackConfig) -> list[Planned]:
-    """The robot bridge (its extra flags from ``robot_args``) and, for ``robot="sim"``, the G1 in
+    """The robot bridge (its extra flags from ``robot_args``) and, for ``robot="sim"``, the robot in
     physics it drives, both on the config's DDS domain and interface."""
     from mocapline.services.robot.service import RobotSettings
     from mocapline.services.robot.service import build_parser as robot_parser
@@ -160,12 +165,13 @@ def robot_end(c: StackConfig) -> list[Planned]:
 
     out = []
     if c.robot == "sim":
-        out.append(Planned("sim", replace(SimSettings.defaults(), domain=c.robot_domain, interface=c.robot_interface,
-                                          base="band")))
+        out.append(Planned("sim", replace(SimSettings.defaults(), robot_model=c.robot_model, domain=c.robot_domain,
+                                          interface=c.robot_interface, base="band")))
     parser = robot_parser()  # the extra flags over the declared defaults, not this process's MOCAPLINE_* variables
     robot = RobotSettings.from_args(parser.parse_args(c.robot_args, namespace=declared_defaults(parser)))
     out.append(Planned("robot", replace(
-        robot, input=f"tcp://127.0.0.1:{c.output_port}", domain=c.robot_domain, interface=c.robot_interface,
+        robot, input=f"tcp://127.0.0.1:{c.output_port}", robot_model=c.robot_model, domain=c.robot_domain,
+        interface=c.robot_interface,
         stage=stage_settings(c, "robot", robot.stage))))
     return out
 

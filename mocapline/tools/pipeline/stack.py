@@ -92,12 +92,14 @@ class Stack:
             if port and not port_free(port, host="0.0.0.0"):
                 problems.append(busy_port_message(port, what=f"{name} /metrics"))
         try:
-            from mocapline.robot.g1 import load_ik_model
+            from mocapline.robot.model import load_ik_model
+            from mocapline.robot.registry import get_robot
             from mocapline.services.retarget.config import load_ik_config
 
-            load_ik_model()
-            if c.ik_config is not None:
-                load_ik_config(c.ik_config)
+            robot = get_robot(c.robot_model)
+            load_ik_model(robot)
+            shipped = "xsens" if c.source == "xsens" else "axis_studio"
+            load_ik_config(c.ik_config if c.ik_config is not None else shipped, robot=robot)
         except Exception as exc:  # noqa: BLE001 - reported to the user as a pre-flight failure
             problems.append(f"robot model / IK config failed to load: {exc}")
         if c.robot:

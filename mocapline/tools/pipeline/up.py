@@ -20,6 +20,7 @@ from mocapline.core.modes import SOURCE_PORTS, Display, Source, Transport
 from mocapline.core.options import EnvArgumentParser, choices, port_number, positive_float
 from mocapline.core.segmentlog import FSYNC_POLICIES
 from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
+from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.capture.tcp import parse_endpoint
 from mocapline.tools.pipeline.console import LiveConsole, LogWatch, print_ledger, snapshot
 from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
@@ -57,7 +58,10 @@ def add_stack_options(p: EnvArgumentParser) -> None:
     p.add_argument("--input-fps", type=positive_float, default=60.0, help="Axis frame rate")
     p.add_argument("--output-fps", type=positive_float, default=60.0, help="rate of the stream to robots / viewer")
     p.add_argument("--human-height", type=positive_float, default=None, help="performer height in metres")
-    p.add_argument("--ik-config", type=Path, default=None, help="IK config JSON (default: the Axis Studio one)")
+    add_robot_model_argument(p)
+    p.add_argument("--ik-config", type=Path, default=None,
+                   help="IK config: a JSON file, or the robot's shipped config of a source skeleton (default: the "
+                        "source's, axis_studio or xsens)")
     p.add_argument("--log-dir", type=Path, default=None, help="service logs go here (default: a temp dir)")
     p.add_argument("--state-dir", type=Path, default=None,
                    help="durable mode's logs (raw journal, outboxes) go here, one folder per service "
@@ -93,6 +97,7 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
         input_fps=args.input_fps,
         output_fps=args.output_fps,
         human_height=args.human_height,
+        robot_model=args.robot_model,
         ik_config=args.ik_config,
         log_dir=log_dir,
         state_dir=None if args.plain else (args.state_dir or log_dir / "state"),
@@ -116,11 +121,11 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--web-port", type=port_number, default=8080, help="port of the web viewer")
     p.add_argument("--plots-dir", type=Path, default=None,
                    help="a take folder with `mocapline plot` output: the web viewer links its plots")
-    p.add_argument("--robot", choices=("sim", "g1"), default=None,
-                   help="the robot end (docs/robot.md): sim = `mocapline robot` driving a G1 in physics "
-                        "(`mocapline sim`); g1 = the bridge alone, for a real G1 (--robot-domain 0 "
-                        "--robot-interface NIC); needs pip install -e '.[robot]'")
-    p.add_argument("--robot-domain", type=int, default=None, help="DDS domain (default: 1 with sim, 0 with g1)")
+    p.add_argument("--robot", choices=("sim", "real", "g1"), default=None,
+                   help="the robot end (docs/robot.md): sim = `mocapline robot` driving the --robot-model in physics "
+                        "(`mocapline sim`); real (or g1, its former name) = the bridge alone, for a real robot "
+                        "(--robot-domain 0 --robot-interface NIC); needs pip install -e '.[robot]'")
+    p.add_argument("--robot-domain", type=int, default=None, help="DDS domain (default: 1 with sim, 0 with real)")
     p.add_argument("--robot-interface", default=None, help="DDS network interface (default: lo with sim)")
     return p
 
@@ -149,7 +154,8 @@ def startup_lines(config: StackConfig, args: Any) -> list[str]:
     if config.robot:
         lines.append(f"mocapline: robot bridge -> DDS domain {config.robot_domain} "
                      f"({config.robot_interface or 'default interface'})"
-                     + (", a G1 in MuJoCo physics (mocapline sim, elastic band)" if config.robot == "sim" else ""))
+                     + f", {get_robot(config.robot_model).title}"
+                     + (" in MuJoCo physics (mocapline sim, elastic band)" if config.robot == "sim" else ""))
     return lines
 
 
@@ -198,7 +204,7 @@ def robot_options(args: Any) -> dict[str, Any]:
     sim = args.robot == "sim"
     domain = args.robot_domain if args.robot_domain is not None else (1 if sim else 0)
     interface = args.robot_interface if args.robot_interface is not None else ("lo" if sim else "")
-    return {"robot": args.robot, "robot_domain": domain, "robot_interface": interface}
+    return {"robot": "real" if args.robot == "g1" else args.robot, "robot_domain": domain, "robot_interface": interface}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ from mocapline.core.control import (
     decode_control,
     encode_control,
 )
-from mocapline.core.header import G1_JOINT_COUNT, MessageType
+from mocapline.core.header import MessageType
 from mocapline.core.transport import validate_message
 from mocapline.tools.portcheck.consumer_cases import CaseResult
 
@@ -67,7 +67,7 @@ class Peer:
                 if msg is not None and msg.kind == WELCOME and seen.welcome is None:
                     seen.welcome = msg
                 continue
-            got = validate_message(parts, MessageType.MOTION_FRAME, G1_JOINT_COUNT, seen.rejects)
+            got = validate_message(parts, MessageType.MOTION_FRAME, None, seen.rejects)  # any robot's
             if got is not None and (seen.welcome is not None or in_flight):
                 if got.header.epoch != int.from_bytes(self.epoch[:2], "little") and self.epoch != NO_EPOCH:
                     seen.rejects["header_epoch"] += 1

@@ -19,16 +19,20 @@ import zmq
 
 from mocapline.core import pb
 from mocapline.core.control import ACK, HELLO, RESEND, Control, decode_control, welcome
-from mocapline.core.header import G1_JOINT_COUNT, MessageType, encode_frame
+from mocapline.core.header import MessageType, encode_frame
+from mocapline.robot.registry import get_robot
 
 Applied = tuple[int, int | None]  # (frame_id, posture_index); None: END_OF_STREAM
 
 
 def mocap_payload(posture_index: int) -> bytes:
+    """A frame of the default robot build at rest (the contract's cases need no motion)."""
+    robot = get_robot()
+    joints = [0.0] * robot.joint_count
     return pb.MocapFrame(index=posture_index, body_pos_w=[0.0] * 3, body_lin_vel_w=[0.0] * 3,
-                         body_quat_w=[1.0, 0, 0, 0], body_ang_vel_w=[0.0] * 3, joint_pos=[0.0] * 29,
-                         joint_vel=[0.0] * 29, left_hand=[0.0] * 7, right_hand=[0.0] * 7,
-                         posture_index=posture_index).SerializeToString()
+                         body_quat_w=[1.0, 0, 0, 0], body_ang_vel_w=[0.0] * 3, joint_pos=joints,
+                         joint_vel=joints, left_hand=[0.0] * 7, right_hand=[0.0] * 7,
+                         posture_index=posture_index, robot_model=robot.name).SerializeToString()
 
 
 def data_message(epoch: bytes, frame_id: int, posture_index: int | None, *, corrupt: bool = False,
@@ -43,7 +47,8 @@ def data_message(epoch: bytes, frame_id: int, posture_index: int | None, *, corr
         return [b"END_OF_STREAM", body]
     payload = mocap_payload(posture_index)
     body = encode_frame(MessageType.MOTION_FRAME, frame_id, payload, capture_timestamp_us=time.time_ns() // 1000,
-                        send_timestamp_us=time.time_ns() // 1000, joint_count=G1_JOINT_COUNT, epoch=header_epoch)
+                        send_timestamp_us=time.time_ns() // 1000, joint_count=get_robot().joint_count,
+                        epoch=header_epoch)
     if corrupt:
         body = body[:44] + mocap_payload(posture_index + 500_000)
         body = body[:32] + len(body[44:]).to_bytes(4, "little") + body[36:]  # the size right, the CRC wrong

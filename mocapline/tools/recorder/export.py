@@ -1,21 +1,22 @@
-"""`mocapline export TAKE -o CLIP.npz`: a take as a G1 reference clip (the 50 Hz reference-clip
-contract, docs/recording.md).
+"""`mocapline export TAKE -o CLIP.npz`: a take as a robot reference clip (the 50 Hz reference-clip
+contract, docs/recording.md), for the take's robot build (``--robot-model``).
 
 Input: a raw-datagram recording (``.mlrec``, e.g. ``take/raw.mlrec`` of ``mocapline record`` or
 ``assets/demo/walk_60hz.mlrec``), retargeted offline as the live pipeline does (capture core ->
-G1Retargeter, deterministic; see ``mocapline/tools/recorder/take.py``), with the IK configuration
+Retargeter, deterministic; see ``mocapline/tools/recorder/take.py``), with the IK configuration
 given here or, for a take folder, the one recorded in its ``config.json``.
 
 Output ``CLIP.npz`` (``numpy.load(path)``, no pickles), T samples at ``--fps`` (default 50 Hz):
 
     time          [T]        s, sample k at exactly k / fps from the take's first frame
-    q             [T,29]     rad, joints in ``joint_names`` order (the G1 model's order)
-    qd            [T,29]     rad/s, d q / dt of the resampled q (numpy.gradient: central differences,
+    q             [T,J]      rad, joints in ``joint_names`` order (the robot's stream order; J = 29 on a G1)
+    qd            [T,J]      rad/s, d q / dt of the resampled q (numpy.gradient: central differences,
                              one-sided at the ends)
     root_pose     [T,7]      pelvis position x y z (m, Z-up world) + quaternion w x y z
-    body_pos_w    [T,B,3]    m, forward kinematics of the G1 model (every body but the world)
+    body_pos_w    [T,B,3]    m, forward kinematics of the robot's model (every body but the world)
     body_quat_w   [T,B,4]    w x y z, same bodies, ``body_names`` order
-    joint_names   [29]       str
+    joint_names   [J]        str
+    robot_model   str        the robot build (mocapline/robot/builds: g1, g1_23, g1_dex3, h1)
     body_names    [B]        str (``pelvis`` first)
     policy_clock  [T,2]      (progress in [0, 1] = time / duration, time remaining in s)
     posture_index [T]        int, the source frame at or before each sample
@@ -59,6 +60,8 @@ from mocapline.core import quat as Q
 from mocapline.core.modes import Source
 from mocapline.core.options import EnvArgumentParser, choices
 from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
+from mocapline.robot.description import RobotDescription
+from mocapline.robot.registry import add_robot_model_argument, get_robot
 
 DEFAULT_FPS = 50.0
 CSV_ROOT = ("root_x", "root_y", "root_z", "root_qw", "root_qx", "root_qy", "root_qz")
@@ -163,11 +166,12 @@ def resample(
 
 
 def forward_kinematics(root_pos: np.ndarray, root_quat: np.ndarray, joint_pos: np.ndarray,
-                       model: mujoco.MjModel | None = None) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """World positions (T,B,3) and quaternions w x y z (T,B,4) of every G1 body but the world."""
-    from mocapline.robot.g1 import body_names, load_ik_model
+                       model: mujoco.MjModel | None = None, robot: RobotDescription | None = None,
+                       ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """World positions (T,B,3) and quaternions w x y z (T,B,4) of every robot body but the world."""
+    from mocapline.robot.model import body_names, load_ik_model
 
-    model = model if model is not None else load_ik_model()
+    model = model if model is not None else load_ik_model(robot or get_robot())
     data = mujoco.MjData(model)
     T, B = len(root_pos), model.nbody - 1
     pos, quat = np.zeros((T, B, 3)), np.zeros((T, B, 4))
@@ -206,13 +210,13 @@ def write_clip_files(out: Path, clip: dict[str, np.ndarray], *, csv: bool) -> di
     return written
 
 
-def build_clip(resampled: Resampled, fps: float, source_fps: float, meta: dict[str, Any]) -> dict[str, np.ndarray]:
-    from mocapline.robot.g1 import G1_JOINT_NAMES
-
+def build_clip(resampled: Resampled, fps: float, source_fps: float, meta: dict[str, Any],
+               robot: RobotDescription | None = None) -> dict[str, np.ndarray]:
+    robot = robot or get_robot()
     r = resampled
     t = r.time
     qd = np.gradient(r.joint_pos, t, axis=0) if len(t) > 1 else np.zeros_like(r.joint_pos)
-    body_pos, body_quat, names = forward_kinematics(r.root_pos, r.root_quat, r.joint_pos)
+    body_pos, body_quat, names = forward_kinematics(r.root_pos, r.root_quat, r.joint_pos, robot=robot)
     meta = {
         **meta,
         "fps": fps,
@@ -233,7 +237,8 @@ def build_clip(resampled: Resampled, fps: float, source_fps: float, meta: dict[s
         "root_pose": np.concatenate((r.root_pos, r.root_quat), axis=1),
         "body_pos_w": body_pos,
         "body_quat_w": body_quat,
-        "joint_names": np.array(G1_JOINT_NAMES),
+        "joint_names": np.array(robot.joint_names),
+        "robot_model": np.array(robot.name),
         "body_names": np.array(names),
         "policy_clock": policy_clock(t),
         "posture_index": r.posture_index,
@@ -266,7 +271,7 @@ def split_takes(frames: list[Any]) -> list[list[Any]]:
 
 
 def export_frames(frames: list[Any], source_fps: float, fps: float, *, max_gap: int = 1, on_gap: str = "refuse",
-                  meta: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+                  meta: dict[str, Any] | None = None, robot: RobotDescription | None = None) -> dict[str, np.ndarray]:
     """One take of RobotFrames -> the clip's arrays."""
     r = resample(
         np.array([f.posture_index for f in frames]),
@@ -277,7 +282,7 @@ def export_frames(frames: list[Any], source_fps: float, fps: float, *, max_gap: 
         ik_failed=np.array([f.ik_failed for f in frames]),
         max_gap=max_gap, on_gap=on_gap,
     )
-    return build_clip(r, fps, source_fps, {**(meta or {}), "max_gap": max_gap, "on_gap": on_gap})
+    return build_clip(r, fps, source_fps, {**(meta or {}), "max_gap": max_gap, "on_gap": on_gap}, robot)
 
 
 def build_parser() -> EnvArgumentParser:
@@ -288,6 +293,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--fps", type=float, default=DEFAULT_FPS, help="output rate (Hz)")
     p.add_argument("--input-fps", type=float, default=None,
                    help="the recording's frame rate (default: its metadata, else 60)")
+    add_robot_model_argument(p, None, " (default: the take's, else g1)")
     p.add_argument("--ik-config", default=None, help="IK config name or JSON (default: the take's, else axis_studio)")
     p.add_argument("--human-height", type=float, default=None, help="performer height in m (default: the take's)")
     p.add_argument("--rotation-order", default=None,
@@ -331,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         clip = export_frames(takes[args.take_index], float(run.config.input_fps or 60.0), args.fps,
-                             max_gap=args.max_gap, on_gap=args.on_gap, meta=meta)
+                             max_gap=args.max_gap, on_gap=args.on_gap, meta=meta,
+                             robot=get_robot(run.config.robot_model))
     except GapError as exc:
         print(f"mocapline export: {exc}", file=sys.stderr)
         return 3

@@ -3,7 +3,7 @@
 TAKE is a take folder of ``mocapline record`` or a ``.mlrec`` recording. Written to ``--out``
 (default ``TAKE/plots``, or ``<recording stem>_plots`` next to a .mlrec):
 
-- ``joints.png``: the 29 G1 joint angles (rad) over the take (the offline retarget of the raw
+- ``joints.png``: the robot's joint angles (rad) over the take (the offline retarget of the raw
   datagrams, see ``mocapline/tools/recorder/take.py``), each against its lower / upper limit (dashed red);
 - ``latency.png``: per-frame latency (ms) from capture to send: each MocapFrame's send time minus
   its ``capture_timestamp_us`` (needs the take's ``frames.mlmf``; otherwise the plot says so);
@@ -108,11 +108,8 @@ def plot_timeline(path: Path, recv_s: np.ndarray, index: np.ndarray, missing: li
 def main(argv: list[str] | None = None) -> int:
     from mocapline.core import pb
     from mocapline.formats.mlmf import FrameFileError, read_frame_file
-    from mocapline.robot.g1 import (
-        G1_JOINT_NAMES,
-        joint_ranges,
-        load_ik_model,
-    )
+    from mocapline.robot.model import joint_ranges, load_ik_model
+    from mocapline.robot.registry import get_robot
     from mocapline.tools.recorder.take import load_take
 
     args = build_parser().parse_args(argv)
@@ -131,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     index = np.array([f.posture_index for f in run.robot])
     q = np.array([f.joint_pos for f in run.robot])
     t = (index - index[0]) / fps
-    plot_joints(out / "joints.png", t, q, list(G1_JOINT_NAMES), joint_ranges(load_ik_model()), args.dpi)
+    robot = get_robot(run.config.robot_model)
+    plot_joints(out / "joints.png", t, q, list(robot.joint_names), joint_ranges(load_ik_model(robot)), args.dpi)
     recv = np.array([f.capture_timestamp_us for f in run.human], dtype=np.float64) / 1e6
     plot_timeline(out / "timeline.png", recv - recv[0], np.array([f.posture_index for f in run.human]),
                   run.capture_ledger.get("missing_ranges", []), args.dpi)

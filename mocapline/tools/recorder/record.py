@@ -64,7 +64,8 @@ def take_description(args: Any, config: Any) -> dict[str, Any]:
 
     shipped = "xsens" if config.source == "xsens" else DEFAULT_CONFIG
     ik = str(config.ik_config) if config.ik_config is not None else shipped
-    take = TakeConfig(ik_config=ik, human_height=config.human_height, input_fps=config.input_fps,
+    take = TakeConfig(robot_model=config.robot_model, ik_config=ik, human_height=config.human_height,
+                      input_fps=config.input_fps,
                       output_fps=config.output_fps, source=config.source, rotation_order=config.rotation_order,
                       skeleton=config.skeleton)
     return {

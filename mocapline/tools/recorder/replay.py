@@ -32,6 +32,7 @@ from typing import Any
 from mocapline.core.modes import Source
 from mocapline.core.options import EnvArgumentParser, choices
 from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
+from mocapline.robot.registry import add_robot_model_argument
 
 
 def build_parser() -> EnvArgumentParser:
@@ -40,6 +41,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("-o", "--output", type=Path, default=None, help="write the MocapFrames to this .mlmf file")
     p.add_argument("--input-fps", type=float, default=None, help="the recording's frame rate (default: its own)")
     p.add_argument("--output-fps", type=float, default=None, help="the stream's rate (default: the take's, else input)")
+    add_robot_model_argument(p, None, " (default: the take's, else g1)")
     p.add_argument("--ik-config", default=None, help="IK config name or JSON (default: the take's, else axis_studio)")
     p.add_argument("--human-height", type=float, default=None, help="performer height in m (default: the take's)")
     p.add_argument("--rotation-order", default=None, help="Axis BVH rotation order (default: the recording's)")
@@ -67,12 +69,13 @@ def push(frames: list[bytes], endpoint: str, fps: float, speed: float) -> int:
     import zmq
 
     from mocapline.core import pb
-    from mocapline.core.header import G1_JOINT_COUNT, MessageType
+    from mocapline.core.header import MessageType
     from mocapline.core.transport import FrameSender, lossless_socket
 
     ctx = zmq.Context()
     sock = lossless_socket(ctx, zmq.PUSH, endpoint, bind=True)
-    sender = FrameSender(sock, MessageType.MOTION_FRAME, G1_JOINT_COUNT)
+    joints = len(pb.MocapFrame.FromString(frames[0]).joint_pos) if frames else 0  # the take's robot's
+    sender = FrameSender(sock, MessageType.MOTION_FRAME, joints)
     t0 = time.perf_counter()
     try:
         for k, payload in enumerate(frames):

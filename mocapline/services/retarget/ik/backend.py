@@ -44,7 +44,7 @@ class Posture:
 
 
 class IKBackend(Protocol):
-    """What :class:`G1Retargeter` needs of an IK solver: the fast one (numpy + daqp) and the
+    """What :class:`~.retargeter.Retargeter` needs of an IK solver: the fast one (numpy + daqp) and the
     reference one (mink.solve_ik) both provide it, and a test checks they reach the same answer."""
 
     @property

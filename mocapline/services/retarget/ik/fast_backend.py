@@ -10,7 +10,7 @@ import numpy as np
 from scipy.linalg.lapack import dposv
 
 from mocapline.core import quat as Q
-from mocapline.robot import g1 as robot_model
+from mocapline.robot import model as robot_model
 
 from .backend import COST_FLOOR, SETTLE_LM_DAMPING, Posture
 from .limits import LIMIT_GAIN, WINDOW_SIGNS, FrameVelocityLimit
@@ -52,7 +52,7 @@ class FastBackend:
         qposadr = np.array([model.jnt_qposadr[j] for j in jids])
         dofadr = np.array([model.jnt_dofadr[j] for j in jids])
         n = len(jids)
-        # The G1's hinge joints are contiguous after the free joint: slices, not index arrays.
+        # The hinge joints are contiguous after the free joint: slices, not index arrays.
         if not (np.array_equal(qposadr, np.arange(qposadr[0], qposadr[0] + n))
                 and np.array_equal(dofadr, np.arange(dofadr[0], dofadr[0] + n))):
             raise ValueError("expected the hinge joints to follow the free joint contiguously")

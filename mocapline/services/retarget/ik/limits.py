@@ -6,7 +6,7 @@ import mink
 import mujoco
 import numpy as np
 
-from mocapline.robot import g1 as robot_model
+from mocapline.robot import model as robot_model
 
 LIMIT_GAIN = 0.95  # mink.ConfigurationLimit's default gain
 # (2, 1): turns a (2, n) pair [lower; upper] into the signed rows [-lower; upper], so that both

@@ -8,7 +8,7 @@ import mink
 import mujoco
 import numpy as np
 
-from mocapline.robot import g1 as robot_model
+from mocapline.robot import model as robot_model
 
 from .backend import SETTLE_LM_DAMPING, SOLVER, Posture, is_arm
 from .limits import LIMIT_GAIN, FrameVelocityLimit
@@ -27,7 +27,7 @@ class MinkBackend:
             [(k, e.rotation_weight) for k, e in enumerate(t.entries) if is_arm(e)]
             for t in tables
         ]
-        self.configuration = mink.Configuration(model, robot_model.default_qpos(model))
+        self.configuration = mink.Configuration(model, robot_model.neutral_qpos(model))
         self.solver_damping = solver_damping
         self.limits: list[mink.Limit] = [mink.ConfigurationLimit(model, gain=LIMIT_GAIN)]
         if velocity_limit is not None:
@@ -48,7 +48,7 @@ class MinkBackend:
         self.extra: list[mink.Task] = []
         if regular.active:
             posture = mink.PostureTask(model, cost=np.concatenate((np.zeros(6), regular.posture)))
-            target = robot_model.default_qpos(model)
+            target = robot_model.neutral_qpos(model)
             target[7:] = regular.neutral
             posture.set_target(target)
             self.extra.append(posture)

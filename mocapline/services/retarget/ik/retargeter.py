@@ -1,4 +1,5 @@
-"""GMR-style IK from HumanFrames onto the Unitree G1, with a bounded amount of work per frame.
+"""GMR-style IK from HumanFrames onto a robot (its description: mocapline/robot/builds), with a
+bounded amount of work per frame.
 
 Per frame:
 
@@ -40,7 +41,7 @@ Per frame:
      daqp through qpsolvers. The reference; ``tests/test_retarget.py`` checks both agree.
    Two-table configs: the first ``stage1_iterations`` steps of a frame use table 1 (default 0),
    the rest table 2.
-3. First frame of a take (after construction or :meth:`G1Retargeter.reset`): the root is put on its
+3. First frame of a take (after construction or :meth:`Retargeter.reset`): the root is put on its
    target, then a fixed, larger budget runs (GMR's two stages: ``settle_iterations`` steps of table
    1, then of table 2, plus one) with light damping (``SETTLE_LM_DAMPING``) and no velocity limit.
 4. Failure. A numeric failure (:data:`.backend.NUMERIC_FAILURES`: a non-finite input or
@@ -48,8 +49,8 @@ Per frame:
    good pose, ``ik_failed=True``, ``stats.failures`` goes up, and the next frame starts from that
    pose. Any other exception is a bug and propagates.
 
-Frames: targets and solutions are in the HumanFrame's world (Z-up, metres); the G1's root (pelvis)
-pose is qpos[0:7] in that world. Which way the robot faces follows from the config's rotation
+Frames: targets and solutions are in the HumanFrame's world (Z-up, metres); the robot's root
+(pelvis) pose is qpos[0:7] in that world. Which way the robot faces follows from the config's rotation
 offsets (Axis, Xsens: the robot faces where the human faces).
 """
 
@@ -63,7 +64,9 @@ import numpy as np
 
 from mocapline.core.bodies import GMR_BODY_INDEX
 from mocapline.core.frames import HumanFrame, RobotFrame
-from mocapline.robot import g1 as robot_model
+from mocapline.robot import model as robot_model
+from mocapline.robot.description import RobotDescription
+from mocapline.robot.registry import get_robot
 
 from ..config import IKConfig, MatchEntry, load_ik_config
 from ..shoulder_pole import ShoulderPoles
@@ -85,7 +88,7 @@ class RetargetStats:
 
 @dataclass
 class RetargetResult:
-    qpos: np.ndarray  # (36,) root pos, root quat w x y z, 29 joints
+    qpos: np.ndarray  # (7 + n,) root pos, root quat w x y z, the robot's n joints
     ik_failed: bool
     error: str = ""
 
@@ -102,8 +105,8 @@ class RetargetResult:
         return self.qpos[7:]
 
 
-class G1Retargeter:
-    """HumanFrame (23 GMR bodies) -> G1 qpos, a fixed number of IK steps per frame.
+class Retargeter:
+    """HumanFrame (23 GMR bodies) -> robot qpos, a fixed number of IK steps per frame.
 
     Not thread-safe; one instance per stream. ``reset()`` between takes.
     """
@@ -113,17 +116,19 @@ class G1Retargeter:
         config: IKConfig | str | None = None,
         options: RetargetOptions | None = None,
         *,
+        robot: RobotDescription | None = None,
         model: mujoco.MjModel | None = None,
     ) -> None:
-        self.model = model if model is not None else robot_model.load_ik_model()
+        self.robot = robot or get_robot()
+        self.model = model if model is not None else robot_model.load_ik_model(self.robot)
         if config is None or isinstance(config, str):
-            config = load_ik_config(config or "axis_studio", model=self.model)
+            config = load_ik_config(config or "axis_studio", robot=self.robot, model=self.model)
         self.config = config
         self.options = options or RetargetOptions()
         self.options.validate()
         self.joint_names = robot_model.joint_names(self.model)
-        if len(self.joint_names) != robot_model.N_JOINTS:
-            raise ValueError(f"model has {len(self.joint_names)} hinge joints, expected {robot_model.N_JOINTS}")
+        if self.joint_names != self.robot.joint_names:
+            raise ValueError(f"the model's joints {self.joint_names} are not {self.robot.name}'s")
         self.velocity_limit = FrameVelocityLimit(
             self.model, config.velocity_limits(self.joint_names), 1.0 / self.options.fps
         )
@@ -136,7 +141,7 @@ class G1Retargeter:
         self.set_human_height(self.options.human_height)
         backend_cls = FastBackend if self.options.backend == "fast" else MinkBackend
         regular = Posture(
-            neutral=robot_model.default_qpos(self.model)[7:],
+            neutral=robot_model.default_qpos(self.robot, self.model)[7:],
             posture=np.full(len(self.joint_names), self.options.posture_weight),
         )
         self.backend: IKBackend = backend_cls(
@@ -148,10 +153,12 @@ class G1Retargeter:
             regular,
             self.options.arm_huber,
         )
-        self.poles = ShoulderPoles.for_config(self.model, config) if self.options.shoulder_poles else None
-        self._pitch_qpos = [7 + self.joint_names.index(f"{s}_shoulder_pitch_joint") for s in ("left", "right")]
+        pitch = self.robot.shoulder_pitch
+        self.poles = (ShoulderPoles.for_config(self.model, config, pitch, self.robot.torso_body)
+                      if self.options.shoulder_poles and pitch is not None else None)
+        self._pitch_qpos = [7 + self.joint_names.index(j) for j in pitch] if pitch is not None else []
         self.ranges = robot_model.joint_ranges(self.model)
-        self._last_good = robot_model.default_qpos(self.model)
+        self._last_good = robot_model.default_qpos(self.robot, self.model)
         self.reset()
 
     # -- settings ---------------------------------------------------------------------------------
@@ -173,7 +180,7 @@ class G1Retargeter:
         """Start a new take from ``qpos`` (default: standing zero pose); the next frame settles.
         ``branches``: the shoulders' branches at the gimbal pole to go on with (``pole_branches``
         of the IK that stopped; default: none yet)."""
-        q = robot_model.default_qpos(self.model) if qpos is None else np.array(qpos, dtype=np.float64)
+        q = robot_model.default_qpos(self.robot, self.model) if qpos is None else np.array(qpos, dtype=np.float64)
         q[3:7] /= np.linalg.norm(q[3:7])
         q[7:] = np.clip(q[7:], self.ranges[:, 0], self.ranges[:, 1])
         self.backend.set_qpos(q)
@@ -292,10 +299,10 @@ class G1Retargeter:
     def retarget_frame(self, frame: HumanFrame, elapsed_frames: int = 1) -> RobotFrame:
         """HumanFrame -> RobotFrame with the same posture_index, timestamps and trace context."""
         result = self.retarget(frame.positions, frame.quaternions, elapsed_frames)
-        return robot_frame_from(frame, result.qpos, result.ik_failed)
+        return robot_frame_from(frame, result.qpos, result.ik_failed, self.robot.name)
 
 
-def robot_frame_from(frame: HumanFrame, qpos: np.ndarray, ik_failed: bool) -> RobotFrame:
+def robot_frame_from(frame: HumanFrame, qpos: np.ndarray, ik_failed: bool, robot_model: str = "") -> RobotFrame:
     return RobotFrame(
         posture_index=frame.posture_index,
         capture_timestamp_us=frame.capture_timestamp_us,
@@ -308,4 +315,5 @@ def robot_frame_from(frame: HumanFrame, qpos: np.ndarray, ik_failed: bool) -> Ro
         session_id=frame.session_id,
         avatar_index=frame.avatar_index,
         avatar_name=frame.avatar_name,
+        robot_model=robot_model,
     )

@@ -4,7 +4,7 @@ peers use (``unitree_hg::msg::dds_::LowCmd_`` ...), so that a topic here matches
 
 The bridge and the sim register the topics with these types (discovery and type matching use
 them) but put bytes on the wire through :mod:`mocapline.robot.unitree.lowlevel`, which lays out
-the same CDR in one numpy step; ``tests/test_unitree_lowlevel.py`` proves both give equal bytes.
+the same CDR in one numpy step (:mod:`.hg`); ``tests/test_unitree_lowlevel.py`` proves both give equal bytes.
 """
 
 from dataclasses import dataclass
