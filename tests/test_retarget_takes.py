@@ -29,14 +29,14 @@ def runs():
     """Every take cut to FRAMES, but the demo take whole: its limit-to-limit swings happen between
     overhead raises 5 s apart, which a cut never reaches."""
     model = robot_model.load_ik_model()
-    takes = take_set(model, ("real", "g1", "human"), frames=FRAMES) + take_set(model, ("demo",))
+    takes = take_set(model, ("real", "robot", "human"), frames=FRAMES) + take_set(model, ("demo",))
     return [run_take(take, model) for take in takes]
 
 
 @pytest.mark.integration
 def test_the_take_set_has_real_and_synthetic_takes_at_two_rates(runs) -> None:
     kinds = {r.kind for r in runs}
-    assert kinds == {"real", "demo", "g1", "human"}
+    assert kinds == {"real", "demo", "robot", "human"}
     real = {r.take for r in runs if r.kind == "real"}
     assert len(real) >= 3
     for name in real:
@@ -55,7 +55,7 @@ def test_tracking_is_at_least_as_good_as_the_baseline(runs) -> None:
 def test_smoother_than_the_baseline_and_no_configuration_jumps(runs) -> None:
     for r in runs:
         assert r.ours.jumps == 0, (r.take, r.rate)
-        if r.kind == "g1":  # the known answer: both track the true motion, whose jerk it is
+        if r.kind == "robot":  # the known answer: both track the true motion, whose jerk it is
             assert r.ours.err_mm < 0.01 and r.ours.jerk == pytest.approx(r.base.jerk, rel=0.01)
         else:
             assert r.ours.jerk < r.base.jerk, (r.take, r.rate, r.ours.jerk, r.base.jerk)
