@@ -122,13 +122,27 @@ def test_every_build_has_a_config_for_every_source(name: str, source: str) -> No
         assert config.bvh, "the source's BVH skeleton variants (assets/skeletons)"
 
 
-def test_the_h1_configs_are_what_its_template_makes() -> None:
-    """assets/ik_configs/*_to_h1.json are `mocapline ik-config h1`'s output (regenerate after a
-    change to the G1's configs or the H1's [ik_template])."""
-    from mocapline.tools.ik_config import configs
+@pytest.mark.parametrize("name", [n for n in BUILDS if get_robot(n).ik_template is not None])
+def test_the_configs_of_a_templated_build_are_what_its_template_makes(name: str) -> None:
+    """assets/ik_configs/*_to_NAME.json are `mocapline ik-config NAME`'s output (regenerate after a
+    change to the template's configs or the build's [ik_template])."""
+    from mocapline.tools.ik_config import configs, main
 
-    for path, text in configs(get_robot("h1")).items():
+    for path, text in configs(get_robot(name)).items():
         assert path.read_text() == text, path.name
+    assert main([name, "--check"]) == 0
+
+
+def test_the_23_dof_configs_are_the_g1s_without_the_hands_rotation() -> None:
+    for source in ("axis_studio", "xsens"):
+        g1 = json.loads((ASSETS_DIR / "ik_configs" / get_robot("g1").ik_configs[source]).read_text())
+        g23 = json.loads((ASSETS_DIR / "ik_configs" / get_robot("g1_23").ik_configs[source]).read_text())
+        assert g23["human_scale_table"] == g1["human_scale_table"]
+        for frame, entry in g1["ik_match_table2"].items():
+            got = g23["ik_match_table2"][frame]
+            assert got[0] == entry[0] and got[1] == entry[1]
+            assert got[2] == (0 if frame.endswith("wrist_yaw_link") else entry[2])
+            np.testing.assert_allclose(np.hstack(got[3:]), np.hstack(entry[3:]), atol=1e-6)
 
 
 def test_a_template_keeps_the_rotation_offsets_of_its_own_robot() -> None:

@@ -88,9 +88,10 @@ class Hands:
 class IKTemplate:
     """How this build's IK configs derive from another build's (``mocapline ik-config``): each of the
     template's robot frames is this build's ``frames[name].frame``, and the human joint it follows
-    sits at the anchor of ``frames[name].anchor`` (the mean of those joints' anchors; none: the
-    frame's origin); ``weights`` override the template entry's (``rotation_weight = 0`` for a frame
-    without the joints to turn it)."""
+    sits at the anchor of ``frames[name].anchor`` (the mean of those joints' anchors; an empty list:
+    the frame's origin; none given: where the template has it, for a frame of the same geometry);
+    ``weights`` override the template entry's (``rotation_weight = 0`` for a frame without the
+    joints to turn it)."""
 
     robot: str
     frames: dict[str, TemplateFrame]
@@ -99,7 +100,7 @@ class IKTemplate:
 @dataclass(frozen=True)
 class TemplateFrame:
     frame: str
-    anchor: tuple[str, ...] = ()
+    anchor: tuple[str, ...] | None = None
     weights: dict[str, float] = field(default_factory=dict)
 
 
@@ -208,6 +209,18 @@ def _pair(value: Any, where: str) -> tuple[str, str]:
     return value
 
 
+def _template_frame(name: str, value: Any) -> TemplateFrame:
+    """``"frame"``, ``["frame", [anchor joints]]``, ``["frame", [joints], {weights}]``, or
+    ``{ weights }`` alone (the same frame, the template's anchor)."""
+    if isinstance(value, dict):
+        return TemplateFrame(name, None, dict(value))
+    if isinstance(value, str):
+        return TemplateFrame(value)
+    value = list(value)
+    return TemplateFrame(str(value[0]), tuple(value[1]) if len(value) > 1 else None,
+                         dict(value[2]) if len(value) > 2 else {})
+
+
 def parse_description(raw: dict[str, Any]) -> RobotDescription:
     """A description from its TOML table (inheritance already merged, see :mod:`.registry`),
     checked in itself; :func:`mocapline.robot.model.load_ik_model` checks it against its model."""
@@ -225,8 +238,7 @@ def parse_description(raw: dict[str, Any]) -> RobotDescription:
     template = None
     if "ik_template" in raw:
         t = raw["ik_template"]
-        frames = {k: TemplateFrame(str(v[0]), tuple(v[1]) if len(v) > 1 else (), dict(v[2]) if len(v) > 2 else {})
-                  for k, v in dict(t.get("frames", {})).items()}
+        frames = {k: _template_frame(k, v) for k, v in dict(t.get("frames", {})).items()}
         template = _table(IKTemplate, {"robot": t.get("robot")}, f"{name}: [ik_template]", frames=frames)
     special = ("model", "joints", "ik_sites", "hands", "ik_template")
     desc = _table(RobotDescription, {k: v for k, v in raw.items() if k not in special},

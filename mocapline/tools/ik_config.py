@@ -13,7 +13,8 @@ and per table entry:
   T-pose for Axis Studio, CMU and Mixamo, the N-pose for Xsens), both robots at the origin facing
   +X: the heading cancels out;
 - the position offset places the new frame where its human joint is: the anchor (the mean of the
-  listed joints' anchors, or the frame's origin) seen from the frame, in its own axes;
+  listed joints' anchors, or the frame's origin) seen from the frame, in its own axes; a frame
+  named without an anchor keeps the template's offset (a build of the same geometry);
 - the scale of a body is the template's times the ratio of its anchor's distance from the root's
   anchor on the two robots (the root's: of the anchors' heights when standing).
 
@@ -92,11 +93,15 @@ def derive(raw: dict[str, Any], source: str, template: RobotDescription, robot: 
         raise RobotDescriptionError(f"{robot.name}: [ik_template.frames] does not map {', '.join(missing)}")
 
     def anchors(frame: str) -> tuple[np.ndarray, np.ndarray]:
-        """The human joint's place on the template robot (its frame less its offset) and on this one."""
+        """The human joint's place on the template robot (its frame less its offset) and on this one
+        (the template's offset kept where the description names no anchor)."""
         p_old, q_old = old.frame(frame)
+        offset = np.array(entries[frame][3], dtype=np.float64)
         target = spec.frames[frame]
-        return (p_old - Q.rotate(q_old, np.array(entries[frame][3], dtype=np.float64)),
-                new.anchor(target.frame, target.anchor))
+        if target.anchor is None:
+            p_new, q_new = new.frame(target.frame)
+            return p_old - Q.rotate(q_old, offset), p_new - Q.rotate(q_new, offset)
+        return p_old - Q.rotate(q_old, offset), new.anchor(target.frame, target.anchor)
 
     def carry(frame: str, entry: list[Any]) -> list[Any]:
         target = spec.frames[frame]
