@@ -44,6 +44,7 @@ from mocapline.core.counters import (
     as_published,
 )
 from mocapline.core.ledger import index_ranges
+from mocapline.core.robotfigures import ledger_block
 
 # The ledger fields capture owns, then the whole ledger in its documented order.
 CAPTURE_FIELDS: tuple[str, ...] = (
@@ -224,6 +225,7 @@ def pipeline_counts(layers: Layers) -> dict[str, Any]:
     }
     if layers.robot is not None:
         counts["robot_applied"] = layers.robot.robot_applied
+        counts["robot"] = ledger_block(layers.robot)  # how the bridge kept up (core/robotfigures.py)
     # Frames between capture's FIFO and the IK: capture's own queue plus those on the wire.
     counts["input_pending"] = (cap.input_pending if cap else 0) + max(
         0, (whole.human_frames_sent if whole else 0) - (ret.frames_in if ret else 0))

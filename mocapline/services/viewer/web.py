@@ -37,6 +37,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
+from mocapline.core import robotfigures
 from mocapline.core.counters import RetargetTotals, Stages, read_stages
 from mocapline.core.verdict import performer_layers, pipeline_counts, stage_layers, stage_rows, with_verdict
 from mocapline.services.viewer import websocket
@@ -178,10 +179,12 @@ def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency
         "latency": latency.as_dict(),
         "durable": readable_rows(viewer.get("durable") or {}),
         "performers": performer_rows(typed),
-        # the bridge's own tracking error (measured minus commanded, last 10 s), where it runs
+        # the bridge's own tracking error (measured minus commanded, last 10 s), where it runs, and
+        # its figures in words (core/robotfigures.py: as `up` and `status` show them)
         "robot": None if bridge is None else {
             "robot_state": bridge.robot_state, "command_rate_hz": bridge.command_rate_hz,
-            "tracking_error_rad": {group: dataclasses.asdict(e) for group, e in bridge.tracking_error_rad.items()}},
+            "tracking_error_rad": {group: dataclasses.asdict(e) for group, e in bridge.tracking_error_rad.items()},
+            "figures": robotfigures.rows(robotfigures.ledger_block(bridge))},
     }
 
 

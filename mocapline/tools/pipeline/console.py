@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from mocapline.core import robotfigures
 from mocapline.core.bus import request_stages
 from mocapline.core.counters import RetargetTotals, Stages, WorkerShare, from_parts, read_stages
 from mocapline.core.verdict import stage_rows
 from mocapline.services.auditor.audit import audit, with_workers
+from mocapline.tools.sim.service import SimCounters
 
 # A service's log line (core/lifecycle.LOG_FORMAT) at WARNING or above.
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (\S+) (WARNING|ERROR|CRITICAL) (.*)$")
@@ -32,12 +34,12 @@ _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (\S+) (WARNING|ERRO
 _SERVICE_SAYS = re.compile(r"^(mocapline \w+: .*)$")
 
 
-def snapshot(nats_url: str, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+def snapshot(nats_url: str, timeout: float = 2.0, also: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
     """Every stage's counts, read downstream first (``bus.request_stages``: one consistent picture,
     retarget's workers included); {} when NATS is down. Retarget as workers: ``retarget`` is their
-    sum (``with_workers``)."""
+    sum (``with_workers``). ``also``: services asked after them (the sim)."""
     try:
-        stages = asyncio.run(request_stages(nats_url, timeout))
+        stages = asyncio.run(request_stages(nats_url, timeout, also))
     except Exception:  # noqa: BLE001 - the next tick asks again
         return {}
     return with_workers(stages)
@@ -115,7 +117,8 @@ class LiveConsole:
         with self._lock:
             notices, self._notices = self._notices, []
         if self.interactive:
-            text = format_table(read_stages(stages)) + "\n" + verdict_line(stages) + "\n" + self.FOOTER
+            text = "\n".join([format_table(read_stages(stages)), *robot_lines(stages), verdict_line(stages),
+                              self.FOOTER])
             erase = f"\x1b[{self._lines_drawn}F\x1b[J" if self._lines_drawn else ""
             self.out.write(erase + "".join(n + "\n" for n in notices) + text + "\n")
             self._lines_drawn = text.count("\n") + 1
@@ -149,6 +152,17 @@ def format_table(stages: Stages) -> str:
     return "\n".join(lines)
 
 
+def robot_lines(stages: Mapping[str, dict[str, Any]]) -> list[str]:
+    """The robot end, where it runs: how the bridge keeps up, and what the sim takes of its commands."""
+    robot = read_stages(stages).robot
+    if robot is None:
+        return []
+    out = [f"robot: {robotfigures.line(robotfigures.ledger_block(robot))}"]
+    if stages.get("sim"):
+        out.append(f"sim: {SimCounters.from_json(stages['sim']).summary()}")
+    return out
+
+
 def worker_lines(workers: Mapping[str, WorkerShare]) -> list[str]:
     """Retarget as workers: which worker owns which performers, and the frames each retargeted."""
     return [f"  {name}: performers {','.join(map(str, w.owned)) or '-'}, {w.frames} frames"
@@ -164,7 +178,8 @@ def format_line(stages: Stages) -> str:
         f"missing {_n(cap and cap.source_missing_indices)}) | retarget {_n(ret and ret.gmr_processed)} | "
         f"streamer {_n(st and st.on_the_wire)} (pending {_n(st and st.pending)}) | "
         f"viewer {_n(view and view.viewer_applied)} | "
-        + (f"robot {stages.robot.robot_applied} | " if stages.robot else "")
+        + (f"robot {stages.robot.robot_applied} ({robotfigures.line(robotfigures.ledger_block(stages.robot))}) | "
+           if stages.robot else "")
         + f"last_posture_index {_n(cap.last_posture_index if cap else None)}"
     )
 
@@ -190,6 +205,14 @@ def print_ledger(ledger: dict[str, Any], *, segments_shown: int = 3) -> None:
                 for name, led in value.items():
                     print(f"  performer {name} ({led.get('avatar_name', '')}): {led.get('state')}, unique "
                           f"{led.get('source_unique_frames')}, missing {led.get('source_missing_indices')}")
+            continue
+        if key == "robot" and isinstance(value, dict):  # the bridge's figures, one a line
+            print(key)
+            for label, text in robotfigures.rows(value):
+                print(f"  {label:<20} {text}")
+            continue
+        if key == "sim" and isinstance(value, dict):
+            print(f"{key:<{width}}  {SimCounters.from_json(value).summary()}")
             continue
         if key == "retarget_workers" and isinstance(value, dict):
             print(key)

@@ -174,7 +174,7 @@ def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
         stack.supervise()  # a service that died is started again (durable mode: it resumes)
         for notice in logs.new_notices():
             console.notice(notice)
-        console.draw(snapshot(config.nats_url))
+        console.draw(snapshot(config.nats_url, also=("sim",) if config.robot == "sim" else ()))
     console.release()
     guard.enter(Phase.DRAINING)
     if emitter is not None:
@@ -184,6 +184,9 @@ def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
     try:
         finals = stack.drain()
         print_ledger(stack.verdict(finals))
+        robot_end = stack.stop_robot_end()
+        for line in robot_end.lines() if robot_end is not None else []:
+            print(line, flush=True)
     except Interrupted:
         raise
     except Exception as exc:  # noqa: BLE001 - still stop everything

@@ -346,6 +346,8 @@ async function refreshLedger() {
       badge.textContent = 'viewer only (no pipeline on NATS)';
       badge.className = 'badge wait';
     }
+    $('robot-section').hidden = !d.robot;
+    if (d.robot) kv('robot', d.robot.figures, (k, x) => (k === 'deadline misses' || k.startsWith('stalls')) && !String(x).startsWith('0'));
     drawPerformers(d.performers || []);
     kv('viewer', Object.entries(d.viewer), (k, x) => (k === 'crc_invalid' || k === 'frame_id_gaps') && x > 0);
     $('durable-section').hidden = !d.durable.length;
