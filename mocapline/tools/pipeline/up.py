@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import DEFAULT_URL
+from mocapline.core.metrics import DEFAULT_HOST as METRICS_HOST
 from mocapline.core.modes import SOURCE_PORTS, Display, Source, Transport
 from mocapline.core.options import EnvArgumentParser, choices, port_number, positive_float
 from mocapline.core.segmentlog import FSYNC_POLICIES
@@ -66,6 +67,9 @@ def add_stack_options(p: EnvArgumentParser) -> None:
                    help="plain PUSH/PULL links, nothing on disk: faster, but a crashed service loses frames")
     p.add_argument("--fsync", choices=FSYNC_POLICIES, default="interval",
                    help="durable mode: when logs are flushed to disk (see mocapline/core/segmentlog.py)")
+    p.add_argument("--metrics-host", default=METRICS_HOST,
+                   help="address every service's Prometheus /metrics binds: loopback by default; 0.0.0.0 for a "
+                        "Prometheus on another host (compose's METRICS_BIND says it there)")
     p.add_argument("--retarget-workers", type=int, default=0, metavar="N",
                    help="durable mode: retarget as N workers sharing the performers (assignment in NATS "
                         "JetStream; a NATS started here runs with -js); 0 = one retarget (README: Scaling retarget)")
@@ -98,6 +102,7 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
         state_dir=None if args.plain else (args.state_dir or log_dir / "state"),
         fsync=args.fsync,
         retarget_workers=0 if args.plain else args.retarget_workers,
+        metrics_host=args.metrics_host,
     )
     for key, value in overrides.items():
         setattr(config, key, value)
@@ -134,8 +139,8 @@ def startup_lines(config: StackConfig, args: Any) -> list[str]:
         f"robots/viewers -> tcp://{config.bind_host}:{config.output_port}; logs in {config.log_dir}",
         "mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
                          if config.state_dir is not None else "plain links (--plain): nothing kept on disk"),
-        f"mocapline: NATS {config.nats_url}; /metrics on 9101-9105 (capture, retarget, streamer, viewer, auditor)"
-        + (", 9107 (robot)" if config.robot else ""),
+        f"mocapline: NATS {config.nats_url}; /metrics on {config.metrics_host}:9101-9105 (capture, retarget, "
+        "streamer, viewer, auditor)" + (", 9107 (robot)" if config.robot else ""),
     ]
     if config.bind_host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("MOCAPLINE_CURVE_SERVER_KEY"):
         lines.append(f"mocapline: WARNING: the robot port is bound on {config.bind_host}, reachable from other "
