@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 from helpers import published
@@ -298,3 +299,24 @@ def test_the_sims_count_and_the_bridges_agree_or_the_difference_is_named() -> No
                     "superseded (a newer one came before the physics step), 8 rejected")
     assert "3 not received (sent before the sim's reader matched, or lost by DDS)" in command_balance(20554, sim)
     assert "another publisher on the DDS domain" in command_balance(20000, sim)
+
+
+def test_the_run_folder_up_made_goes_after_a_clean_exit_and_stays_named_after_a_failure(tmp_path) -> None:
+    """Each `up` left a 10-13 MB /tmp/mocapline-XXXX folder that nothing removed or reused."""
+    from mocapline.tools.pipeline.up import tidy_run_folder
+
+    def run_folder(name: str) -> Path:
+        folder = tmp_path / name
+        (folder / "state" / "capture").mkdir(parents=True)
+        (folder / "capture.log").write_text("...\n")
+        return folder
+
+    clean = run_folder("clean")
+    assert tidy_run_folder(clean, 0, keep=False) is None and not clean.exists()
+    failed = run_folder("failed")
+    assert tidy_run_folder(failed, 1, keep=False) == f"mocapline up: logs kept in {failed}" and failed.is_dir()
+    kept = run_folder("kept")
+    assert tidy_run_folder(kept, 0, keep=True) == f"mocapline up: logs kept in {kept}" and kept.is_dir()
+    empty = tmp_path / "preflight"  # pre-flight failed: nothing was started, nothing to read
+    empty.mkdir()
+    assert tidy_run_folder(empty, 1, keep=False) is None and not empty.exists()

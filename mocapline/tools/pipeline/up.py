@@ -10,6 +10,7 @@ none answers at --nats. `--demo` also replays the bundled take (looping); `--no-
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -125,6 +126,9 @@ def build_parser() -> EnvArgumentParser:
                    help="the robot end (docs/robot.md): sim = `mocapline robot` driving a G1 in physics "
                         "(`mocapline sim`); g1 = the bridge alone, for a real G1 (--robot-domain 0 "
                         "--robot-interface NIC); needs pip install -e '.[robot]'")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep the run folder up makes without --log-dir (logs, durable state) after a clean exit "
+                        "too; it is always kept, and named, after a failure")
     p.add_argument("--robot-domain", type=int, default=None, help="DDS domain (default: 1 with sim, 0 with g1)")
     p.add_argument("--robot-interface", default=None, help="DDS network interface (default: lo with sim)")
     return p
@@ -134,9 +138,11 @@ def startup_lines(config: StackConfig, args: Any) -> list[str]:
     """What the person needs to keep: where to send, where to look, where the logs are."""
     main_path = (f"capture -> tcp {config.axis_host}:{config.axis_port}" if config.transport == "tcp"
                  else f"{'Xsens MVN' if config.source == 'xsens' else 'Axis Studio'} -> udp {config.main_port}")
+    tidied = args.log_dir is None and not args.keep_logs
     lines = [
         f"mocapline: pipeline up; {main_path}{' + udp ' + str(config.side_port) if config.merge else ''}; "
-        f"robots/viewers -> tcp://{config.bind_host}:{config.output_port}; logs in {config.log_dir}",
+        f"robots/viewers -> tcp://{config.bind_host}:{config.output_port}; logs in {config.log_dir}"
+        + (" (removed after a clean exit: --keep-logs keeps them)" if tidied else ""),
         "mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
                          if config.state_dir is not None else "plain links (--plain): nothing kept on disk"),
         f"mocapline: NATS {config.nats_url}; /metrics on {config.metrics_host}:9101-9105 (capture, retarget, "
@@ -200,6 +206,16 @@ def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
     return 0
 
 
+def tidy_run_folder(folder: Path, code: int, keep: bool) -> str | None:
+    """The run folder `up` made itself (no --log-dir: logs and durable state) after the run:
+    removed after a clean exit unless ``keep`` (each run left 10-13 MB behind); kept after a
+    failure, where its logs are what to read, and the line to say where it is returned."""
+    if keep or (code != 0 and folder.is_dir() and any(folder.iterdir())):
+        return f"mocapline up: logs kept in {folder}"
+    shutil.rmtree(folder, ignore_errors=True)
+    return None
+
+
 def robot_options(args: Any) -> dict[str, Any]:
     if not args.robot:
         return {}
@@ -226,7 +242,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mocapline up: {exc}", file=sys.stderr)
         return 2
     stack = Stack(config)
-    return run_stack(stack, "mocapline up", lambda guard: run(stack, args, guard))
+    code = run_stack(stack, "mocapline up", lambda guard: run(stack, args, guard))
+    if args.log_dir is None and config.log_dir is not None:
+        kept = tidy_run_folder(config.log_dir, code, args.keep_logs)
+        if kept:
+            print(kept, file=sys.stderr, flush=True)
+    return code
 
 
 if __name__ == "__main__":
