@@ -70,6 +70,19 @@ def test_verdict_line_says_frames_in_flight() -> None:
     assert verdict_line({}) == "verdict: waiting for the stages"
 
 
+def test_before_the_first_frame_the_verdict_says_it_waits_not_conserved() -> None:
+    """The first live table, before any frame, read `verdict: conserved; segments 0 ...
+    last_posture_index None`."""
+    from mocapline.services.auditor.audit import audit
+
+    empty = {"capture": published(CaptureCounts), "retarget": published(RetargetCounts),
+             "streamer": published(StreamerCounts), "viewer": published(ViewerCounts)}
+    assert verdict_line(empty) == "verdict: waiting for the first frame (nothing received yet; rejected 0)"
+    live = audit({"services": empty, "side": None}, final=False)
+    assert live["state"] == "waiting for the first frame" and live["unique_frames_conserved"] == 0
+    assert audit({"services": empty, "side": None})["state"] == "conserved"  # a drained empty take: nothing lost
+
+
 def test_log_watch_reports_warnings_errors_and_tracebacks_once(tmp_path) -> None:
     log = tmp_path / "viewer.log"
     log.write_text("2026-12-01 01:00:00,000 old WARNING before the start\n")

@@ -12,7 +12,8 @@ a new segment, but it is not a loss, so a looping take of any length can end con
 
 ``state`` says in words where a take stands: ``conserved``; ``running, N in flight`` (frames on
 their way between the first and the last stage, nothing missing: the normal state of a live take);
-or ``not conserved: ...`` with the reason. A take is judged lost only once it is final (drained):
+``waiting for the first frame`` (a live take that has received none); or ``not conserved: ...``
+with the reason. A take is judged lost only once it is final (drained):
 before that, unequal layer counts are frames in flight.
 
 The streamer's output balances at every moment: ``motion_generated == zmq_sent + streamer_pending +
@@ -130,8 +131,16 @@ def in_flight(counts: dict[str, Any]) -> int:
     return max(0, layers[0] - layers[-1]) if layers else 0
 
 
+def waiting(counts: dict[str, Any], *, final: bool) -> bool:
+    """A live take that has not received a frame yet: nothing to judge (0 == 0 == ... is no
+    verdict), so not ``conserved`` either."""
+    return not final and counts.get("source_received") == 0 and not counts.get("source_unique_frames")
+
+
 def state(counts: dict[str, Any], *, final: bool) -> str:
     """The verdict in words (see the module docstring)."""
+    if waiting(counts, final=final):
+        return "waiting for the first frame"
     if conserved(counts):
         return "conserved"
     missing = counts.get("source_missing_indices") or 0
@@ -150,7 +159,7 @@ def state(counts: dict[str, Any], *, final: bool) -> str:
 def with_verdict(counts: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
     """The ledger in its documented field order, with unique_frames_conserved and state filled in."""
     out = {key: counts.get(key) for key in LEDGER_FIELDS}
-    out["unique_frames_conserved"] = int(conserved(counts))
+    out["unique_frames_conserved"] = int(conserved(counts) and not waiting(counts, final=final))
     out["state"] = state(counts, final=final)
     extra = {k: v for k, v in counts.items() if k not in out}
     produced, sent, pending = (counts.get(k) for k in ("motion_generated", "zmq_sent", "streamer_pending"))

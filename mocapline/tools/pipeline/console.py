@@ -50,8 +50,10 @@ def verdict_line(stages: dict[str, dict[str, Any]]) -> str:
     if "capture" not in stages:
         return "verdict: waiting for the stages"
     v = audit({"services": stages, "side": None}, final=False)
+    if v["source_received"] == 0:
+        return f"verdict: {v['state']} (nothing received yet; rejected {_n(v['rejected_datagrams'])})"
     return (f"verdict: {v['state']}; segments {v.get('segments') or 0}, missing {v['source_missing_indices']}, "
-            f"duplicate {v['source_duplicate_indices']}, last_posture_index {v['last_posture_index']}")
+            f"duplicate {v['source_duplicate_indices']}, last_posture_index {_n(v['last_posture_index'])}")
 
 
 @dataclass
