@@ -71,6 +71,29 @@ def test_page_data_has_every_stage_and_the_verdict() -> None:
     assert d["performers"] == []
 
 
+def test_the_page_says_what_its_verdict_and_its_two_latencies_measure() -> None:
+    """A healthy running take showed `unique_frames_conserved 0` throughout, a chart p99 of 16.4 ms
+    beside the viewer block's latency_p99_ms 539.565 with nothing saying what each measures, and a
+    plots hint (`--plots-dir TAKE`) that is wrong under `up`."""
+    running = {
+        "capture": published(CaptureCounts, source_received=9, human_frames_sent=9, source_unique_frames=9),
+        "retarget": published(RetargetCounts, frames_in=9, robot_frames_sent=9, gmr_processed=9),
+        "streamer": published(StreamerCounts, frames_in=9, zmq_sent=7, motion_generated=9, pending=2),
+        "viewer": published(ViewerCounts, viewer_received=7, viewer_applied=7),
+    }
+    d = page_data({"viewer_applied": 7, "latency_p99_ms": 539.565}, running, LatencyHistory(list))
+    source = dict(d["source"])
+    assert source["unique_frames_conserved"] == "not yet (running, 2 in flight): judged once drained"
+    assert d["viewer"] == {"viewer_applied": 7,
+                           "latency p99 ms (last 20,000 frames, unwatched time included)": 539.565}
+    html = (STATIC / "index.html").read_text()
+    assert "while a page watched" in html  # the chart's own latency: per second, only while watched
+    assert "--plots-dir TAKE" not in html and "mocapline up --plots-dir DIR" in html
+    done = {**running, "streamer": published(StreamerCounts, frames_in=9, zmq_sent=9, motion_generated=9),
+            "viewer": published(ViewerCounts, viewer_received=9, viewer_applied=9)}
+    assert dict(page_data({}, done, LatencyHistory(list))["source"])["unique_frames_conserved"] == 1
+
+
 def test_the_page_shows_how_the_robot_bridge_keeps_up() -> None:
     """`up --demo --robot sim`: the page had the bridge's state, rate and tracking error; its
     period p99, deadline misses, stalls and latency were only in robot.log."""

@@ -121,7 +121,8 @@ def build_parser() -> EnvArgumentParser:
                    help="viewer display")
     p.add_argument("--web-port", type=port_number, default=8080, help="port of the web viewer")
     p.add_argument("--plots-dir", type=Path, default=None,
-                   help="a take folder with `mocapline plot` output: the web viewer links its plots")
+                   help="a folder of `mocapline plot` output (./TAKE_plots, or a folder of them): the web "
+                        "viewer links every PNG below it")
     p.add_argument("--robot", choices=("sim", "g1"), default=None,
                    help="the robot end (docs/robot.md): sim = `mocapline robot` driving a G1 in physics "
                         "(`mocapline sim`); g1 = the bridge alone, for a real G1 (--robot-domain 0 "
