@@ -72,6 +72,8 @@ LEDGER_FIELDS: tuple[str, ...] = (
 LAYERS: tuple[str, ...] = ("source_unique_frames", "gmr_processed", "motion_generated", "zmq_sent", "viewer_applied",
                            "robot_applied")
 CONSUMER_LAYERS = ("viewer_applied", "robot_applied")  # judged only when that consumer is part of the run
+LAYER_NAMES = {"source_unique_frames": "capture", "gmr_processed": "retarget", "motion_generated": "streamer",
+               "zmq_sent": "the robot port", "viewer_applied": "viewer", "robot_applied": "robot bridge"}
 
 # Where an index missing from the stream was lost, by which paths lack it.
 MAIN_ONLY = "main_only"  # our receiver or host load; merging the side path recovers it
@@ -156,12 +158,29 @@ def state(counts: dict[str, Any], *, final: bool) -> str:
     return f"running, {in_flight(counts)} in flight"
 
 
+def covers(counts: dict[str, Any]) -> str:
+    """What the verdict judges, in words: the layers compared, and who is not among them."""
+    return (" -> ".join(LAYER_NAMES[k] for k, _ in _layers(counts)) + "; the robot port's other consumers "
+            "(a tap, your robot) are not judged: their own counts are under consumers")
+
+
+def consumers_behind(counts: dict[str, Any]) -> dict[str, str]:
+    """Consumers of the robot port that left with frames still waiting for them, in words."""
+    return {name: (f"left with {c['backlog']} frames waiting for it in the streamer's log: not lost, they are "
+                   "its own when it comes back under that name (until --consumer-backlog evicts it); not part of "
+                   "the verdict")
+            for name, c in (counts.get("consumers") or {}).items() if c.get("backlog") and not c.get("connected")}
+
+
 def with_verdict(counts: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
     """The ledger in its documented field order, with unique_frames_conserved and state filled in."""
     out = {key: counts.get(key) for key in LEDGER_FIELDS}
     out["unique_frames_conserved"] = int(conserved(counts) and not waiting(counts, final=final))
     out["state"] = state(counts, final=final)
     extra = {k: v for k, v in counts.items() if k not in out}
+    extra["verdict_covers"] = covers(counts)
+    if behind := consumers_behind(counts):
+        extra["consumers_behind"] = behind
     produced, sent, pending = (counts.get(k) for k in ("motion_generated", "zmq_sent", "streamer_pending"))
     if produced is not None and sent is not None and pending is not None:
         unconfirmed = counts.get("unconfirmed") or 0
