@@ -34,8 +34,8 @@ class StackConfig:
     merge: bool = False
     nats_url: str = "nats://127.0.0.1:4222"
     human_port: int = 5556
-    robot_port: int = 5557
-    output_port: int = 5555
+    robot_port: int = 5557  # the retarget -> streamer link (RobotFrames; `up --retarget-port`)
+    output_port: int = 5555  # the robot port (robots, viewers, taps: `up --output-port`)
     # The robot port's address: loopback unless told otherwise (another one without CURVE warns).
     bind_host: str = "127.0.0.1"
     # Durable mode: the robot port as a plain PUSH fed from the streamer's log, for consumers that

@@ -47,9 +47,12 @@ def add_stack_options(p: EnvArgumentParser) -> None:
     p.add_argument("--merge", action="store_true",
                    help="capture merges main + side by posture_index (recovers main-path losses)")
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server (started locally if not reachable)")
-    p.add_argument("--output-port", type=port_number, default=5555, help="tcp port of the streamer's output")
-    p.add_argument("--human-port", type=port_number, default=5556, help="tcp port of the capture -> retarget link")
-    p.add_argument("--robot-port", type=port_number, default=5557, help="tcp port of the retarget -> streamer link")
+    p.add_argument("--output-port", type=port_number, default=5555,
+                   help="the robot port: tcp port robots, viewers and taps connect to (the streamer's output)")
+    p.add_argument("--human-port", type=port_number, default=5556,
+                   help="tcp port of the capture -> retarget link (HumanFrames; internal)")
+    p.add_argument("--retarget-port", type=port_number, default=5557,
+                   help="tcp port of the retarget -> streamer link (RobotFrames; internal, not the robot port)")
     p.add_argument("--bind-host", default="127.0.0.1",
                    help="address the robot port binds on: loopback by default; another one (0.0.0.0 for all) "
                         "without CURVE prints a warning")
@@ -92,7 +95,7 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
         nats_url=args.nats,
         output_port=args.output_port,
         human_port=args.human_port,
-        robot_port=args.robot_port,
+        robot_port=args.retarget_port,
         bind_host=args.bind_host,
         plain_output=args.plain_output,
         input_fps=args.input_fps,
