@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import sys
 import threading
 from collections.abc import Mapping
@@ -119,7 +120,8 @@ class LiveConsole:
         with self._lock:
             notices, self._notices = self._notices, []
         if self.interactive:
-            text = "\n".join([format_table(read_stages(stages)), *robot_lines(stages), verdict_line(stages),
+            width = min(shutil.get_terminal_size((120, 40)).columns, 120) - 1
+            text = "\n".join([format_table(read_stages(stages)), *robot_lines(stages, width), verdict_line(stages),
                               self.FOOTER])
             erase = f"\x1b[{self._lines_drawn}F\x1b[J" if self._lines_drawn else ""
             self.out.write(erase + "".join(n + "\n" for n in notices) + text + "\n")
@@ -154,15 +156,30 @@ def format_table(stages: Stages) -> str:
     return "\n".join(lines)
 
 
-def robot_lines(stages: Mapping[str, dict[str, Any]]) -> list[str]:
-    """The robot end, where it runs: how the bridge keeps up, and what the sim takes of its commands."""
+def robot_lines(stages: Mapping[str, dict[str, Any]], width: int = 100) -> list[str]:
+    """The robot end, where it runs: how the bridge keeps up, and what the sim takes of its
+    commands; lines of at most ``width`` (a line the terminal wrapped would break the redraw)."""
     robot = read_stages(stages).robot
     if robot is None:
         return []
-    out = [f"robot: {robotfigures.line(robotfigures.ledger_block(robot))}"]
+    out = packed("robot: ", [f"{label} {value}" for label, value in
+                             robotfigures.rows(robotfigures.ledger_block(robot))], width)
     if stages.get("sim"):
-        out.append(f"sim: {SimCounters.from_json(stages['sim']).summary()}")
+        out += packed("sim: ", SimCounters.from_json(stages["sim"]).summary().split(", "), width)
     return out
+
+
+def packed(prefix: str, items: list[str], width: int) -> list[str]:
+    """``items`` joined by ", " after ``prefix``, in lines of at most ``width`` where they fit."""
+    lines = [prefix]
+    for item in items:
+        sep = "" if lines[-1] in (prefix, " " * len(prefix)) else ", "
+        if len(lines[-1]) + len(sep) + len(item) > width and lines[-1].strip():
+            lines[-1] += ","
+            lines.append(" " * len(prefix))
+            sep = ""
+        lines[-1] += sep + item
+    return lines
 
 
 def worker_lines(workers: Mapping[str, WorkerShare]) -> list[str]:
