@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import sys
 
+from mocapline.bench.cli import BENCHMARKS
 from mocapline.core.subcommands import dispatch
 
 # name -> (module, one-line summary). Each module has `main(argv: list[str] | None) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
     "capture": ("mocapline.services.capture.service", "receive Axis BVH / Xsens UDP, ledger, FK, push HumanFrames"),
     "retarget": ("mocapline.services.retarget.main", "IK onto the robot: HumanFrames in, RobotFrames out"),
-    "streamer": ("mocapline.services.streamer.main", "resample, MocapFrame + header, lossless PUSH on tcp 5555"),
+    "streamer": ("mocapline.services.streamer.main",
+                 "resample, MocapFrame + header; the robot port on tcp 5555: an acknowledged fan-out to named "
+                 "consumers"),
     "viewer": ("mocapline.services.viewer.service", "validate and apply MocapFrames to the robot in MuJoCo"),
     "auditor": ("mocapline.services.auditor.service", "side-path audit and the conservation verdict"),
     "robot": ("mocapline.services.robot.service", "drive a Unitree robot over DDS (LowCmd) from the stream, safely"),
@@ -30,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("mocapline.tools.pipeline.up", "start the whole pipeline (NATS too), live counts, Ctrl-C drains and stops"),
     "demo": ("mocapline.tools.pipeline.demo", "run the pipeline on an emitted take and print the final ledger"),
     "status": ("mocapline.tools.pipeline.status", "ask a running pipeline for its ledger and verdict"),
-    "bench": ("mocapline.bench.cli", "benchmarks: capture, retarget, e2e"),
+    "bench": ("mocapline.bench.cli", "benchmarks: " + ", ".join(BENCHMARKS)),
     "retarget-file": ("mocapline.tools.retarget_file", "a BVH take (Axis, CMU, Mixamo) as a robot reference clip"),
     "export": ("mocapline.tools.recorder.export", "a take as a 50 Hz robot reference clip (.npz + .csv)"),
     "replay": ("mocapline.tools.recorder.replay", "a recorded take through the pipeline, offline, deterministic"),

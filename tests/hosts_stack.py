@@ -178,7 +178,8 @@ class Pipeline:
     def start_worker(self, w: str) -> None:
         self._start(w, [*CLI, "retarget", f"--worker={w}", f"--input=tcp://{self.addr('capture')}:{HUMAN}",
                         "--output=tcp://0.0.0.0:*", *self._advertise(w), f"--input-fps={RATE}",
-                        "--metrics-port=auto", "--status-interval=0", *self._state(f"retarget.{w}")],
+                        "--metrics-port=auto", "--metrics-host=0.0.0.0",  # scraped from the other hosts
+                        "--status-interval=0", *self._state(f"retarget.{w}")],
                     name=f"retarget.{w}")
 
     @property

@@ -472,6 +472,18 @@ def test_healthchecks_probe_a_port_the_service_binds(services, parsed) -> None:
             assert test[:3] == ["CMD", "python", "-c"], "the slim image has no curl: python's urllib"
 
 
+def test_metrics_bind_where_the_env_file_says(services, parsed, env) -> None:
+    """A service's /metrics binds loopback unless told (mocapline/core/metrics.py); compose tells
+    every one METRICS_BIND, the address Prometheus scrapes (loopback: it runs on this host)."""
+    from mocapline.core.metrics import DEFAULT_HOST
+
+    assert DEFAULT_HOST == "127.0.0.1"
+    for name in PIPELINE:
+        if name in parsed:
+            assert service_env(services[name]).get("MOCAPLINE_METRICS_HOST") == env["METRICS_BIND"], name
+            assert parsed[name].metrics_host == env["METRICS_BIND"], name
+
+
 def test_depends_on_targets_exist_and_are_healthchecked(services) -> None:
     for name, svc in services.items():
         for target, spec in depends_on(svc).items():

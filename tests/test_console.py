@@ -11,16 +11,27 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 from helpers import published
 
-from mocapline.core.counters import CaptureCounts, RetargetCounts, StreamerCounts, ViewerCounts, read_stages
+from mocapline.core.counters import (
+    CaptureCounts,
+    RetargetCounts,
+    RobotCounts,
+    StreamerCounts,
+    TrackingError,
+    ViewerCounts,
+    read_stages,
+)
 from mocapline.core.lifecycle import stop_on_signals
 from mocapline.core.options import EnvArgumentParser, non_negative_float, parse_index_list, positive_int
-from mocapline.tools.pipeline.console import LiveConsole, LogWatch, verdict_line
+from mocapline.tools.pipeline.console import LiveConsole, LogWatch, print_ledger, verdict_line
 from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.procs import busy_port_message, child_pids, kill_children
+from mocapline.tools.sim.service import SimCounters, command_balance
 
 CAPTURE = {"source_received": 10, "human_frames_sent": 10, "source_unique_frames": 10,
            "source_backward_indices": 1, "last_posture_index": 4, "segments": 2}
@@ -57,6 +68,19 @@ def test_not_a_terminal_gets_one_line_per_tick() -> None:
 def test_verdict_line_says_frames_in_flight() -> None:
     assert verdict_line(STAGES).startswith("verdict: running, 2 in flight; segments 2, missing 0")
     assert verdict_line({}) == "verdict: waiting for the stages"
+
+
+def test_before_the_first_frame_the_verdict_says_it_waits_not_conserved() -> None:
+    """The first live table, before any frame, read `verdict: conserved; segments 0 ...
+    last_posture_index None`."""
+    from mocapline.services.auditor.audit import audit
+
+    empty = {"capture": published(CaptureCounts), "retarget": published(RetargetCounts),
+             "streamer": published(StreamerCounts), "viewer": published(ViewerCounts)}
+    assert verdict_line(empty) == "verdict: waiting for the first frame (nothing received yet; rejected 0)"
+    live = audit({"services": empty, "side": None}, final=False)
+    assert live["state"] == "waiting for the first frame" and live["unique_frames_conserved"] == 0
+    assert audit({"services": empty, "side": None})["state"] == "conserved"  # a drained empty take: nothing lost
 
 
 def test_log_watch_reports_warnings_errors_and_tracebacks_once(tmp_path) -> None:
@@ -196,7 +220,7 @@ def test_no_stage_shows_more_than_the_one_feeding_it_while_acknowledgements_are_
     assert outs == [3170, 3165, 3159, 3159]
     assert "streamer 3159 " in format_line(read_stages(stages)) and "robot" not in format_line(read_stages(stages))
     with_robot = read_stages({**stages, "robot": published(RobotCounts, robot_received=3150, robot_applied=3149)})
-    assert "viewer 3159 | robot 3149 | " in format_line(with_robot)
+    assert "viewer 3159 | robot 3149 (" in format_line(with_robot)
     assert stage_rows(with_robot)[-1][:3] == ("robot", 3150, 3149)
     ledger = audit({"services": stages, "side": None}, final=False)
     assert ledger["state"] == "running, 11 in flight"
@@ -232,3 +256,83 @@ def test_demo_without_a_viewer_still_reports_a_real_loss(change) -> None:
     from mocapline.tools.pipeline.demo import unconsumed_output
 
     assert unconsumed_output({**NO_VIEWER_LEDGER, **change}) is None
+
+
+# The robot end of `up --demo --robot sim` as a new user saw it, its figures only in robot.log.
+BRIDGE = published(RobotCounts, robot_received=8, robot_applied=8, commands_sent=20551, command_rate_hz=498.0,
+                   command_rate_mean_hz=487.3, period_p99_ms=7.5, deadline_misses=516, stalls=2, damped_s=0.0,
+                   catchup_ticks=41, clamps_by_reason={"range": 12}, latency_p50_ms=6.0, latency_p99_ms=354.9,
+                   tracking_error_rad={"legs": TrackingError(0.04, 0.03, 0.27), "waist": TrackingError(0.06, 0.05, 0.2),
+                                       "arms": TrackingError(0.02, 0.01, 0.11)},
+                   robot_state="tracking")
+SIM = asdict(SimCounters(commands_received=20551, commands_applied=18043, commands_superseded=2508))
+ROBOT_FIGURES = ("LowCmd rate 498/s (mean 487.3/s over 20551 commands)", "period p99 7.5 ms", "deadline misses 516",
+                 "stalls 2", "catch-up ticks 41", "clamps range 12", "latency p50 / p99 6.0 ms / 354.9 ms",
+                 "legs 0.270 rad, waist 0.200 rad, arms 0.110 rad")
+
+
+def test_the_live_table_shows_how_the_robot_keeps_up_and_what_the_sim_takes() -> None:
+    out = io.StringIO()
+    LiveConsole(out, interactive=True).draw({**STAGES, "robot": BRIDGE, "sim": SIM})
+    lines = out.getvalue().splitlines()
+    assert max(map(len, lines)) < 120, lines  # a line the terminal wraps would break the redraw in place
+    first = next(k for k, line in enumerate(lines) if line.startswith("robot: "))
+    robot = " ".join(line.strip() for line in lines[first:] if not line.startswith(("sim: ", "verdict")))
+    for figure in ROBOT_FIGURES:
+        assert figure in robot, robot
+    sim = " ".join(line.strip() for line in lines if line.startswith("sim: ") or line.startswith("     "))
+    assert "received 20551 LowCmd: 18043 stepped with, 2508 superseded" in sim, lines
+    out = io.StringIO()
+    LiveConsole(out, interactive=False).draw({**STAGES, "robot": BRIDGE})
+    assert "deadline misses 516" in out.getvalue() and out.getvalue().count("\n") == 1
+
+
+def test_the_final_ledger_and_status_carry_the_robots_figures(capsys) -> None:
+    from mocapline.services.auditor.audit import audit
+
+    verdict = audit({"services": {**STAGES, "robot": BRIDGE}, "side": None})
+    block = verdict["robot"]  # status --json, the drained ledger
+    assert block["deadline_misses"] == 516 and block["period_p99_ms"] == 7.5 and block["stalls"] == 2
+    assert block["latency_p99_ms"] == 354.9 and block["tracking_error_rad"]["arms"]["p99"] == 0.11
+    assert block["clamps_by_reason"] == {"range": 12} and block["catchup_ticks"] == 41
+    print_ledger({**verdict, "sim": SIM})
+    text = capsys.readouterr().out
+    for line in ("  deadline misses      516", "  period p99           7.5 ms",
+                 "  stalls               2 (damped 0.0 s)", "  latency p50 / p99    6.0 ms / 354.9 ms",
+                 "  catch-up ticks       41", "  tracking error p99   legs 0.270 rad, waist 0.200 rad, arms 0.110 rad"):
+        assert line in text, text
+    assert "received 20551 LowCmd: 18043 stepped with, 2508 superseded" in text
+
+
+def test_the_sims_count_and_the_bridges_agree_or_the_difference_is_named() -> None:
+    """The sim said commands_received 18043 against the bridge's commands_sent 20551, and nothing
+    said what the 2508 were: now every LowCmd is received (the reader keeps what comes between two
+    steps), and those a newer one replaced before the step are counted as superseded."""
+    sim = SimCounters(commands_received=20551, commands_applied=18043, commands_superseded=2500,
+                      rejected_by_reason={"crc_or_non_finite": 8})
+    line = command_balance(20551, sim)
+    assert line == ("the bridge sent 20551 LowCmd; the sim received 20551 LowCmd: 18043 stepped with, 2500 "
+                    "superseded (a newer one came before the physics step), 8 rejected")
+    assert "3 not received (sent before the sim's reader matched, or lost by DDS)" in command_balance(20554, sim)
+    assert "another publisher on the DDS domain" in command_balance(20000, sim)
+
+
+def test_the_run_folder_up_made_goes_after_a_clean_exit_and_stays_named_after_a_failure(tmp_path) -> None:
+    """Each `up` left a 10-13 MB /tmp/mocapline-XXXX folder that nothing removed or reused."""
+    from mocapline.tools.pipeline.up import tidy_run_folder
+
+    def run_folder(name: str) -> Path:
+        folder = tmp_path / name
+        (folder / "state" / "capture").mkdir(parents=True)
+        (folder / "capture.log").write_text("...\n")
+        return folder
+
+    clean = run_folder("clean")
+    assert tidy_run_folder(clean, 0, keep=False) is None and not clean.exists()
+    failed = run_folder("failed")
+    assert tidy_run_folder(failed, 1, keep=False) == f"mocapline up: logs kept in {failed}" and failed.is_dir()
+    kept = run_folder("kept")
+    assert tidy_run_folder(kept, 0, keep=True) == f"mocapline up: logs kept in {kept}" and kept.is_dir()
+    empty = tmp_path / "preflight"  # pre-flight failed: nothing was started, nothing to read
+    empty.mkdir()
+    assert tidy_run_folder(empty, 1, keep=False) is None and not empty.exists()

@@ -71,6 +71,8 @@ ADDED_SINCE_RECORDING: dict[str, dict[str, str]] = {
         ".verdict.props.*.segments": "issue 23", ".verdict.props.*.name": "issue 23",
         ".verdict.meta_datagrams": "issue 23", ".verdict.meta_datagrams.MXTP12": "issue 23",
         ".verdict.meta_datagrams.MXTP13": "issue 23", ".verdict.performers.*.human_height_m": "issue 23",
+        ".verdict.verdict_covers": "issue 34: what the verdict judges, in words",
+        ".verdict.performers.*.verdict_covers": "issue 34",
     },
 }
 

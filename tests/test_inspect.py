@@ -116,5 +116,5 @@ def test_bad_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture
     junk = tmp_path / "junk.bin"
     junk.write_bytes(b"hello world")
     assert inspect_main([str(junk)]) == 2
-    assert "neither a mocapline recording" in capsys.readouterr().err
+    assert "not a file mocapline reads; expected a take folder" in capsys.readouterr().err
     assert inspect_main([str(tmp_path / "missing.pcap")]) == 2

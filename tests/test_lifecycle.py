@@ -44,10 +44,15 @@ class Terminal:
 
     @classmethod
     def start(cls, *args: str) -> Terminal:
+        """`mocapline ARGS` of this checkout."""
+        return cls.start_command([sys.executable, "-m", "mocapline.cli", *args],
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    @classmethod
+    def start_command(cls, argv: list[str], *, env: dict[str, str], cwd: Path | None = None) -> Terminal:
         master, slave = pty.openpty()
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", "LINES": "40"}
-        proc = subprocess.Popen([sys.executable, "-m", "mocapline.cli", *args], stdin=slave, stdout=slave,
-                                stderr=slave, start_new_session=True, env=env)
+        proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True, cwd=cwd,
+                                env={**env, "COLUMNS": "120", "LINES": "40"})
         os.close(slave)
         return cls(proc, master)
 
@@ -106,7 +111,7 @@ def up_args(tmp_path: Path) -> tuple[list[str], list[tuple[int, int]]]:
     udp = [free_udp_port(), free_udp_port()]
     tcp = [free_tcp_port() for _ in range(5)]
     args = ["up", "--demo", "--log-dir", str(tmp_path / "logs"), "--main-port", str(udp[0]), "--side-port", str(udp[1]),
-            "--output-port", str(tcp[0]), "--human-port", str(tcp[1]), "--robot-port", str(tcp[2]),
+            "--output-port", str(tcp[0]), "--human-port", str(tcp[1]), "--retarget-port", str(tcp[2]),
             "--web-port", str(tcp[3]), "--nats", f"nats://127.0.0.1:{tcp[4]}"]
     return args, [(p, socket.SOCK_DGRAM) for p in udp] + [(p, socket.SOCK_STREAM) for p in tcp]
 

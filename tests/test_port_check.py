@@ -90,6 +90,32 @@ def test_a_consumer_that_dies_is_reported_with_its_status_and_stderr() -> None:
     assert "the consumer exited with status 3: robot: no /dev/g1" in result.detail, result.detail
 
 
+@pytest.mark.timeout(120)
+def test_a_consumer_that_exits_at_once_fails_every_case_without_waiting_for_it(monkeypatch) -> None:
+    """docs/protocol.md's first template, written with `mocapline tap ... --state {state}`, failed
+    all 9 cases ("[Errno 21] Is a directory"), each after waiting 10-15 s for a consumer that had
+    already exited with status 2. With the waits an hour long, only a case that stops waiting once
+    its consumer is gone finishes within the test's timeout."""
+    from mocapline.tools.portcheck import consumer_cases
+
+    monkeypatch.setattr(consumer_cases, "WAIT_S", 3600.0)
+    results = run_cases(f"{CLI} tap --endpoint {{endpoint}} --name {{name}} --state {{state}}")
+    assert [r.name for r in results] == [c.name for c in CASES] and not any(r.passed for r in results)
+    for r in results:
+        assert "the consumer exited with status 2" in r.detail and "Is a directory" in r.detail, r.detail
+
+
+def test_the_documented_templates_give_state_as_the_folder_it_is() -> None:
+    """Every `--state {state}` of a template in docs/protocol.md and `port-check --help` names a
+    file in the folder (the prose quoting the failing form, in backticks, aside)."""
+    from mocapline.tools.portcheck import cli
+
+    doc = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
+    for text in (doc, cli.__doc__ or ""):
+        after = re.findall(r"--state \{state\}(\S?)", text)
+        assert after and all(a in ("/", "`") for a in after), after
+
+
 def test_a_command_that_cannot_start_is_refused_before_any_case(capsys) -> None:
     from mocapline.tools.portcheck.cli import command_problem, main
 

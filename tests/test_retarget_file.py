@@ -44,6 +44,21 @@ def test_a_take_becomes_a_50_hz_clip_with_a_summary(tmp_path, capsys) -> None:
     assert summary["cpu_seconds"] > 0 and summary["cpu_speedup"] > 0
 
 
+def test_the_clip_goes_to_the_working_directory_not_beside_the_take(tmp_path, monkeypatch, capsys) -> None:
+    """`retarget-file assets/motion/X.bvh --csv` wrote X.npz and X.csv into the repository's
+    assets/motion/ (beside the input): they belong where the user is."""
+    here, there = tmp_path / "work", tmp_path / "takes"
+    here.mkdir()
+    there.mkdir()
+    take = there / TAKE.name
+    take.write_bytes(TAKE.read_bytes())
+    monkeypatch.chdir(here)
+    assert main([str(take), "--frames", "12", "--csv", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["npz"] == str(here / "cmu_14_19_arms.npz") and summary["csv"] == str(here / "cmu_14_19_arms.csv")
+    assert sorted(p.name for p in there.iterdir()) == [TAKE.name]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

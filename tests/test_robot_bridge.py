@@ -222,6 +222,7 @@ def test_the_pipeline_with_the_robot_end_is_conserved_through_the_robot(tmp_path
         emit_take(TakePlan(frames=240, first_index=100), [("127.0.0.1", config.main_port)], rate_hz=60)
         finals = stack.drain()
         verdict = stack.verdict(finals)
+        end = stack.stop_robot_end()  # as `up` does after the final ledger
     finally:
         stack.stop()
         spy.close()
@@ -235,3 +236,13 @@ def test_the_pipeline_with_the_robot_end_is_conserved_through_the_robot(tmp_path
     modes = stiff[-1]["motor_cmd"]["mode"]
     assert np.array_equal(np.flatnonzero(modes), np.sort(robot.motor_index))
     np.testing.assert_array_equal(modes[robot.motor_index], robot.motor_modes)
+    # how the bridge kept up, in the ledger itself (it was only on robot.log's last line)
+    assert verdict["robot"]["commands_sent"] == finals["robot"]["commands_sent"]
+    figures = {"period_p99_ms", "deadline_misses", "stalls", "latency_p99_ms", "tracking_error_rad"}
+    assert figures <= verdict["robot"].keys(), verdict["robot"]
+    # the sim took every LowCmd the bridge sent, each stepped with or superseded, none unexplained
+    assert end is not None and end.sim is not None
+    sim = end.sim
+    assert sim.commands_received == end.bridge.commands_sent > finals["robot"]["commands_sent"], end
+    assert sim.commands_received == sim.commands_applied + sim.commands_superseded and not sim.rejected_by_reason
+    assert "not received" not in end.lines()[-1], end.lines()

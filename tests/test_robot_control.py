@@ -145,6 +145,51 @@ def test_the_sim_is_deterministic_and_clips_torques_to_the_model_limits() -> Non
     assert not sim.apply(bad)
 
 
+class _Commands:
+    """A command reader that hands out the given batches of LowCmd samples, one batch a take."""
+
+    def __init__(self, batches: list[list[bytes]]) -> None:
+        self.batches = batches
+
+    def take(self, n: int) -> list[bytes]:
+        assert n >= max(map(len, self.batches), default=0)  # the sim takes everything that waits, up to its depth
+        return self.batches.pop(0) if self.batches else []
+
+
+class _Dds:
+    def __init__(self, batches: list[list[bytes]]) -> None:
+        self.reader = _Commands(batches)
+
+    def command_reader(self) -> _Commands:
+        return self.reader
+
+    def state_writer(self) -> object:
+        return None
+
+
+def test_the_realtime_sim_steps_with_the_newest_command_and_counts_the_older_ones_superseded() -> None:
+    """The sim's commands_received was 18043 against the bridge's 20551 commands_sent, unexplained:
+    its DDS reader kept one command between steps, so a second one arriving within a 2 ms step
+    replaced the first unseen. It now takes all that waits (READER_DEPTH) and says what became of
+    each: stepped with, superseded by a newer one before the step, or rejected."""
+    from types import SimpleNamespace
+
+    from mocapline.tools.sim.service import READER_DEPTH, SimLoop
+
+    good = LOW_CMD.sample(_command(STAND))
+    bad = bytearray(good)
+    bad[100] ^= 0xFF  # the CRC no longer matches
+    args = SimpleNamespace(robot_model="g1", base="fixed", mode_machine=5, clock="realtime")
+    loop = SimLoop(args, dds=_Dds([[good] * 5, [bytes(bad), good], [good] * READER_DEPTH]))
+    for _ in range(4):
+        loop.take_commands(READER_DEPTH)
+    c = loop.counters
+    assert c.commands_received == 7 + READER_DEPTH
+    assert c.commands_applied == 3 and c.commands_superseded == 4 + READER_DEPTH - 1
+    assert c.rejected_by_reason == {"crc_or_non_finite": 1}
+    assert c.commands_received == c.commands_applied + c.commands_superseded + sum(c.rejected_by_reason.values())
+
+
 def test_the_band_holds_the_g1_up() -> None:
     from mocapline.tools.sim.physics import RobotPhysics
 

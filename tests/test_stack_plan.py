@@ -32,7 +32,7 @@ PARSE = {
 def _declared_defaults(monkeypatch) -> None:
     """The command lines parsed as a service would with no MOCAPLINE_* variable (the stack gives
     its children their NATS address as one: not part of what is compared here)."""
-    for name in ("MOCAPLINE_METRICS_PORT", "MOCAPLINE_NATS"):
+    for name in ("MOCAPLINE_METRICS_PORT", "MOCAPLINE_METRICS_HOST", "MOCAPLINE_NATS"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -124,3 +124,17 @@ def test_up_listens_where_the_source_sends_unless_told(tmp_path: Path) -> None:
     assert capture_ports() == [7014]  # the side path goes to the auditor (no --merge)
     assert capture_ports("--source", "xsens")[0] == 9763
     assert capture_ports("--source", "xsens", "--main-port", "9800")[0] == 9800
+
+
+def test_every_metrics_endpoint_is_on_loopback_unless_the_stack_is_told(tmp_path: Path) -> None:
+    """`up` said `metrics on http://0.0.0.0:9101/metrics` for every service, although the robot
+    port is loopback-only by default: a laptop on a studio network published its counters to
+    everyone. Loopback unless `--metrics-host` (compose says METRICS_BIND)."""
+    config = dict(state_dir=tmp_path / "s", robot="sim", display="none")
+    services = {name: s for name, s in planned(StackConfig(**config)).items() if name != "sim"}  # the sim: none
+    assert sorted(services) == ["auditor", "capture", "retarget", "robot", "streamer", "viewer"]
+    hosts = {name: getattr(s, "stage", s).metrics_host for name, s in services.items()}
+    assert set(hosts.values()) == {"127.0.0.1"}, hosts
+    assert PARSE["capture"]([]).stage.metrics_host == "127.0.0.1"  # a service started by hand, too
+    wide = planned(StackConfig(**config, metrics_host="0.0.0.0"))
+    assert {getattr(s, "stage", s).metrics_host for name, s in wide.items() if name != "sim"} == {"0.0.0.0"}

@@ -166,3 +166,22 @@ def test_the_robot_bridge_is_a_layer_when_it_runs_and_of_a_performer_only_when_i
     assert stage_layers(stages).link_rejects == {"robot": {"x": 1}}
     assert stage_rows(stages)[-1] == ("robot", 6, 5, 1, 1)
     assert [row[0] for row in stage_rows(Stages())] == ["capture", "retarget", "streamer", "viewer"]
+
+
+def test_the_verdict_says_what_it_covers_and_what_a_departed_consumers_backlog_is() -> None:
+    """The final ledger said `conserved` beside a tap that left with `backlog 506`, and nothing
+    said whether those frames were lost or what the verdict had judged."""
+    consumers = {"viewer": zero(ConsumerCounts, frames_acked=900, frames_sent=900, connected=True),
+                 "tap": zero(ConsumerCounts, frames_acked=394, frames_sent=394, backlog=506, connected=False)}
+    services = {
+        "capture": published(CaptureCounts, source_received=900, human_frames_sent=900, source_unique_frames=900),
+        "retarget": published(RetargetCounts, frames_in=900, robot_frames_sent=900, gmr_processed=900),
+        "streamer": published(StreamerCounts, frames_in=900, zmq_sent=900, motion_generated=900, consumers=consumers),
+        "viewer": published(ViewerCounts, viewer_received=900, viewer_applied=900),
+    }
+    v = audit({"services": services, "side": None})
+    assert v["state"] == "conserved"
+    assert v["verdict_covers"].startswith("capture -> retarget -> streamer -> the robot port -> viewer; ")
+    assert "other consumers (a tap, your robot) are not judged" in v["verdict_covers"]
+    assert list(v["consumers_behind"]) == ["tap"]
+    assert v["consumers_behind"]["tap"].startswith("left with 506 frames waiting for it in the streamer's log: not")

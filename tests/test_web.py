@@ -28,7 +28,7 @@ from mocapline.core.counters import (
 )
 from mocapline.services.viewer import websocket
 from mocapline.services.viewer.scene import MeasuredPose, RobotScene
-from mocapline.services.viewer.web import LatencyHistory, PipelineView, WebView, page_data, readable_rows
+from mocapline.services.viewer.web import STATIC, LatencyHistory, PipelineView, WebView, page_data, readable_rows
 
 
 def test_accept_key_and_frame_lengths_follow_rfc_6455() -> None:
@@ -69,6 +69,45 @@ def test_page_data_has_every_stage_and_the_verdict() -> None:
     assert d["verdict"]["state"] == "conserved" and d["verdict"]["missing_by_path"]["both"] == [[7, 8]]
     assert d["durable"] == [["a", "1"]] and d["viewer"] == {"viewer_applied": 6}
     assert d["performers"] == []
+
+
+def test_the_page_says_what_its_verdict_and_its_two_latencies_measure() -> None:
+    """A healthy running take showed `unique_frames_conserved 0` throughout, a chart p99 of 16.4 ms
+    beside the viewer block's latency_p99_ms 539.565 with nothing saying what each measures, and a
+    plots hint (`--plots-dir TAKE`) that is wrong under `up`."""
+    running = {
+        "capture": published(CaptureCounts, source_received=9, human_frames_sent=9, source_unique_frames=9),
+        "retarget": published(RetargetCounts, frames_in=9, robot_frames_sent=9, gmr_processed=9),
+        "streamer": published(StreamerCounts, frames_in=9, zmq_sent=7, motion_generated=9, pending=2),
+        "viewer": published(ViewerCounts, viewer_received=7, viewer_applied=7),
+    }
+    d = page_data({"viewer_applied": 7, "latency_p99_ms": 539.565}, running, LatencyHistory(list))
+    source = dict(d["source"])
+    assert source["unique_frames_conserved"] == "not yet (running, 2 in flight): judged once drained"
+    assert d["viewer"] == {"viewer_applied": 7,
+                           "latency p99 ms (last 20,000 frames, unwatched time included)": 539.565}
+    html = (STATIC / "index.html").read_text()
+    assert "while a page watched" in html  # the chart's own latency: per second, only while watched
+    assert "--plots-dir TAKE" not in html and "mocapline up --plots-dir DIR" in html
+    done = {**running, "streamer": published(StreamerCounts, frames_in=9, zmq_sent=9, motion_generated=9),
+            "viewer": published(ViewerCounts, viewer_received=9, viewer_applied=9)}
+    assert dict(page_data({}, done, LatencyHistory(list))["source"])["unique_frames_conserved"] == 1
+
+
+def test_the_page_shows_how_the_robot_bridge_keeps_up() -> None:
+    """`up --demo --robot sim`: the page had the bridge's state, rate and tracking error; its
+    period p99, deadline misses, stalls and latency were only in robot.log."""
+    from mocapline.core.counters import RobotCounts
+
+    bridge = published(RobotCounts, robot_received=5, robot_applied=5, commands_sent=900, command_rate_hz=499.0,
+                       period_p99_ms=3.1, deadline_misses=7, stalls=1, latency_p50_ms=5.2, latency_p99_ms=9.5)
+    stages = {"capture": published(CaptureCounts, source_received=5, human_frames_sent=5, source_unique_frames=5),
+              "robot": bridge}
+    figures = dict(page_data({}, stages, LatencyHistory(list))["robot"]["figures"])
+    assert figures["period p99"] == "3.1 ms" and figures["deadline misses"] == "7"
+    assert figures["stalls"].startswith("1 ") and figures["latency p50 / p99"] == "5.2 ms / 9.5 ms"
+    assert b"robot-section" in (STATIC / "index.html").read_bytes()
+    assert b"d.robot.figures" in (STATIC / "app.js").read_bytes()
 
 
 def worker_answers() -> dict[str, dict[str, object]]:

@@ -43,7 +43,7 @@ import numpy as np
 from mocapline.core.counters import RobotCounts, as_published, decode, read_stages
 from mocapline.core.paths import ASSETS_DIR, DEMO_TAKE
 from mocapline.tools.emitter.emitter import replay
-from mocapline.tools.pipeline.procs import Service
+from mocapline.tools.pipeline.procs import Service, last_json_line
 from mocapline.tools.pipeline.stack import Stack, local_config
 
 CONFIGS = {"ff_bias": [], "no_ff_no_bias": ["--no-feed-forward", "--no-bias"]}
@@ -109,11 +109,6 @@ def retarget_clip(take: Path, out: Path, fps: float = STREAM_FPS) -> dict[str, A
     return summary
 
 
-def _last_json(path: Path) -> dict[str, Any] | None:
-    lines = [line for line in path.read_text().splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if lines else None
-
-
 def _wait(check: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -157,7 +152,7 @@ def run_clip(take: str, name: str, extra: list[str], domain: int, fps: float = S
         for out, err in logs.values():
             out.close()
             err.close()
-    final = _last_json(work / "robot.out")
+    final = last_json_line(work / "robot.out")
     if final is None:
         raise RuntimeError(f"bench robot: the bridge left no final counts (see {work / 'robot.err'})")
     status = decode(RobotCounts, final)

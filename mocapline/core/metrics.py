@@ -66,7 +66,9 @@ STAGES: tuple[str, ...] = ("capture", "retarget", "streamer", "viewer", "robot")
 SERVICES: tuple[str, ...] = (*STAGES, "auditor")
 DEFAULT_PORTS: dict[str, int] = {"capture": 9101, "retarget": 9102, "streamer": 9103, "viewer": 9104, "auditor": 9105,
                                  "robot": 9107}  # 9106: the auditor's --sd-port
-DEFAULT_HOST = "0.0.0.0"  # scraped from another container / host, as exporters usually are
+# Loopback: a laptop on a studio network does not publish the pipeline's counters to everyone.
+# Scraped from another host (compose's Prometheus elsewhere, a remote auditor): --metrics-host 0.0.0.0.
+DEFAULT_HOST = "127.0.0.1"
 DIRECTIONS = ("in", "out")
 SYNC_INTERVAL_S = 0.25
 
@@ -544,7 +546,9 @@ def add_arguments(parser: argparse.ArgumentParser, service: str) -> None:
                         help="port of the Prometheus /metrics endpoint; 0 = off; auto = a free port the system "
                              "picks, told in the heartbeat as metrics_port (scaled replicas, which Prometheus "
                              "finds through the auditor's --sd-port)")
-    parser.add_argument("--metrics-host", default=DEFAULT_HOST, help="address of the /metrics endpoint")
+    parser.add_argument("--metrics-host", default=DEFAULT_HOST,
+                        help="address of the /metrics endpoint: loopback unless told (0.0.0.0: every interface, "
+                             "for a Prometheus on another host)")
 
 
 def start(service: str, port: int, host: str = DEFAULT_HOST, *, reasons: Iterable[str] = ()) -> ServiceMetrics:

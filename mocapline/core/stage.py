@@ -33,6 +33,7 @@ from mocapline.core import durable
 from mocapline.core.bus import DEFAULT_URL, Bus, ControlRequest
 from mocapline.core.counters import RetargetCounts, StageCounts, StreamerCounts, durable_counts, to_json
 from mocapline.core.lifecycle import add_service_arguments, setup_logging, stop_on_signals
+from mocapline.core.metrics import DEFAULT_HOST as METRICS_HOST
 from mocapline.core.metrics import ServiceMetrics
 from mocapline.core.metrics import add_arguments as add_metrics_arguments
 from mocapline.core.metrics import start as start_metrics
@@ -66,7 +67,7 @@ class StageSettings:
     nats: str = DEFAULT_URL
     log_level: str = "INFO"
     metrics_port: int = 0
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = METRICS_HOST
     state_dir: Path | None = None
     log: LogConfig = LogConfig()
     window: int = durable.DEFAULT_WINDOW

@@ -12,7 +12,8 @@ a new segment, but it is not a loss, so a looping take of any length can end con
 
 ``state`` says in words where a take stands: ``conserved``; ``running, N in flight`` (frames on
 their way between the first and the last stage, nothing missing: the normal state of a live take);
-or ``not conserved: ...`` with the reason. A take is judged lost only once it is final (drained):
+``waiting for the first frame`` (a live take that has received none); or ``not conserved: ...``
+with the reason. A take is judged lost only once it is final (drained):
 before that, unequal layer counts are frames in flight.
 
 The streamer's output balances at every moment: ``motion_generated == zmq_sent + streamer_pending +
@@ -44,6 +45,7 @@ from mocapline.core.counters import (
     as_published,
 )
 from mocapline.core.ledger import index_ranges
+from mocapline.core.robotfigures import ledger_block
 
 # The ledger fields capture owns, then the whole ledger in its documented order.
 CAPTURE_FIELDS: tuple[str, ...] = (
@@ -70,6 +72,8 @@ LEDGER_FIELDS: tuple[str, ...] = (
 LAYERS: tuple[str, ...] = ("source_unique_frames", "gmr_processed", "motion_generated", "zmq_sent", "viewer_applied",
                            "robot_applied")
 CONSUMER_LAYERS = ("viewer_applied", "robot_applied")  # judged only when that consumer is part of the run
+LAYER_NAMES = {"source_unique_frames": "capture", "gmr_processed": "retarget", "motion_generated": "streamer",
+               "zmq_sent": "the robot port", "viewer_applied": "viewer", "robot_applied": "robot bridge"}
 
 # Where an index missing from the stream was lost, by which paths lack it.
 MAIN_ONLY = "main_only"  # our receiver or host load; merging the side path recovers it
@@ -129,8 +133,16 @@ def in_flight(counts: dict[str, Any]) -> int:
     return max(0, layers[0] - layers[-1]) if layers else 0
 
 
+def waiting(counts: dict[str, Any], *, final: bool) -> bool:
+    """A live take that has not received a frame yet: nothing to judge (0 == 0 == ... is no
+    verdict), so not ``conserved`` either."""
+    return not final and counts.get("source_received") == 0 and not counts.get("source_unique_frames")
+
+
 def state(counts: dict[str, Any], *, final: bool) -> str:
     """The verdict in words (see the module docstring)."""
+    if waiting(counts, final=final):
+        return "waiting for the first frame"
     if conserved(counts):
         return "conserved"
     missing = counts.get("source_missing_indices") or 0
@@ -146,12 +158,29 @@ def state(counts: dict[str, Any], *, final: bool) -> str:
     return f"running, {in_flight(counts)} in flight"
 
 
+def covers(counts: dict[str, Any]) -> str:
+    """What the verdict judges, in words: the layers compared, and who is not among them."""
+    return (" -> ".join(LAYER_NAMES[k] for k, _ in _layers(counts)) + "; the robot port's other consumers "
+            "(a tap, your robot) are not judged: their own counts are under consumers")
+
+
+def consumers_behind(counts: dict[str, Any]) -> dict[str, str]:
+    """Consumers of the robot port that left with frames still waiting for them, in words."""
+    return {name: (f"left with {c['backlog']} frames waiting for it in the streamer's log: not lost, they are "
+                   "its own when it comes back under that name (until --consumer-backlog evicts it); not part of "
+                   "the verdict")
+            for name, c in (counts.get("consumers") or {}).items() if c.get("backlog") and not c.get("connected")}
+
+
 def with_verdict(counts: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
     """The ledger in its documented field order, with unique_frames_conserved and state filled in."""
     out = {key: counts.get(key) for key in LEDGER_FIELDS}
-    out["unique_frames_conserved"] = int(conserved(counts))
+    out["unique_frames_conserved"] = int(conserved(counts) and not waiting(counts, final=final))
     out["state"] = state(counts, final=final)
     extra = {k: v for k, v in counts.items() if k not in out}
+    extra["verdict_covers"] = covers(counts)
+    if behind := consumers_behind(counts):
+        extra["consumers_behind"] = behind
     produced, sent, pending = (counts.get(k) for k in ("motion_generated", "zmq_sent", "streamer_pending"))
     if produced is not None and sent is not None and pending is not None:
         unconfirmed = counts.get("unconfirmed") or 0
@@ -224,6 +253,7 @@ def pipeline_counts(layers: Layers) -> dict[str, Any]:
     }
     if layers.robot is not None:
         counts["robot_applied"] = layers.robot.robot_applied
+        counts["robot"] = ledger_block(layers.robot)  # how the bridge kept up (core/robotfigures.py)
     # Frames between capture's FIFO and the IK: capture's own queue plus those on the wire.
     counts["input_pending"] = (cap.input_pending if cap else 0) + max(
         0, (whole.human_frames_sent if whole else 0) - (ret.frames_in if ret else 0))

@@ -8,7 +8,8 @@ height is estimated from the take unless ``--human-height`` is given, every fram
 the same IK as ``mocapline retarget`` at the take's own rate (the live service's poses, frame by
 frame), and the result is written in the clip contract of ``mocapline export`` (``CLIP.npz``: 50 Hz
 ``time``, ``q``, ``qd``, ``root_pose``, ``body_pos_w`` / ``body_quat_w``, ``joint_names``,
-``body_names``, ``policy_clock``, ...; ``--csv`` adds ``CLIP.csv``). A progress bar goes to
+``body_names``, ``policy_clock``, ...; ``--csv`` adds ``CLIP.csv``), by default ``./TAKE_STEM.npz`` in
+the working directory (``inspect`` and ``plot`` read it). A progress bar goes to
 stderr, one JSON summary line to stdout: frames, mean and p99 position error, hands error,
 joint-limit contacts, configuration jumps, limit-to-limit swings, IK failures, seconds and CPU
 seconds.
@@ -29,6 +30,7 @@ import numpy as np
 
 from mocapline.core.options import EnvArgumentParser
 from mocapline.formats.bvh import BvhError, estimate_height, gmr_bodies, load_bvh
+from mocapline.formats.takefile import TakeFileError, TakeKind, default_output, detect, refusal
 from mocapline.robot import model as robot_model
 from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, detect_bvh_skeleton
@@ -48,7 +50,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--skeleton", default="auto",
                    help=f"skeleton of the BVH: {', '.join(BVH_SKELETONS)}, auto (from the joint names) or an IK config "
                         "JSON with a 'bvh' section")
-    p.add_argument("--out", "-o", type=Path, default=None, help="the .npz to write (default: TAKE stem + .npz)")
+    p.add_argument("--out", "-o", type=Path, default=None,
+                   help="the .npz to write (default: ./TAKE_STEM.npz in the working directory, never beside the take)")
     p.add_argument("--csv", action="store_true", help="also write CLIP.csv next to the .npz")
     p.add_argument("--fps", type=float, default=DEFAULT_FPS, help="clip rate (Hz)")
     p.add_argument("--human-height", type=float, default=None, help="performer height in m (default: estimated)")
@@ -90,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.human_height is not None and not 0.5 < args.human_height < 2.5:
         return _fail(f"--human-height {args.human_height} m: expected a person's height (0.5-2.5 m)")
     try:
+        if args.take.is_file() and (kind := detect(args.take)) is not TakeKind.BVH and kind is not TakeKind.UNKNOWN:
+            raise TakeFileError(refusal(args.take, kind, "retarget-file"))
         motion = load_bvh(args.take)
         stop = None if args.frames is None else args.start + args.frames
         if args.start < 0 or args.start >= motion.frames or (stop is not None and stop <= args.start):
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         model = robot_model.load_ik_model(robot)
         config, skeleton = detect_bvh_skeleton(motion, args.skeleton, robot=robot, model=model)
         positions, quaternions = gmr_bodies(motion, skeleton)
-    except (BvhError, IKConfigError) as exc:
+    except (BvhError, IKConfigError, TakeFileError) as exc:
         return _fail(str(exc))
     height = args.human_height or estimate_height(positions)
     n = motion.frames
@@ -146,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     r = resample(np.arange(n), qpos[:, 0:3], qpos[:, 3:7], qpos[:, 7:], motion.fps, args.fps,
                  ik_failed=failed)
     clip = build_clip(r, args.fps, motion.fps, meta, robot)
-    out = Path(args.out or args.take.with_suffix(".npz"))  # beside the take, as export and plot write
+    out = Path(args.out or default_output(args.take, ".npz"))
     summary.update(write_clip_files(out, clip, csv=args.csv))
     print(json.dumps(summary))
     return 0

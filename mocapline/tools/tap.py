@@ -10,9 +10,7 @@ frame_id, so a tap killed and started again with the same ``--record`` and ``--n
 after the last intact record, with nothing lost and nothing twice (a record torn by the kill is
 cut off). Without ``--record``, ``--state FILE`` keeps the position.
 
-Recording (``.mltap``, the framed record file of mocapline/formats/recordfile.py, magic
-``MLTAP001``): record := u64 t_ns | u64 frame_id | u32 length | u32 crc32 | data, where data is the
-sender's 16-byte epoch followed by the frame exactly as it arrived (44-byte header + payload).
+Recording: ``.mltap`` (mocapline/formats/mltap.py), which ``inspect``, ``plot`` and ``export`` read.
 """
 
 from __future__ import annotations
@@ -28,10 +26,8 @@ from mocapline.core.counters import RobotConsumerCounts, as_published, from_part
 from mocapline.core.header import HEADER_SIZE
 from mocapline.core.lifecycle import stop_on_signals
 from mocapline.core.options import EnvArgumentParser
+from mocapline.formats.mltap import EPOCH_BYTES, FIELDS, MAGIC, WHAT, read_tap_file
 from mocapline.formats.recordfile import RecordWriter, read_records_at
-
-MAGIC = b"MLTAP001"
-_FIELDS = "QQ"  # t_ns, frame_id
 
 
 class TapRecording:
@@ -43,13 +39,13 @@ class TapRecording:
         self.position: tuple[bytes, int] | None = None
         append_at = None
         if self.path.exists() and self.path.stat().st_size > 0:
-            _, records, torn, append_at = read_records_at(self.path, MAGIC, _FIELDS, "tap recording")
+            _, records, torn, append_at = read_records_at(self.path, MAGIC, FIELDS, WHAT)
             if records:
                 (_, frame_id), data = records[-1]
-                self.position = (data[:16], frame_id)
+                self.position = (data[:EPOCH_BYTES], frame_id)
             if torn:
                 print(f"mocapline tap: {self.path}: cut a record torn by a crash", file=sys.stderr)
-        self.writer = RecordWriter(self.path, MAGIC, meta, _FIELDS, append_at=append_at)
+        self.writer = RecordWriter(self.path, MAGIC, meta, FIELDS, append_at=append_at)
 
     def write(self, frame: Frame) -> None:
         self.writer.write_record((time.time_ns(), frame.frame_id), frame.epoch + self.wire(frame))
@@ -81,8 +77,7 @@ class TapRecording:
 
 def read_tap(path: Path) -> list[tuple[bytes, int, bytes]]:
     """(epoch, frame_id, wire frame) of every intact record."""
-    _, records, _, _ = read_records_at(path, MAGIC, _FIELDS, "tap recording")
-    return [(data[:16], frame_id, data[16:]) for (_, frame_id), data in records]
+    return [(r.epoch, r.frame_id, r.wire) for r in read_tap_file(path).records]
 
 
 def build_parser() -> EnvArgumentParser:

@@ -32,6 +32,8 @@ from mocapline.core.transport import Received
 MAX_PERFORMERS_SHOWN = 16
 
 
+LATENCY_WINDOW = 20_000  # frames behind the viewer's latency_p50_ms / latency_p99_ms
+
 @dataclass
 class ViewerCounters:
     """viewer_received counts frames that passed every check; rejects are counted by reason."""
@@ -47,7 +49,7 @@ class ViewerCounters:
     last_posture_index: int | None = None
     last_latency_s: float = 0.0
     # End-to-end latency (UDP arrival at capture -> applied here) of the latest frames, for p50/p99.
-    latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))
+    latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     # The same, since the web view last took them (its per-second latency chart); bounded.
     recent_latencies_s: deque[float] = field(default_factory=lambda: deque(maxlen=2_000))
     _percentiles: dict[str, float | None] | None = field(default=None, repr=False)

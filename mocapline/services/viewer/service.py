@@ -78,7 +78,8 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--web-host", default="127.0.0.1", help="address of the web view")
     p.add_argument("--web-port", type=port_number, default=8080, help="port of the web view")
     p.add_argument("--plots-dir", type=Path, default=None,
-                   help="a take folder (or a folder of takes): the web view links the PNGs of `mocapline plot` in it")
+                   help="a folder of `mocapline plot` output (./TAKE_plots, or a folder of them): the web view "
+                        "links every PNG below it")
     p.add_argument("--fps", type=positive_float, default=60.0,
                    help="window redraws / poses sent to a web page per second (frames are applied at any rate)")
     p.add_argument("--idle-batch-ms", type=non_negative_float, default=50.0,

@@ -37,9 +37,11 @@ from urllib.parse import unquote
 
 import numpy as np
 
+from mocapline.core import robotfigures
 from mocapline.core.counters import RetargetTotals, Stages, read_stages
 from mocapline.core.verdict import performer_layers, pipeline_counts, stage_layers, stage_rows, with_verdict
 from mocapline.services.viewer import websocket
+from mocapline.services.viewer.apply import LATENCY_WINDOW
 from mocapline.services.viewer.scene import MeasuredPose, RobotAssets, RobotScene
 
 STATIC = resources.files("mocapline.services.viewer") / "static"
@@ -155,6 +157,29 @@ def worker_rows(stages: Stages) -> list[dict[str, Any]]:
             for name, w in stages.retarget.workers.items()]
 
 
+# The viewer's own latency figures, as the page names them: a longer window than the chart's,
+# and they include the seconds no page watched (frames then taken in --idle-batch-ms batches).
+VIEWER_LABELS = {
+    "latency_p50_ms": f"latency p50 ms (last {LATENCY_WINDOW:,} frames, unwatched time included)",
+    "latency_p99_ms": f"latency p99 ms (last {LATENCY_WINDOW:,} frames, unwatched time included)",
+}
+
+
+def source_rows(verdict: dict[str, Any]) -> list[list[Any]]:
+    """The page's Source table. The verdict is judged on a drained take: while frames are on their
+    way it is the state (``running, N in flight``), not a 0 beside ``unique_frames_conserved``."""
+    live = verdict["state"].startswith(("running", "waiting"))
+    judged = f"not yet ({verdict['state']}): judged once drained" if live else verdict["unique_frames_conserved"]
+    return [
+        ["unique frames", verdict["source_unique_frames"]], ["received datagrams", verdict["source_received"]],
+        ["missing indices", verdict["source_missing_indices"]],
+        ["duplicate indices", verdict["source_duplicate_indices"]],
+        ["backward jumps (segments)", f"{verdict['source_backward_indices']} ({verdict['segments']})"],
+        ["rejected datagrams", verdict["rejected_datagrams"]], ["last posture_index", verdict["last_posture_index"]],
+        ["unique_frames_conserved", judged],
+    ]
+
+
 def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency: LatencyHistory) -> dict[str, Any]:
     """Everything the page shows, in one answer."""
     # The stage rows come from one snapshot (read downstream first); the viewer's own counters,
@@ -167,21 +192,25 @@ def page_data(viewer: dict[str, Any], stages: dict[str, dict[str, Any]], latency
         verdict = with_verdict(pipeline_counts(stage_layers(typed)), final=False)
         verdict["missing_by_path"] = auditor.get("missing_by_path")
         verdict["per_segment"] = (verdict.get("per_segment") or [])[-6:]
-    viewer_rows = {k: v for k, v in viewer.items() if k != "durable" and not isinstance(v, (list, dict))}
+    viewer_rows = {VIEWER_LABELS.get(k, k): v for k, v in viewer.items()
+                   if k != "durable" and not isinstance(v, (list, dict))}
     bridge = typed.robot
     return {
         "stages": [dict(zip(("stage", "in", "out", "pending", "rejected"), row, strict=True))
                    for row in stage_rows(typed)],
         "workers": worker_rows(typed),
         "verdict": verdict,
+        "source": source_rows(verdict) if verdict is not None else [],
         "viewer": viewer_rows,
         "latency": latency.as_dict(),
         "durable": readable_rows(viewer.get("durable") or {}),
         "performers": performer_rows(typed),
-        # the bridge's own tracking error (measured minus commanded, last 10 s), where it runs
+        # the bridge's own tracking error (measured minus commanded, last 10 s), where it runs, and
+        # its figures in words (core/robotfigures.py: as `up` and `status` show them)
         "robot": None if bridge is None else {
             "robot_state": bridge.robot_state, "command_rate_hz": bridge.command_rate_hz,
-            "tracking_error_rad": {group: dataclasses.asdict(e) for group, e in bridge.tracking_error_rad.items()}},
+            "tracking_error_rad": {group: dataclasses.asdict(e) for group, e in bridge.tracking_error_rad.items()},
+            "figures": robotfigures.rows(robotfigures.ledger_block(bridge))},
     }
 
 

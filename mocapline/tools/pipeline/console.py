@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import sys
 import threading
 from collections.abc import Mapping
@@ -21,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from mocapline.core import robotfigures
 from mocapline.core.bus import request_stages
 from mocapline.core.counters import RetargetTotals, Stages, WorkerShare, from_parts, read_stages
 from mocapline.core.verdict import stage_rows
 from mocapline.services.auditor.audit import audit, with_workers
+from mocapline.tools.sim.service import SimCounters
 
 # A service's log line (core/lifecycle.LOG_FORMAT) at WARNING or above.
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (\S+) (WARNING|ERROR|CRITICAL) (.*)$")
@@ -32,12 +35,12 @@ _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (\S+) (WARNING|ERRO
 _SERVICE_SAYS = re.compile(r"^(mocapline \w+: .*)$")
 
 
-def snapshot(nats_url: str, timeout: float = 2.0) -> dict[str, dict[str, Any]]:
+def snapshot(nats_url: str, timeout: float = 2.0, also: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
     """Every stage's counts, read downstream first (``bus.request_stages``: one consistent picture,
     retarget's workers included); {} when NATS is down. Retarget as workers: ``retarget`` is their
-    sum (``with_workers``)."""
+    sum (``with_workers``). ``also``: services asked after them (the sim)."""
     try:
-        stages = asyncio.run(request_stages(nats_url, timeout))
+        stages = asyncio.run(request_stages(nats_url, timeout, also))
     except Exception:  # noqa: BLE001 - the next tick asks again
         return {}
     return with_workers(stages)
@@ -48,8 +51,10 @@ def verdict_line(stages: dict[str, dict[str, Any]]) -> str:
     if "capture" not in stages:
         return "verdict: waiting for the stages"
     v = audit({"services": stages, "side": None}, final=False)
+    if v["source_received"] == 0:
+        return f"verdict: {v['state']} (nothing received yet; rejected {_n(v['rejected_datagrams'])})"
     return (f"verdict: {v['state']}; segments {v.get('segments') or 0}, missing {v['source_missing_indices']}, "
-            f"duplicate {v['source_duplicate_indices']}, last_posture_index {v['last_posture_index']}")
+            f"duplicate {v['source_duplicate_indices']}, last_posture_index {_n(v['last_posture_index'])}")
 
 
 @dataclass
@@ -115,7 +120,9 @@ class LiveConsole:
         with self._lock:
             notices, self._notices = self._notices, []
         if self.interactive:
-            text = format_table(read_stages(stages)) + "\n" + verdict_line(stages) + "\n" + self.FOOTER
+            width = min(shutil.get_terminal_size((120, 40)).columns, 120) - 1
+            text = "\n".join([format_table(read_stages(stages)), *robot_lines(stages, width), verdict_line(stages),
+                              self.FOOTER])
             erase = f"\x1b[{self._lines_drawn}F\x1b[J" if self._lines_drawn else ""
             self.out.write(erase + "".join(n + "\n" for n in notices) + text + "\n")
             self._lines_drawn = text.count("\n") + 1
@@ -149,6 +156,32 @@ def format_table(stages: Stages) -> str:
     return "\n".join(lines)
 
 
+def robot_lines(stages: Mapping[str, dict[str, Any]], width: int = 100) -> list[str]:
+    """The robot end, where it runs: how the bridge keeps up, and what the sim takes of its
+    commands; lines of at most ``width`` (a line the terminal wrapped would break the redraw)."""
+    robot = read_stages(stages).robot
+    if robot is None:
+        return []
+    out = packed("robot: ", [f"{label} {value}" for label, value in
+                             robotfigures.rows(robotfigures.ledger_block(robot))], width)
+    if stages.get("sim"):
+        out += packed("sim: ", SimCounters.from_json(stages["sim"]).summary().split(", "), width)
+    return out
+
+
+def packed(prefix: str, items: list[str], width: int) -> list[str]:
+    """``items`` joined by ", " after ``prefix``, in lines of at most ``width`` where they fit."""
+    lines = [prefix]
+    for item in items:
+        sep = "" if lines[-1] in (prefix, " " * len(prefix)) else ", "
+        if len(lines[-1]) + len(sep) + len(item) > width and lines[-1].strip():
+            lines[-1] += ","
+            lines.append(" " * len(prefix))
+            sep = ""
+        lines[-1] += sep + item
+    return lines
+
+
 def worker_lines(workers: Mapping[str, WorkerShare]) -> list[str]:
     """Retarget as workers: which worker owns which performers, and the frames each retargeted."""
     return [f"  {name}: performers {','.join(map(str, w.owned)) or '-'}, {w.frames} frames"
@@ -164,7 +197,8 @@ def format_line(stages: Stages) -> str:
         f"missing {_n(cap and cap.source_missing_indices)}) | retarget {_n(ret and ret.gmr_processed)} | "
         f"streamer {_n(st and st.on_the_wire)} (pending {_n(st and st.pending)}) | "
         f"viewer {_n(view and view.viewer_applied)} | "
-        + (f"robot {stages.robot.robot_applied} | " if stages.robot else "")
+        + (f"robot {stages.robot.robot_applied} ({robotfigures.line(robotfigures.ledger_block(stages.robot))}) | "
+           if stages.robot else "")
         + f"last_posture_index {_n(cap.last_posture_index if cap else None)}"
     )
 
@@ -190,6 +224,14 @@ def print_ledger(ledger: dict[str, Any], *, segments_shown: int = 3) -> None:
                 for name, led in value.items():
                     print(f"  performer {name} ({led.get('avatar_name', '')}): {led.get('state')}, unique "
                           f"{led.get('source_unique_frames')}, missing {led.get('source_missing_indices')}")
+            continue
+        if key == "robot" and isinstance(value, dict):  # the bridge's figures, one a line
+            print(key)
+            for label, text in robotfigures.rows(value):
+                print(f"  {label:<20} {text}")
+            continue
+        if key == "sim" and isinstance(value, dict):
+            print(f"{key:<{width}}  {SimCounters.from_json(value).summary()}")
             continue
         if key == "retarget_workers" and isinstance(value, dict):
             print(key)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mocapline.core.metrics import DEFAULT_HOST as METRICS_HOST
 from mocapline.core.modes import Display, Source, Transport
 from mocapline.core.options import declared_defaults
 from mocapline.core.segmentlog import Fsync
@@ -34,8 +35,8 @@ class StackConfig:
     merge: bool = False
     nats_url: str = "nats://127.0.0.1:4222"
     human_port: int = 5556
-    robot_port: int = 5557
-    output_port: int = 5555
+    robot_port: int = 5557  # the retarget -> streamer link (RobotFrames; `up --retarget-port`)
+    output_port: int = 5555  # the robot port (robots, viewers, taps: `up --output-port`)
     # The robot port's address: loopback unless told otherwise (another one without CURVE warns).
     bind_host: str = "127.0.0.1"
     # Durable mode: the robot port as a plain PUSH fed from the streamer's log, for consumers that
@@ -55,6 +56,7 @@ class StackConfig:
     # /metrics port per service ("capture", ..., "auditor"; 0 = off). A service not named here uses
     # its own default (9101-9105, or MOCAPLINE_METRICS_PORT) and only warns if that port is taken.
     metrics_ports: dict[str, int] = field(default_factory=dict)
+    metrics_host: str = METRICS_HOST  # every service's /metrics address: loopback unless told
     # Durable mode: every service keeps its logs under state_dir/<service>, every link runs with
     # ACKs and resends, the stack holds the UDP sockets (a restarted capture finds what arrived
     # meanwhile) and restarts a service that dies. None = plain links, nothing on disk.
@@ -117,7 +119,7 @@ def plan(config: StackConfig, fds: dict[str, tuple[int, ...]], workers: list[str
     out = [Planned("auditor", replace(
         auditor, side_port=0 if c.merge else c.side_port,
         side_fd=fds["auditor"][0] if fds.get("auditor") else None,
-        metrics_port=c.metrics_ports.get("auditor", auditor.metrics_port)))]
+        metrics_port=c.metrics_ports.get("auditor", auditor.metrics_port), metrics_host=c.metrics_host))]
     out.append(Planned("capture", replace(
         capture, source=c.source, transport=c.transport, rotation_order=c.rotation_order,
         skeleton=skeleton_kind(c.skeleton),
@@ -184,9 +186,9 @@ def as_worker(retarget: RetargetSettings, worker: str, state_dir: Path | None) -
 
 
 def stage_settings(c: StackConfig, name: str, stage: StageSettings) -> StageSettings:
-    """A stage's shared settings in this stack: its /metrics port if the config names one, and in
-    durable mode its state folder and the fsync policy."""
-    stage = replace(stage, metrics_port=c.metrics_ports.get(name, stage.metrics_port))
+    """A stage's shared settings in this stack: its /metrics port if the config names one, its
+    /metrics address, and in durable mode its state folder and the fsync policy."""
+    stage = replace(stage, metrics_port=c.metrics_ports.get(name, stage.metrics_port), metrics_host=c.metrics_host)
     if c.state_dir is None:
         return stage
     return replace(stage, state_dir=c.state_dir / name, log=replace(stage.log, fsync=c.fsync))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -130,6 +131,19 @@ def signal_group(pid: int, sig: int) -> None:
     except (ProcessLookupError, PermissionError):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
+
+
+def last_json_line(path: Path) -> dict[str, Any] | None:
+    """A service's final counts: the last JSON line of its output (stages and the sim print one as
+    they exit), or None."""
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.startswith("{")]
+    except OSError:
+        return None
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
 
 
 def stop_all(procs: list[subprocess.Popen[Any]], timeout: float) -> None:

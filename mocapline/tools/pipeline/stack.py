@@ -13,11 +13,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mocapline.core import robotfigures
 from mocapline.core.bus import nats_server_binary, request
-from mocapline.core.counters import STAGE_TYPES, decode_stage
+from mocapline.core.counters import STAGE_TYPES, RobotCounts, decode, decode_stage
 from mocapline.core.lifecycle import ending_with_parent
 from mocapline.services.auditor.audit import audit, with_workers
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
@@ -27,9 +29,11 @@ from mocapline.tools.pipeline.procs import (
     Service,
     busy_port_message,
     kill_children,
+    last_json_line,
     port_free,
     stop_all,
 )
+from mocapline.tools.sim.service import SimCounters, command_balance
 
 STAGES = ("capture", "retarget", "streamer", "viewer")
 OPTIONAL_STAGES = ("robot",)  # after the viewer, where it runs (`--robot`)
@@ -37,6 +41,20 @@ OPTIONAL_STAGES = ("robot",)  # after the viewer, where it runs (`--robot`)
 
 class PreflightError(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class RobotEnd:
+    """The robot end once stopped: the bridge's final counts and what the sim took of its commands."""
+
+    bridge: RobotCounts
+    sim: SimCounters | None
+
+    def lines(self) -> list[str]:
+        out = [f"mocapline: robot bridge stopped: {robotfigures.line(robotfigures.ledger_block(self.bridge))}"]
+        if self.sim is not None:
+            out.append(f"mocapline: {command_balance(self.bridge.commands_sent, self.sim)}")
+        return out
 
 
 def _mocapline_pids(message: str) -> list[int]:
@@ -302,6 +320,25 @@ class Stack:
             except Exception:  # noqa: BLE001 - without the auditor the verdict still stands
                 pass
         return audit({"services": finals, "side": None})
+
+    def stop_robot_end(self) -> RobotEnd | None:
+        """After the drain: stop the bridge (its e-stop's damping, then its final counts on its
+        last line), then ask the sim what it made of those commands. With the bridge no longer
+        sending, the two count the same LowCmds (tools/sim/service.command_balance). None without
+        the robot end or its log."""
+        if "robot" not in self.services or self.config.log_dir is None:
+            return None
+        self.services["robot"].stop()
+        final = last_json_line(self.config.log_dir / "robot.log")
+        if final is None:
+            return None
+        sim = None
+        if "sim" in self.services:
+            try:
+                sim = SimCounters.from_json(self.ask("sim", "status", timeout=5.0))
+            except Exception:  # noqa: BLE001 - the bridge's own counts still stand
+                sim = None
+        return RobotEnd(decode(RobotCounts, final), sim)
 
     def reset(self) -> None:
         for name in (*self.stage_names, "auditor"):

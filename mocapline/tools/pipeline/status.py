@@ -53,10 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     # auditor the stages' counts still stand.
     with contextlib.suppress(Exception):
         side = asyncio.run(request(args.nats, "auditor", "status", timeout=3.0)).get("side")
+    sim = None  # `mocapline sim` beside the bridge: what it takes of the bridge's commands
+    if read_stages(stages).robot is not None:
+        with contextlib.suppress(Exception):
+            sim = asyncio.run(request(args.nats, "sim", "status", timeout=1.0))
     # Mid-take unequal counts are frames in flight; once the viewer has seen the end of the take, final.
     viewer = read_stages(stages).viewer
     ended = viewer is not None and viewer.ended
     verdict = audit({"services": stages, "side": side}, final=ended)
+    if sim:
+        verdict["sim"] = sim
     if args.json:
         print(json.dumps(verdict))
     else:

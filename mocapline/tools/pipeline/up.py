@@ -10,12 +10,14 @@ none answers at --nats. `--demo` also replays the bundled take (looping); `--no-
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from mocapline.core.bus import DEFAULT_URL
+from mocapline.core.metrics import DEFAULT_HOST as METRICS_HOST
 from mocapline.core.modes import SOURCE_PORTS, Display, Source, Transport
 from mocapline.core.options import EnvArgumentParser, choices, port_number, positive_float
 from mocapline.core.segmentlog import FSYNC_POLICIES
@@ -46,9 +48,12 @@ def add_stack_options(p: EnvArgumentParser) -> None:
     p.add_argument("--merge", action="store_true",
                    help="capture merges main + side by posture_index (recovers main-path losses)")
     p.add_argument("--nats", default=DEFAULT_URL, help="NATS server (started locally if not reachable)")
-    p.add_argument("--output-port", type=port_number, default=5555, help="tcp port of the streamer's output")
-    p.add_argument("--human-port", type=port_number, default=5556, help="tcp port of the capture -> retarget link")
-    p.add_argument("--robot-port", type=port_number, default=5557, help="tcp port of the retarget -> streamer link")
+    p.add_argument("--output-port", type=port_number, default=5555,
+                   help="the robot port: tcp port robots, viewers and taps connect to (the streamer's output)")
+    p.add_argument("--human-port", type=port_number, default=5556,
+                   help="tcp port of the capture -> retarget link (HumanFrames; internal)")
+    p.add_argument("--retarget-port", type=port_number, default=5557,
+                   help="tcp port of the retarget -> streamer link (RobotFrames; internal, not the robot port)")
     p.add_argument("--bind-host", default="127.0.0.1",
                    help="address the robot port binds on: loopback by default; another one (0.0.0.0 for all) "
                         "without CURVE prints a warning")
@@ -70,6 +75,9 @@ def add_stack_options(p: EnvArgumentParser) -> None:
                    help="plain PUSH/PULL links, nothing on disk: faster, but a crashed service loses frames")
     p.add_argument("--fsync", choices=FSYNC_POLICIES, default="interval",
                    help="durable mode: when logs are flushed to disk (see mocapline/core/segmentlog.py)")
+    p.add_argument("--metrics-host", default=METRICS_HOST,
+                   help="address every service's Prometheus /metrics binds: loopback by default; 0.0.0.0 for a "
+                        "Prometheus on another host (compose's METRICS_BIND says it there)")
     p.add_argument("--retarget-workers", type=int, default=0, metavar="N",
                    help="durable mode: retarget as N workers sharing the performers (assignment in NATS "
                         "JetStream; a NATS started here runs with -js); 0 = one retarget (README: Scaling retarget)")
@@ -91,7 +99,7 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
         nats_url=args.nats,
         output_port=args.output_port,
         human_port=args.human_port,
-        robot_port=args.robot_port,
+        robot_port=args.retarget_port,
         bind_host=args.bind_host,
         plain_output=args.plain_output,
         input_fps=args.input_fps,
@@ -103,6 +111,7 @@ def stack_config(args: Any, **overrides: Any) -> StackConfig:
         state_dir=None if args.plain else (args.state_dir or log_dir / "state"),
         fsync=args.fsync,
         retarget_workers=0 if args.plain else args.retarget_workers,
+        metrics_host=args.metrics_host,
     )
     for key, value in overrides.items():
         setattr(config, key, value)
@@ -120,11 +129,15 @@ def build_parser() -> EnvArgumentParser:
                    help="viewer display")
     p.add_argument("--web-port", type=port_number, default=8080, help="port of the web viewer")
     p.add_argument("--plots-dir", type=Path, default=None,
-                   help="a take folder with `mocapline plot` output: the web viewer links its plots")
+                   help="a folder of `mocapline plot` output (./TAKE_plots, or a folder of them): the web "
+                        "viewer links every PNG below it")
     p.add_argument("--robot", choices=("sim", "real", "g1"), default=None,
                    help="the robot end (docs/robot.md): sim = `mocapline robot` driving the --robot-model in physics "
                         "(`mocapline sim`); real (or g1, its former name) = the bridge alone, for a real robot "
                         "(--robot-domain 0 --robot-interface NIC); needs pip install -e '.[robot]'")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep the run folder up makes without --log-dir (logs, durable state) after a clean exit "
+                        "too; it is always kept, and named, after a failure")
     p.add_argument("--robot-domain", type=int, default=None, help="DDS domain (default: 1 with sim, 0 with real)")
     p.add_argument("--robot-interface", default=None, help="DDS network interface (default: lo with sim)")
     return p
@@ -134,13 +147,15 @@ def startup_lines(config: StackConfig, args: Any) -> list[str]:
     """What the person needs to keep: where to send, where to look, where the logs are."""
     main_path = (f"capture -> tcp {config.axis_host}:{config.axis_port}" if config.transport == "tcp"
                  else f"{'Xsens MVN' if config.source == 'xsens' else 'Axis Studio'} -> udp {config.main_port}")
+    tidied = args.log_dir is None and not args.keep_logs
     lines = [
         f"mocapline: pipeline up; {main_path}{' + udp ' + str(config.side_port) if config.merge else ''}; "
-        f"robots/viewers -> tcp://{config.bind_host}:{config.output_port}; logs in {config.log_dir}",
+        f"robots/viewers -> tcp://{config.bind_host}:{config.output_port}; logs in {config.log_dir}"
+        + (" (removed after a clean exit: --keep-logs keeps them)" if tidied else ""),
         "mocapline: " + (f"durable mode, journal and outboxes in {config.state_dir} (fsync {config.fsync})"
                          if config.state_dir is not None else "plain links (--plain): nothing kept on disk"),
-        f"mocapline: NATS {config.nats_url}; /metrics on 9101-9105 (capture, retarget, streamer, viewer, auditor)"
-        + (", 9107 (robot)" if config.robot else ""),
+        f"mocapline: NATS {config.nats_url}; /metrics on {config.metrics_host}:9101-9105 (capture, retarget, "
+        "streamer, viewer, auditor)" + (", 9107 (robot)" if config.robot else ""),
     ]
     if config.bind_host not in ("127.0.0.1", "localhost", "::1") and not os.environ.get("MOCAPLINE_CURVE_SERVER_KEY"):
         lines.append(f"mocapline: WARNING: the robot port is bound on {config.bind_host}, reachable from other "
@@ -180,7 +195,7 @@ def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
         stack.supervise()  # a service that died is started again (durable mode: it resumes)
         for notice in logs.new_notices():
             console.notice(notice)
-        console.draw(snapshot(config.nats_url))
+        console.draw(snapshot(config.nats_url, also=("sim",) if config.robot == "sim" else ()))
     console.release()
     guard.enter(Phase.DRAINING)
     if emitter is not None:
@@ -190,12 +205,25 @@ def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
     try:
         finals = stack.drain()
         print_ledger(stack.verdict(finals))
+        robot_end = stack.stop_robot_end()
+        for line in robot_end.lines() if robot_end is not None else []:
+            print(line, flush=True)
     except Interrupted:
         raise
     except Exception as exc:  # noqa: BLE001 - still stop everything
         print(f"mocapline up: drain failed: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def tidy_run_folder(folder: Path, code: int, keep: bool) -> str | None:
+    """The run folder `up` made itself (no --log-dir: logs and durable state) after the run:
+    removed after a clean exit unless ``keep`` (each run left 10-13 MB behind); kept after a
+    failure, where its logs are what to read, and the line to say where it is returned."""
+    if keep or (code != 0 and folder.is_dir() and any(folder.iterdir())):
+        return f"mocapline up: logs kept in {folder}"
+    shutil.rmtree(folder, ignore_errors=True)
+    return None
 
 
 def robot_options(args: Any) -> dict[str, Any]:
@@ -224,7 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mocapline up: {exc}", file=sys.stderr)
         return 2
     stack = Stack(config)
-    return run_stack(stack, "mocapline up", lambda guard: run(stack, args, guard))
+    code = run_stack(stack, "mocapline up", lambda guard: run(stack, args, guard))
+    if args.log_dir is None and config.log_dir is not None:
+        kept = tidy_run_folder(config.log_dir, code, args.keep_logs)
+        if kept:
+            print(kept, file=sys.stderr, flush=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -67,7 +67,12 @@ class Case:
         self.state = workdir / self.name
         self.state.mkdir(parents=True)
         self.consumer = ConsumerProcess(template, self.endpoint, NAME, self.state)
-        self.port = ScriptedPort(self.endpoint, secrets.token_bytes(16))
+        self.port = self.new_port(secrets.token_bytes(16))
+
+    def new_port(self, epoch: bytes, postures: dict[int, int | None] | None = None,
+                 ends: dict[int, tuple[int, int]] | None = None) -> ScriptedPort:
+        """The scripted port on the case's endpoint, which stops waiting once the consumer exited."""
+        return ScriptedPort(self.endpoint, epoch, postures or {}, ends or {}, gone=self.consumer.has_exited)
 
     def hello(self) -> bool:
         h = self.port.next_hello(WAIT_S)
@@ -131,7 +136,7 @@ class NewEpoch(Case):
         if not self.until_applied(10):
             return self.verdict(expected(range(10)), "before the restart")
         self.port.close()
-        self.port = ScriptedPort(self.endpoint, secrets.token_bytes(16))
+        self.port = self.new_port(secrets.token_bytes(16))
         self.publish(range(10), epoch_no=1)
         self.end(10, 9, 10)
         self.until_applied(21, timeout_s=WAIT_S)
@@ -225,7 +230,7 @@ class EndOfStream(Case):
         self.end(16, 15, 5)
         self.until_applied(17)
         deadline = time.monotonic() + 3
-        while max(self.port.acks, default=-1) < 16 and time.monotonic() < deadline:
+        while max(self.port.acks, default=-1) < 16 and time.monotonic() < deadline and not self.consumer.has_exited():
             self.port.next_hello(0.1)
         acked = max(self.port.acks, default=-1)
         result = self.verdict([*expected(range(10)), (10, None), *expected(range(11, 16)), (16, None)],
@@ -295,7 +300,7 @@ class PortRestarted(Case):
         self.until_applied(10)
         self.port.close()
         epoch, postures, ends = self.port.epoch, self.port.postures, self.port.ends
-        self.port = ScriptedPort(self.endpoint, epoch, postures, ends)
+        self.port = self.new_port(epoch, postures, ends)
         self.publish(range(10, 20))
         self.end(20, 19, 20)
         self.port.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)

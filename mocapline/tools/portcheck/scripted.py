@@ -66,6 +66,7 @@ class ConsumerProcess:
         self.applied: list[Applied] = []
         self.runs: list[list[Applied]] = []
         self.proc: subprocess.Popen[str] | None = None
+        self._stdout_reader: threading.Thread | None = None
         self._stderr_reader: threading.Thread | None = None
         self.stderr_tail: deque[str] = deque(maxlen=3)  # of its current run: why it exited, if it did
         self._lock = threading.Lock()
@@ -75,7 +76,8 @@ class ConsumerProcess:
         self.stderr_tail.clear()
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, errors="replace", start_new_session=True)
-        threading.Thread(target=self._read, args=(self.proc, self.runs[-1]), daemon=True).start()
+        self._stdout_reader = threading.Thread(target=self._read, args=(self.proc, self.runs[-1]), daemon=True)
+        self._stdout_reader.start()
         self._stderr_reader = threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True)
         self._stderr_reader.start()
 
@@ -84,6 +86,15 @@ class ConsumerProcess:
         for line in proc.stderr:
             if line.strip() and proc is self.proc:
                 self.stderr_tail.append(line.strip()[:200])
+
+    def has_exited(self) -> bool:
+        """Its current run has ended (by itself, or killed by the case), and every line it
+        reported has been read."""
+        if self.proc is None or self.proc.poll() is None:
+            return False
+        if self._stdout_reader is not None:
+            self._stdout_reader.join(timeout=1.0)
+        return True
 
     def exited(self) -> str:
         """How its current run ended by itself ("" while it runs): the exit status and the last lines
@@ -148,6 +159,9 @@ class ScriptedPort:
     hellos: list[Control] = field(default_factory=list)
     acks: list[int] = field(default_factory=list)
     route: bytes | None = None
+    # The consumer has exited: nobody will say HELLO or apply a frame, so no wait goes on (a
+    # consumer that died at once made every case wait out its 10-15 s).
+    gone: Callable[[], bool] = lambda: False
 
     def __post_init__(self) -> None:
         self.ctx = zmq.Context()
@@ -176,6 +190,8 @@ class ScriptedPort:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.sock.poll(20):
+                if self.gone():
+                    return None
                 continue
             parts = self.sock.recv_multipart()
             msg = decode_control(parts[1]) if len(parts) == 2 else None
@@ -200,7 +216,7 @@ class ScriptedPort:
     def serve(self, done: Callable[[], bool], first: int, timeout_s: float) -> None:
         """Answer HELLOs until ``done()`` or the time is up."""
         deadline = time.monotonic() + timeout_s
-        while not done() and time.monotonic() < deadline:
+        while not done() and not self.gone() and time.monotonic() < deadline:
             hello = self.next_hello(min(0.1, max(0.0, deadline - time.monotonic())))
             if hello is not None:
                 self.answer(hello, first)

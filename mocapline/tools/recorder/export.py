@@ -4,7 +4,12 @@ contract, docs/recording.md), for the take's robot build (``--robot-model``).
 Input: a raw-datagram recording (``.mlrec``, e.g. ``take/raw.mlrec`` of ``mocapline record`` or
 ``assets/demo/walk_60hz.mlrec``), retargeted offline as the live pipeline does (capture core ->
 Retargeter, deterministic; see ``mocapline/tools/recorder/take.py``), with the IK configuration
-given here or, for a take folder, the one recorded in its ``config.json``.
+given here or, for a take folder, the one recorded in its ``config.json``. Or the MocapFrames a
+robot was sent: a ``.mltap`` of ``mocapline tap --record`` or a ``.mlmf`` of the streamer, one
+performer (``--performer``, default the first); their time axis is the stream's frame number
+(``MocapFrame.index``) at the stream's rate, and a frame the streamer bridged across a gap
+(``bridged``) counts as missing, so ``--on-gap`` decides about it as about any gap. Written to
+``-o`` (default ``./<take>.npz`` in the working directory, never beside the take).
 
 Output ``CLIP.npz`` (``numpy.load(path)``, no pickles), T samples at ``--fps`` (default 50 Hz):
 
@@ -50,6 +55,7 @@ import json
 import sys
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +66,7 @@ from mocapline.core import quat as Q
 from mocapline.core.modes import Source
 from mocapline.core.options import EnvArgumentParser, choices
 from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
+from mocapline.formats.takefile import MocapSeries, TakeKind, check, default_output, read_mocap_series
 from mocapline.robot.description import RobotDescription
 from mocapline.robot.registry import add_robot_model_argument, get_robot
 
@@ -287,9 +294,9 @@ def export_frames(frames: list[Any], source_fps: float, fps: float, *, max_gap: 
 
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="mocapline export", description=__doc__)
-    p.add_argument("take", type=Path, help="a .mlrec recording or a take folder of `mocapline record`")
+    p.add_argument("take", type=Path, help="a take folder of `mocapline record`, a .mlrec, .mltap or .mlmf")
     p.add_argument("-o", "--output", type=Path, default=None,
-                   help="the .npz to write (default: beside the take: TAKE/TAKE.npz, or REC.npz beside REC.mlrec)")
+                   help="the .npz to write (default: ./TAKE.npz in the working directory)")
     p.add_argument("--fps", type=float, default=DEFAULT_FPS, help="output rate (Hz)")
     p.add_argument("--input-fps", type=float, default=None,
                    help="the recording's frame rate (default: its metadata, else 60)")
@@ -306,51 +313,104 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--on-gap", choices=("refuse", "flag"), default="refuse",
                    help="refuse: exit 3 when a sample crosses a longer gap; flag: write it with valid=False")
     p.add_argument("--take-index", type=int, default=0, help="which take when the recording holds several")
+    p.add_argument("--performer", type=int, default=None, metavar="AVATAR_INDEX",
+                   help=".mltap / .mlmf: the performer to export (default: the first)")
     p.add_argument("--no-csv", action="store_true", help="do not write the CSV next to the .npz")
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def series_takes(series: MocapSeries) -> list[MocapSeries]:
+    """One performer's MocapFrames -> takes: a new one where the stream's frame number or the
+    posture_index goes back (a new take, a new segment)."""
+    back = (np.diff(series.index) <= 0) | (np.diff(series.posture_index) < 0)
+    bounds = [0, *(np.flatnonzero(back) + 1).tolist(), len(series)]
+    out = []
+    for a, b in pairwise(bounds):
+        keep = np.zeros(len(series), bool)
+        keep[a:b] = True
+        out.append(series.where(keep))
+    return out
+
+
+def export_series(take: MocapSeries, fps: float, *, max_gap: int = 1, on_gap: str = "refuse",
+                  meta: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+    """One take of MocapFrames -> the clip's arrays, on the stream's frame number (bridged frames
+    left out: they are the gaps)."""
+    stream_fps = take.fps
+    if stream_fps is None:
+        raise ValueError("fewer than two frames: no rate to resample from")
+    real = take.where(~take.bridged)
+    r = resample(real.index, real.root_pos, real.root_quat, real.joint_pos, stream_fps, fps,
+                 max_gap=max_gap, on_gap=on_gap)
+    posture = dict(zip(real.index.tolist(), real.posture_index.tolist(), strict=True))
+    r.posture_index = np.array([posture[int(i)] for i in r.posture_index], dtype=np.int64)
+    r.gaps = [(posture[a - 1] + 1, posture[b + 1] - 1) for a, b in r.gaps]
+    robot = get_robot(take.robot_model) if take.robot_model else get_robot()
+    return build_clip(r, fps, stream_fps, {**(meta or {}), "max_gap": max_gap, "on_gap": on_gap,
+                                           "time_axis": "MocapFrame.index at the stream's rate"}, robot)
+
+
+def _recording_clip(args: Any) -> tuple[dict[str, np.ndarray], int, Path]:
+    """A take folder or .mlrec, retargeted offline (ValueError, GapError: why not)."""
     from mocapline.tools.recorder.take import load_take
 
-    args = build_parser().parse_args(argv)
     loaded = load_take("mocapline export", args)
     if loaded is None:
-        return 2
+        raise _Reported
     path, run, _ = loaded
     takes = split_takes(run.robot)
     if not takes:
-        print(f"mocapline export: {path}: no frames decoded", file=sys.stderr)
-        return 2
+        raise ValueError(f"{path}: no frames decoded")
     if not 0 <= args.take_index < len(takes):
-        print(f"mocapline export: --take-index {args.take_index}: the recording has {len(takes)} take(s)",
-              file=sys.stderr)
-        return 2
-    meta = {
-        "input": str(path),
-        "input_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        "take_index": args.take_index,
-        "takes_in_input": len(takes),
-        "config": run.config.describe(),
-        "capture_ledger": run.capture_ledger,
-        "generator": "mocapline export",
-    }
+        raise ValueError(f"--take-index {args.take_index}: the recording has {len(takes)} take(s)")
+    meta = {"input": str(path), "input_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "take_index": args.take_index, "takes_in_input": len(takes), "config": run.config.describe(),
+            "capture_ledger": run.capture_ledger, "generator": "mocapline export"}
+    clip = export_frames(takes[args.take_index], float(run.config.input_fps or 60.0), args.fps,
+                         max_gap=args.max_gap, on_gap=args.on_gap, meta=meta, robot=get_robot(run.config.robot_model))
+    return clip, len(takes), path
+
+
+def _series_clip(args: Any) -> tuple[dict[str, np.ndarray], int, Path]:
+    """A .mltap / .mlmf: one performer's MocapFrames."""
+    series = read_mocap_series(args.take)
+    if not len(series):
+        raise ValueError(f"{args.take}: no MocapFrames in it")
+    performer = series.performers[0] if args.performer is None else args.performer
+    if performer not in series.performers:
+        raise ValueError(f"{args.take}: no frames of performer {performer} (it holds {series.performers})")
+    takes = series_takes(series.of_performer(performer))
+    if not 0 <= args.take_index < len(takes):
+        raise ValueError(f"--take-index {args.take_index}: the recording has {len(takes)} take(s)")
+    meta = {"input": str(args.take), "input_sha256": hashlib.sha256(args.take.read_bytes()).hexdigest(),
+            "input_kind": series.kind.what, "input_meta": series.meta, "performer": performer,
+            "avatar_name": series.avatar_names.get(performer, ""), "performers_in_input": series.performers,
+            "take_index": args.take_index, "takes_in_input": len(takes), "generator": "mocapline export"}
+    clip = export_series(takes[args.take_index], args.fps, max_gap=args.max_gap, on_gap=args.on_gap, meta=meta)
+    return clip, len(takes), args.take
+
+
+class _Reported(Exception):
+    """The failure was already printed (load_take's messages)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
-        clip = export_frames(takes[args.take_index], float(run.config.input_fps or 60.0), args.fps,
-                             max_gap=args.max_gap, on_gap=args.on_gap, meta=meta,
-                             robot=get_robot(run.config.robot_model))
+        kind = check(args.take, "export")
+        clip, takes, _ = _series_clip(args) if kind in (TakeKind.TAP, TakeKind.FRAMES) else _recording_clip(args)
+    except _Reported:
+        return 2
     except GapError as exc:
         print(f"mocapline export: {exc}", file=sys.stderr)
         return 3
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # TakeFileError, a damaged file, nothing to export
         print(f"mocapline export: {exc}", file=sys.stderr)
         return 2
-    # Beside the take, as `plot` writes (never into the current directory unless told to).
-    out = args.output or (path.parent / f"{path.parent.name}.npz" if path.name == "raw.mlrec"
-                          else path.with_suffix(".npz"))
+    out = args.output or default_output(args.take, ".npz")
     summary = {**write_clip_files(out, clip, csv=not args.no_csv), "fps": args.fps,
                "duration_s": float(clip["time"][-1]), "invalid_samples": int((~clip["valid"]).sum()),
-               "gaps": len(clip["gaps"]), "takes_in_input": len(takes)}
+               "gaps": len(clip["gaps"]), "takes_in_input": takes}
     print(json.dumps(summary))
     return 0
 

@@ -1,7 +1,9 @@
 """`mocapline replay TAKE`: a recorded take back through the pipeline's logic.
 
 TAKE is a raw-datagram recording (``.mlrec``) or a take folder of ``mocapline record`` (its
-``raw.mlrec`` and the configuration in its ``config.json``; options given here override it).
+``raw.mlrec`` and the configuration in its ``config.json``; options given here override it): the
+datagrams are what a replay re-runs. A recording of MocapFrames (``.mltap``, ``.mlmf``) or a clip is
+refused with the commands that read it (``--compare`` reads a ``.mlmf``).
 
 Offline (default): the datagrams go through the capture core, the retarget service and the
 streamer in process, no sockets and no clock (``mocapline/tools/recorder/take.py``), and the MocapFrames
@@ -99,9 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         FrameFileWriter,
         read_frame_file,
     )
+    from mocapline.formats.takefile import check
     from mocapline.tools.recorder.take import digest, load_take
 
     args = build_parser().parse_args(argv)
+    try:
+        check(args.take, "replay")
+    except (ValueError, OSError) as exc:  # TakeFileError: which command reads it
+        print(f"mocapline replay: {exc}", file=sys.stderr)
+        return 2
     loaded = load_take("mocapline replay", args, stream=True)
     if loaded is None:
         return 2

@@ -6,6 +6,14 @@ of ``physics.py``.
 LowCmd, as a robot does. ``--clock lockstep`` steps once per LowCmd received (every command,
 none skipped; the initial state is published until the first arrives): the run is then a
 function of the command sequence alone, which the tests use.
+
+Its counts say what became of every LowCmd in the bridge's terms: ``commands_received`` (taken
+off DDS: the reader keeps up to ``READER_DEPTH`` between two steps, so none is dropped there) =
+``commands_applied`` (a physics step ran with it) + ``commands_superseded`` (valid, but a newer one
+came in before the next step: the realtime clock steps with the newest alone, and the bridge's
+500 Hz and the sim's 2 ms steps beat against each other) + the rejected (``rejected_by_reason``).
+The bridge's ``commands_sent`` less ``commands_received`` were never delivered (sent before the
+sim's reader was matched, or lost by DDS): :func:`command_balance` says so in a line.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from mocapline.robot.registry import add_robot_model_argument
 
 log = logging.getLogger("mocapline.sim")
 MAX_CATCHUP_STEPS = 10
+READER_DEPTH = 64  # realtime: LowCmds kept between two steps (at 500 Hz, 1-2 come in a 2 ms step)
 
 
 def build_parser() -> EnvArgumentParser:
@@ -77,8 +86,9 @@ class SimSettings:
 @dataclass
 class SimCounters:
     steps: int = 0
-    commands_received: int = 0
-    commands_applied: int = 0
+    commands_received: int = 0  # LowCmds taken off DDS
+    commands_applied: int = 0  # ... that a physics step ran with
+    commands_superseded: int = 0  # ... valid, but replaced by a newer one before the next step
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     states_published: int = 0
     overruns: int = 0  # realtime: wake-ups more than a period late (the missed steps then taken at once)
@@ -86,20 +96,48 @@ class SimCounters:
     def reject(self, reason: str) -> None:
         self.rejected_by_reason[reason] = self.rejected_by_reason.get(reason, 0) + 1
 
+    @classmethod
+    def from_json(cls, answer: dict[str, Any]) -> SimCounters:
+        """The sim's status answer or final line (other keys, such as pelvis_height, left aside)."""
+        return cls(**{k: answer[k] for k in cls.__dataclass_fields__ if k in answer})
+
+    def summary(self) -> str:
+        """What became of the LowCmds it received, in words."""
+        return (f"received {self.commands_received} LowCmd: {self.commands_applied} stepped with, "
+                f"{self.commands_superseded} superseded (a newer one came before the physics step), "
+                f"{sum(self.rejected_by_reason.values())} rejected")
+
+
+def command_balance(commands_sent: int, sim: SimCounters) -> str:
+    """What became of the bridge's LowCmds at the sim, in one line. Exact once the bridge has
+    stopped sending (its final count) and the sim has taken what was on its way."""
+    lost = commands_sent - sim.commands_received
+    parts = [f"the bridge sent {commands_sent} LowCmd; the sim {sim.summary()}"]
+    if lost > 0:
+        parts.append(f"{lost} not received (sent before the sim's reader matched, or lost by DDS)")
+    elif lost < 0:
+        parts.append(f"{-lost} more received than this bridge sent (another publisher on the DDS domain)")
+    return "; ".join(parts)
+
 
 class SimLoop:
     """The sim's process loop: commands in, physics, states out (see the module docstring)."""
 
-    def __init__(self, args: Any) -> None:
+    def __init__(self, args: Any, dds: Any = None) -> None:
+        """``dds``: the low-level topics (default: Cyclone DDS on the args' domain and interface)."""
         from mocapline.robot.registry import get_robot
-        from mocapline.robot.unitree.dds import LowLevel, dds_settings
         from mocapline.tools.sim.physics import RobotPhysics
 
         robot = get_robot(args.robot_model)
         self.sim = RobotPhysics(robot, args.base, mode_machine=args.mode_machine)
         self.period = self.sim.model.opt.timestep
         self.lockstep = args.clock == "lockstep"
-        self.dds = LowLevel(dds_settings(robot, args.domain, args.interface), depth=1024 if self.lockstep else 1)
+        if dds is None:
+            from mocapline.robot.unitree.dds import LowLevel, dds_settings
+
+            dds = LowLevel(dds_settings(robot, args.domain, args.interface),
+                           depth=1024 if self.lockstep else READER_DEPTH)
+        self.dds = dds
         self.commands, self.states = self.dds.command_reader(), self.dds.state_writer()
         self.counters = SimCounters()
         self.next_tick = time.monotonic()
@@ -108,9 +146,12 @@ class SimLoop:
         return {**asdict(self.counters), "pelvis_height": round(self.sim.pelvis_height, 4)}
 
     def take_commands(self, limit: int) -> None:
+        """Lockstep: a step per valid command. Realtime: every waiting command is taken and
+        checked, the newest valid one is the law for the next step, the others are superseded."""
         from mocapline.robot.unitree.lowlevel import LayoutError
 
         c = self.counters
+        valid = 0
         for sample in self.commands.take(limit):
             c.commands_received += 1
             try:
@@ -118,12 +159,16 @@ class SimLoop:
             except LayoutError as exc:
                 c.reject(exc.reason)
                 continue
-            if self.sim.apply(cmd):
-                c.commands_applied += 1
-            else:
+            if not self.sim.apply(cmd):
                 c.reject("crc_or_non_finite")
+                continue
+            valid += 1
             if self.lockstep:
+                c.commands_applied += 1
                 self.step_and_publish()
+        if valid and not self.lockstep:
+            c.commands_applied += 1
+            c.commands_superseded += valid - 1
 
     def publish(self) -> None:
         self.states.write(self.sim.family.low_state.sample(self.sim.state()))
@@ -144,7 +189,7 @@ class SimLoop:
         """Physics keeps wall time: after a late wake-up the steps missed are taken (up to
         MAX_CATCHUP_STEPS) with the newest command, as a robot's world does not wait for its
         firmware; only the last state is published."""
-        self.take_commands(64)
+        self.take_commands(READER_DEPTH)
         due = min(MAX_CATCHUP_STEPS, max(1, int((time.monotonic() - self.next_tick) / self.period) + 1))
         if due > 1:
             self.counters.overruns += 1

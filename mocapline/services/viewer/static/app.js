@@ -329,13 +329,7 @@ async function refreshLedger() {
       badge.textContent = v.state;
       badge.title = v.state;
       badge.className = 'badge ' + (v.unique_frames_conserved ? 'ok' : v.state.startsWith('not') ? 'bad' : 'wait');
-      kv('source', [
-        ['unique frames', v.source_unique_frames], ['received datagrams', v.source_received],
-        ['missing indices', v.source_missing_indices], ['duplicate indices', v.source_duplicate_indices],
-        ['backward jumps (segments)', `${fmt(v.source_backward_indices)} (${fmt(v.segments)})`],
-        ['rejected datagrams', v.rejected_datagrams], ['last posture_index', v.last_posture_index],
-        ['unique_frames_conserved', v.unique_frames_conserved],
-      ], (k, x) => (k.startsWith('missing') || k.startsWith('rejected')) && x > 0);
+      kv('source', d.source, (k, x) => (k.startsWith('missing') || k.startsWith('rejected')) && x > 0);
       const mp = v.missing_by_path || {};
       const label = { main_only: 'main only (recoverable by merging)', both: 'both paths (upstream)', side_only: 'side only', main_no_side_data: 'main, no side data' };
       const count = (r) => (r || []).reduce((n, [lo, hi]) => n + hi - lo + 1, 0);
@@ -346,6 +340,8 @@ async function refreshLedger() {
       badge.textContent = 'viewer only (no pipeline on NATS)';
       badge.className = 'badge wait';
     }
+    $('robot-section').hidden = !d.robot;
+    if (d.robot) kv('robot', d.robot.figures, (k, x) => (k === 'deadline misses' || k.startsWith('stalls')) && !String(x).startsWith('0'));
     drawPerformers(d.performers || []);
     kv('viewer', Object.entries(d.viewer), (k, x) => (k === 'crc_invalid' || k === 'frame_id_gaps') && x > 0);
     $('durable-section').hidden = !d.durable.length;
