@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from mocapline.core.udp import Datagram
-from mocapline.formats.axis_bvh import AxisBvhConfig, encode_datagram, parse_datagram
-from mocapline.formats.skeleton import SKELETON_CHOICES, get_skeleton, skeleton_kind
+from mocapline.formats.axis_bvh import AxisBvhConfig, add_axis_options, encode_datagram, parse_datagram
+from mocapline.formats.skeleton import get_skeleton
 from mocapline.services.capture.core import AxisDecoder, CaptureCore
 from mocapline.services.capture.fk import AxisForwardKinematics
 from mocapline.services.capture.sources import BATCH_MAX
@@ -149,8 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=3000, help="datagrams in the take")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds")
     parser.add_argument("--batch", type=int, default=32, help="frames per bodies_batch call")
-    parser.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio")
-    parser.add_argument("--rotation-order", default="YXZ")
+    add_axis_options(parser)
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.frames < 1 or args.rounds < 1 or args.batch < 1:
         parser.error("--frames, --rounds and --batch must be positive")

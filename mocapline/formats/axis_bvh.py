@@ -32,6 +32,7 @@ packets Axis also sends are classified and rejected, never decoded.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import math
 import struct
@@ -40,9 +41,22 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from mocapline.formats.skeleton import SkeletonKind, get_skeleton
+from mocapline.formats.skeleton import SKELETON_CHOICES, SkeletonKind, get_skeleton, skeleton_kind
 
 ROTATION_ORDERS: tuple[str, ...] = ("XYZ", "XZY", "YXZ", "YZX", "ZXY", "ZYX")
+
+
+def add_axis_options(parser: argparse.ArgumentParser, *, from_take: bool = False) -> None:
+    """``--rotation-order`` and ``--skeleton``, Axis Studio's two settings of the binary BVH stream,
+    declared once for every command that reads or writes one; ``from_take``: no default, the take
+    (its config.json or the recording's metadata) says."""
+    take = " (default: the take's, else {})" if from_take else " (default {})"
+    parser.add_argument("--rotation-order", choices=ROTATION_ORDERS, default=None if from_take else "YXZ",
+                        help="Axis Studio's BVH rotation order setting" + take.format("YXZ"))
+    parser.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES,
+                        default=None if from_take else "axis_studio",
+                        help="Axis skeleton: axis_studio (59 bones), or pn (pn_pro: Axis Neuron's Perception Neuron "
+                             "skeleton, Spine3 and no Neck1)" + take.format("axis_studio"))
 HEADER_FORMATS: tuple[str, ...] = ("current", "legacy")
 HeaderFormat = Literal["current", "legacy"]
 

@@ -35,12 +35,12 @@ from mocapline.core.frames import HumanFrame
 from mocapline.core.modes import Source
 from mocapline.core.options import EnvArgumentParser, choices
 from mocapline.core.udp import Datagram
-from mocapline.formats.axis_bvh import DEFAULT_CONFIG, ROTATION_ORDERS, AxisBvhConfig, HeaderFormat
+from mocapline.formats.axis_bvh import DEFAULT_CONFIG, AxisBvhConfig, HeaderFormat, add_axis_options
 from mocapline.formats.axis_stream import is_stream_dump, stream_datagrams
 from mocapline.formats.mlrec import RecordingError, is_recording, read_recording, tcp_ports
 from mocapline.formats.mxtp02 import PositionUnitSetting
 from mocapline.formats.pcap import PcapError, is_pcap, iter_tcp, iter_udp
-from mocapline.formats.skeleton import SKELETON_CHOICES, SkeletonKind, skeleton_kind
+from mocapline.formats.skeleton import SkeletonKind
 from mocapline.formats.takefile import (
     TAKE_RECORDING,
     MocapSeries,
@@ -175,9 +175,7 @@ def build_parser() -> EnvArgumentParser:
                         "in a pcap, or read FILE as a raw dump of that stream (detected when it starts "
                         "with a BVH token)")
     p.add_argument("--source", choices=choices(Source), default="axis", help="what sent the datagrams")
-    p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ", help="Axis BVH rotation order")
-    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
-                   help="skeleton (pn: Axis Neuron's Perception Neuron skeleton)")
+    add_axis_options(p)
     p.add_argument("--header-format", choices=choices(HeaderFormat), default="current", help="Axis header format")
     p.add_argument("--position-unit", choices=choices(PositionUnitSetting), default="m",
                    help="Xsens position unit (auto: the first frame's pelvis height decides)")

@@ -44,9 +44,9 @@ from mocapline.core.stage import (
 )
 from mocapline.core.tracing import StageTracer
 from mocapline.core.transport import FrameSink
-from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig, HeaderFormat
+from mocapline.formats.axis_bvh import AxisBvhConfig, HeaderFormat, add_axis_options
 from mocapline.formats.mxtp02 import PositionUnitSetting
-from mocapline.formats.skeleton import SKELETON_CHOICES, SkeletonKind, skeleton_kind
+from mocapline.formats.skeleton import SkeletonKind
 from mocapline.services.capture import checkpoint
 from mocapline.services.capture.journal import RawJournal
 from mocapline.services.capture.sources import (
@@ -75,11 +75,7 @@ def build_parser() -> EnvArgumentParser:
                         "--transport tcp (then these are UDP side paths merged with the TCP stream)")
     p.add_argument("--host", default="0.0.0.0", help="local address to bind the UDP ports on")
     p.add_argument("--output", default="tcp://127.0.0.1:5556", help="ZeroMQ endpoint to bind the HumanFrame PUSH on")
-    p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ",
-                   help="Axis Studio's BVH rotation order setting")
-    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
-                   help="Axis skeleton: axis_studio (59 bones) or the legacy pn_pro (alias pn: Axis Neuron's "
-                        "Perception Neuron skeleton, Spine3 and no Neck1)")
+    add_axis_options(p)
     p.add_argument("--header-format", choices=choices(HeaderFormat), default="current",
                    help="'legacy' when Axis Studio's 'use old header format' is ticked")
     p.add_argument("--position-unit", choices=choices(PositionUnitSetting), default="m",

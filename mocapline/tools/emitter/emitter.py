@@ -37,9 +37,9 @@ from mocapline.core.options import (
 )
 from mocapline.core.paths import DEMO_TAKE
 from mocapline.core.udp import Datagram
-from mocapline.formats.axis_bvh import ROTATION_ORDERS, AxisBvhConfig, encode_datagram
+from mocapline.formats.axis_bvh import AxisBvhConfig, add_axis_options, encode_datagram
 from mocapline.formats.mlrec import RecordingWriter, read_recording
-from mocapline.formats.skeleton import SKELETON_CHOICES, get_skeleton, skeleton_kind
+from mocapline.formats.skeleton import get_skeleton
 from mocapline.tools.emitter import mvn
 from mocapline.tools.emitter.motion import pose_channels
 from mocapline.tools.emitter.take import EmitStats, Pacer, TakePlan, performer_name
@@ -241,9 +241,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--skip-main", type=parse_index_list, default=[], help="indices the first destination misses")
     p.add_argument("--skip-side", type=parse_index_list, default=[], help="indices the second destination misses")
     p.add_argument("--garbage", type=non_negative_int, default=0, help="non-BVH datagrams to mix into the main path")
-    p.add_argument("--rotation-order", choices=ROTATION_ORDERS, default="YXZ", help="BVH rotation order")
-    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
-                   help="skeleton: axis_studio, or pn (pn_pro: Axis Neuron's Perception Neuron skeleton)")
+    add_axis_options(p)
     p.add_argument("--legacy-header", action="store_true", help="Axis Studio's 'use old header format'")
     p.add_argument("--version", type=parse_version, default=None, metavar="A.B.C.D",
                    help="the header's data version (Axis Studio 1.1.0.1, the default; Axis Neuron 1.1.0.0)")

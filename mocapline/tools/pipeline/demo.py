@@ -36,8 +36,7 @@ from mocapline.core.options import (
     positive_int,
 )
 from mocapline.core.verdict import conserved
-from mocapline.formats.axis_bvh import AxisBvhConfig
-from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
+from mocapline.formats.axis_bvh import AxisBvhConfig, add_axis_options
 from mocapline.tools.emitter import mvn
 from mocapline.tools.emitter.emitter import TakePlan, emit_take, parse_performer_skip, parse_version, split_size
 from mocapline.tools.emitter.tcp_server import AxisTcpServer
@@ -69,9 +68,7 @@ def build_parser() -> EnvArgumentParser:
                    help="main UDP path: frames as parts of at most BYTES, as Axis Neuron sends them (1024)")
     p.add_argument("--lose-head", type=parse_index_list, default=[], help="--split: indices whose first part is lost")
     p.add_argument("--lose-tail", type=parse_index_list, default=[], help="--split: indices whose last part is lost")
-    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
-                   help="the take's skeleton, which capture is told too: axis_studio, or pn (pn_pro: Axis "
-                        "Neuron's Perception Neuron skeleton)")
+    add_axis_options(p)  # the take is emitted, and capture told, with both
     p.add_argument("--version", type=parse_version, default=None, metavar="A.B.C.D",
                    help="the header's data version (Axis Studio 1.1.0.1, the default; Axis Neuron 1.1.0.0)")
     p.add_argument("--merge", action="store_true", help="capture merges main + side (recovers main-only losses)")
@@ -90,8 +87,8 @@ def build_parser() -> EnvArgumentParser:
 
 
 # Flags an MVN take has no use for (one UDP path, no Axis framing), and the MVN ones an Axis take ignores.
-AXIS_ONLY = ("merge", "transport", "split", "lose_head", "lose_tail", "skeleton", "version", "garbage",
-             "drop_main", "drop_side")
+AXIS_ONLY = ("merge", "transport", "split", "lose_head", "lose_tail", "skeleton", "rotation_order", "version",
+             "garbage", "drop_main", "drop_side")
 
 
 def foreign_flags(parser: EnvArgumentParser, args: Any) -> str | None:
@@ -107,6 +104,7 @@ def demo_config(args: Any) -> StackConfig:
         source=args.source,
         merge=args.merge,
         skeleton=str(args.skeleton),
+        rotation_order=args.rotation_order,
         transport=args.transport,
         viewer=not args.no_viewer,
         input_fps=fps,
@@ -164,7 +162,7 @@ def unconsumed_output(ledger: dict[str, Any]) -> dict[str, Any] | None:
 def run(stack: Stack, args: Any, guard: SignalGuard, server: AxisTcpServer | None) -> int:
     config = stack.config
     side = ("127.0.0.1", config.side_port)
-    axis = AxisBvhConfig(skeleton=args.skeleton)
+    axis = AxisBvhConfig(skeleton=args.skeleton, rotation_order=args.rotation_order)
     if args.source == "xsens":
         take = mvn.MvnTake(performers=args.performers, gloves=args.gloves, props=args.props, names=args.names,
                            heights_m=args.height)

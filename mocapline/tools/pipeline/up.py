@@ -21,7 +21,7 @@ from mocapline.core.metrics import DEFAULT_HOST as METRICS_HOST
 from mocapline.core.modes import SOURCE_PORTS, Display, Source, Transport
 from mocapline.core.options import EnvArgumentParser, choices, port_number, positive_float
 from mocapline.core.segmentlog import FSYNC_POLICIES
-from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
+from mocapline.formats.axis_bvh import add_axis_options
 from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.capture.tcp import parse_endpoint
 from mocapline.tools.pipeline.console import LiveConsole, LogWatch, print_ledger, snapshot
@@ -33,10 +33,7 @@ from mocapline.tools.pipeline.stack import Stack, StackConfig, run_stack
 def add_stack_options(p: EnvArgumentParser) -> None:
     p.add_argument("--source", choices=choices(Source), default="axis",
                    help="Axis Studio binary BVH, or Xsens MVN MXTP02 (the main port then defaults to MVN's 9763)")
-    p.add_argument("--rotation-order", default="YXZ", help="Axis Studio's BVH rotation order setting")
-    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default="axis_studio",
-                   help="Axis skeleton: axis_studio, or pn (pn_pro: Axis Neuron's Perception Neuron skeleton, "
-                        "Spine3 and no Neck1)")
+    add_axis_options(p)
     p.add_argument("--transport", choices=choices(Transport), default="udp",
                    help="Axis Studio over UDP (to --main-port) or TCP (capture connects to --axis)")
     p.add_argument("--axis", default="127.0.0.1:7001", metavar="HOST[:PORT]",

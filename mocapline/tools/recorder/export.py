@@ -65,7 +65,7 @@ import numpy as np
 from mocapline.core import quat as Q
 from mocapline.core.modes import Source
 from mocapline.core.options import EnvArgumentParser, choices
-from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
+from mocapline.formats.axis_bvh import add_axis_options
 from mocapline.formats.takefile import MocapSeries, TakeKind, check, default_output, read_mocap_series
 from mocapline.robot.description import RobotDescription
 from mocapline.robot.registry import add_robot_model_argument, get_robot
@@ -303,10 +303,7 @@ def build_parser() -> EnvArgumentParser:
     add_robot_model_argument(p, None, " (default: the take's, else g1)")
     p.add_argument("--ik-config", default=None, help="IK config name or JSON (default: the take's, else axis_studio)")
     p.add_argument("--human-height", type=float, default=None, help="performer height in m (default: the take's)")
-    p.add_argument("--rotation-order", default=None,
-                   help="Axis BVH rotation order (default: the recording's, else YXZ)")
-    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default=None,
-                   help="Axis skeleton: axis_studio, or pn (Axis Neuron's; default: the take's, else axis_studio)")
+    add_axis_options(p, from_take=True)
     p.add_argument("--source", choices=choices(Source), default=None, help="what sent the datagrams")
     p.add_argument("--max-gap", type=int, default=1,
                    help="longest source interval (frames) a sample may be interpolated across (1 = no missing frame)")

@@ -33,7 +33,7 @@ from typing import Any
 
 from mocapline.core.modes import Source
 from mocapline.core.options import EnvArgumentParser, choices
-from mocapline.formats.skeleton import SKELETON_CHOICES, skeleton_kind
+from mocapline.formats.axis_bvh import add_axis_options
 from mocapline.robot.registry import add_robot_model_argument
 
 
@@ -46,9 +46,7 @@ def build_parser() -> EnvArgumentParser:
     add_robot_model_argument(p, None, " (default: the take's, else g1)")
     p.add_argument("--ik-config", default=None, help="IK config name or JSON (default: the take's, else axis_studio)")
     p.add_argument("--human-height", type=float, default=None, help="performer height in m (default: the take's)")
-    p.add_argument("--rotation-order", default=None, help="Axis BVH rotation order (default: the recording's)")
-    p.add_argument("--skeleton", type=skeleton_kind, choices=SKELETON_CHOICES, default=None,
-                   help="Axis skeleton: axis_studio, or pn (Axis Neuron's; default: the take's, else axis_studio)")
+    add_axis_options(p, from_take=True)
     p.add_argument("--source", choices=choices(Source), default=None, help="what sent the datagrams")
     p.add_argument("--compare", type=Path, default=None, help="a recorded .mlmf to compare the motion content with")
     p.add_argument("--push", default=None, help="also serve the frames on this endpoint (bind), e.g. tcp://*:5555")
