@@ -56,6 +56,18 @@ class SafetyFilter:
             self.clamps["velocity_ff"] += 1
         return out
 
+    def pd_target(self, target: np.ndarray, q: np.ndarray, dq: np.ndarray, kp: np.ndarray, kd: np.ndarray,
+                  limit: np.ndarray) -> np.ndarray:
+        """``target`` kept where the motor's PD law ``kp (target - q) - kd dq`` at the measured
+        state stays within ``limit`` (N m): a torque limit the motor has no field for, applied
+        through the one field it has. Joints with kp 0 are left as they are."""
+        k = np.where(kp > 0, kp, 1.0)
+        lo, hi = q + (kd * dq - limit) / k, q + (kd * dq + limit) / k
+        out = np.where(kp > 0, np.clip(target, lo, hi), target)
+        if (out != target).any():
+            self.clamps["torque"] += 1
+        return out
+
     def torque(self, tau: np.ndarray) -> np.ndarray:
         if not np.isfinite(tau).all():
             self.clamps["non_finite"] += 1
