@@ -6,6 +6,11 @@ of ``physics.py``.
 LowCmd, as a robot does. ``--clock lockstep`` steps once per LowCmd received (every command,
 none skipped; the initial state is published until the first arrives): the run is then a
 function of the command sequence alone, which the tests use.
+
+Beside LowState it publishes the base's pose on mocapline's own topic (``mocapline/sim/base_state``,
+:mod:`mocapline.robot.unitree.base`) for the web page and the benches. With ``--vendor-controller
+stand`` a stand-in for the robot's own controller holds the stand pose until the first LowCmd,
+and takes the vendor's arm interface (rt/arm_sdk) blended in by its weight, as the robot does.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from mocapline.core.lifecycle import add_service_arguments, setup_logging, stop_on_signals
 from mocapline.core.options import (
@@ -44,6 +51,9 @@ def build_parser() -> EnvArgumentParser:
                         "up; free: on the floor")
     p.add_argument("--clock", choices=("realtime", "lockstep"), default="realtime",
                    help="realtime: a step every 2 ms with the newest command; lockstep: a step per command")
+    p.add_argument("--vendor-controller", choices=("none", "stand"), default="none",
+                   help="stand: a stand-in for the robot's own controller holds the stand pose (PD) until the first "
+                        "LowCmd and blends rt/arm_sdk in by its weight; none: limp until the first LowCmd")
     p.add_argument("--mode-machine", type=non_negative_int, default=5,
                    help="the robot type reported in LowState (the bridge copies it into LowCmd; unitree_hg only)")
     p.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
@@ -60,6 +70,7 @@ class SimSettings:
     interface: str
     base: str
     clock: str
+    vendor_controller: str
     mode_machine: int
     duration: float | None
     nats: str
@@ -82,6 +93,9 @@ class SimCounters:
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     states_published: int = 0
     overruns: int = 0  # realtime: wake-ups more than a period late (the missed steps then taken at once)
+    arm_sdk_received: int = 0
+    arm_sdk_applied: int = 0  # blended into the vendor's stand-in (not in low-level mode)
+    arm_sdk_weight: float = 0.0  # the newest weight applied
 
     def reject(self, reason: str) -> None:
         self.rejected_by_reason[reason] = self.rejected_by_reason.get(reason, 0) + 1
@@ -96,16 +110,42 @@ class SimLoop:
         from mocapline.tools.sim.physics import RobotPhysics
 
         robot = get_robot(args.robot_model)
-        self.sim = RobotPhysics(robot, args.base, mode_machine=args.mode_machine)
+        self.sim = RobotPhysics(robot, args.base, mode_machine=args.mode_machine,
+                                vendor=args.vendor_controller == "stand")
         self.period = self.sim.model.opt.timestep
         self.lockstep = args.clock == "lockstep"
         self.dds = LowLevel(dds_settings(robot, args.domain, args.interface), depth=1024 if self.lockstep else 1)
         self.commands, self.states = self.dds.command_reader(), self.dds.state_writer()
+        self.base = self.dds.base_writer()
+        topic = robot.low_level.arm_sdk_topic
+        self.arm = self.dds.command_reader(topic) if topic else None
         self.counters = SimCounters()
         self.next_tick = time.monotonic()
 
     def counts(self) -> dict[str, Any]:
-        return {**asdict(self.counters), "pelvis_height": round(self.sim.pelvis_height, 4)}
+        d = self.sim.data
+        return {**asdict(self.counters), "pelvis_height": round(self.sim.pelvis_height, 4),
+                "base_position": [round(float(v), 4) for v in d.xpos[self.sim.pelvis]]}
+
+    def take_arm(self) -> None:
+        """The arm interface's newest command (each one counted; the vendor's stand-in blends it)."""
+        from mocapline.robot.unitree.lowlevel import LayoutError
+
+        if self.arm is None:
+            return
+        c = self.counters
+        for sample in self.arm.take(64):
+            c.arm_sdk_received += 1
+            try:
+                cmd = self.sim.family.low_cmd.from_sample(sample)
+            except LayoutError as exc:
+                c.reject(f"arm_sdk_{exc.reason}")
+                continue
+            if self.sim.apply_arm(cmd):
+                c.arm_sdk_applied += 1
+                c.arm_sdk_weight = round(self.sim.arm_weight, 6)
+                if self.lockstep:
+                    self.step_and_publish()
 
     def take_commands(self, limit: int) -> None:
         from mocapline.robot.unitree.lowlevel import LayoutError
@@ -126,7 +166,14 @@ class SimLoop:
                 self.step_and_publish()
 
     def publish(self) -> None:
-        self.states.write(self.sim.family.low_state.sample(self.sim.state()))
+        from mocapline.robot.unitree.base import base_state
+
+        state = self.sim.state()
+        self.states.write(self.sim.family.low_state.sample(state))
+        d = self.sim.data
+        pelvis = self.sim.pelvis
+        velocity = d.qvel[0:3] if self.sim.base != "fixed" else np.zeros(3)
+        self.base.write(base_state(int(state["tick"]), d.xpos[pelvis], d.xquat[pelvis], velocity))
         self.counters.states_published += 1
 
     def step_and_publish(self) -> None:
@@ -135,6 +182,7 @@ class SimLoop:
         self.publish()
 
     def tick_lockstep(self) -> None:
+        self.take_arm()
         if self.counters.commands_received == 0:
             self.publish()  # the initial pose, until someone commands
         if self.commands.wait(0.01 if self.counters.commands_received else 0.05):
@@ -145,6 +193,7 @@ class SimLoop:
         MAX_CATCHUP_STEPS) with the newest command, as a robot's world does not wait for its
         firmware; only the last state is published."""
         self.take_commands(64)
+        self.take_arm()
         due = min(MAX_CATCHUP_STEPS, max(1, int((time.monotonic() - self.next_tick) / self.period) + 1))
         if due > 1:
             self.counters.overruns += 1
