@@ -75,6 +75,10 @@ def build_parser() -> EnvArgumentParser:
                    help="refuse a LowState whose crc field is 0 too (by default it is taken and counted "
                         "lowstate_unsealed: Unitree's simulators publish LowState unsealed)")
     p.add_argument("--rate", type=positive_float, default=500.0, help="LowCmd per second")
+    p.add_argument("--clock", choices=("wall", "lowstate"), default="wall",
+                   help="wall: a tick every 1/--rate s of wall time; lowstate: a tick per new LowState, the "
+                        "control time its tick (ms): with `mocapline sim --clock lockstep` the run is in simulated "
+                        "time, whatever the machine's load (the benches, the tests)")
     p.add_argument("--controller", choices=CONTROLLERS, default="pd",
                    help="pd: the stream's joint targets with the vendor's gains (a robot on a band or gantry); "
                         "policy: a learned whole-body controller (--policy) keeps the robot on its feet; "
@@ -132,6 +136,7 @@ class RobotSettings:
     interface: str
     require_lowstate_crc: bool
     support: str
+    clock: str
     controller: str
     policy: str
     policy_description: str
@@ -188,6 +193,8 @@ class RobotLoop:
         self.mode_machine = 0
         self.next_tick = time.monotonic()
         self.last_tick: float | None = None
+        self.state_tick: int | None = None  # the newest LowState's tick (ms)
+        self.ticks_seen: int | None = None
         self.performer = settings.performer
         self.done_upto = -1  # durable: the last input frame_id processed (applied, or passed over)
         self.estop_until: float | None = None
@@ -223,6 +230,7 @@ class RobotLoop:
                 self.counters.lowstate_unsealed += 1
         if newest is not None:
             self.mode_machine = newest.mode_machine
+            self.state_tick = newest.tick
             self.controller.on_state(Measured(newest.q, newest.dq, newest.quaternion, newest.gyro))
 
     def _take_frames(self) -> None:
@@ -273,6 +281,8 @@ class RobotLoop:
     # --- the tick ---
 
     def step(self) -> bool:
+        if self.settings.clock == "lowstate":
+            return self._step_on_lowstate()
         now = time.monotonic()
         if now < self.next_tick:
             time.sleep(self.next_tick - now)
@@ -296,6 +306,28 @@ class RobotLoop:
         if self.controller.stopping and self.estop_until is None:
             self.estop_until = now + self.controller.stop_s  # a fall: the controller damps, the bridge stops
         return self.estop_until is None or now < self.estop_until
+
+    def _step_on_lowstate(self) -> bool:
+        """One tick per new LowState, the control time its tick: the robot's clock, not the wall's."""
+        self.states.wait(0.05)
+        self._read_state()
+        if self.state_tick is None or self.state_tick == self.ticks_seen:
+            return self.estop_until is None or time.monotonic() < self.estop_until
+        now = self.state_tick / 1000.0
+        dt = self.period if self.ticks_seen is None else max(1e-4, min(now - self.ticks_seen / 1000.0, 0.1))
+        self.ticks_seen = self.state_tick
+        wall = time.monotonic()
+        if self.last_tick is not None:
+            self.counters.periods_s.append(wall - self.last_tick)
+        self.last_tick = wall
+        if self.controller.state != "estop":
+            self._take_frames()
+        command = self.controller.tick(now, dt)
+        if command is not None:
+            self._send(command, wall)
+        if self.controller.stopping and self.estop_until is None:
+            self.estop_until = wall + self.controller.stop_s
+        return self.estop_until is None or wall < self.estop_until
 
     def _send(self, command: Command, now: float) -> None:
         motors, slots = self.cmd["motor_cmd"], self.motors

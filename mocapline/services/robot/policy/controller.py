@@ -22,6 +22,7 @@ States (docs/robot.md, "The policy controller"):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -267,7 +268,7 @@ class PolicyController:
         targets[self.idx] = p.default + p.action_scale * np.clip(action, -p.action_clip, p.action_clip)
         self.targets = targets
         self.policy_steps += 1
-        self.policy_at.append(now)
+        self.policy_at.append(time.monotonic())
         if self.inference_s is not None:
             self.inference.append(self.inference_s())
         assert self.next_policy is not None
