@@ -187,6 +187,8 @@ class SimLoop:
             self.publish()  # the initial pose, until someone commands
         if self.commands.wait(0.01 if self.counters.commands_received else 0.05):
             self.take_commands(1024)
+        elif self.counters.commands_received:
+            self.publish()  # no command for 10 ms (its controller restarted?): the state again, not stepped
 
     def tick_realtime(self) -> None:
         """Physics keeps wall time: after a late wake-up the steps missed are taken (up to
