@@ -366,6 +366,7 @@ class ViewerCounts:
     lowstate_rejected_by_reason: dict[str, int] | None = wire(None, omit_none=True)
     lowstate_reader_opens: int | None = wire(None, omit_none=True)
     lowstate_reading: bool | None = wire(None, omit_none=True)
+    base_received: int | None = wire(None, omit_none=True)  # mocapline sim's base poses (mocapline/sim/base_state)
 
 
 # --- robot -----------------------------------------------------------------------------------
