@@ -158,21 +158,25 @@ def run_take(name: str, extra: list[str], domain: int, *, base: str = "band", co
         t0 = time.monotonic()
         for _ in range(loops):
             replay(DEMO_TAKE, [("127.0.0.1", config.main_port)])
-            samples.append(decode(RobotCounts, stack.ask("robot", "status")))
-        while controller != "pd" and _behind(stack):  # simulated time: the bridge is still playing
-            samples.append(decode(RobotCounts, stack.ask("robot", "status")))
+            samples.append(_status(stack))
+            if samples[-1].falls:
+                break
+        while controller != "pd" and _behind(samples[-1]):  # simulated time: the bridge is still playing
             time.sleep(5.0)
-        finals = stack.drain(timeout=600.0)
+            samples.append(_status(stack))
+        fell = bool(samples and samples[-1].falls)
+        finals = stack.drain(timeout=600.0) if not fell else {}
         wall = time.monotonic() - t0
-        cpu = {n: round(100 * (cpu_seconds(p) - before[n]) / wall, 1) for n, p in pids.items()}
-        status = decode(RobotCounts, stack.ask("robot", "status"))
-        verdict = stack.verdict(finals)
+        cpu = {n: round(100 * (cpu_seconds(p) - before[n]) / wall, 1) for n, p in pids.items()
+               if Path(f"/proc/{p}").exists()}
+        status = _status(stack)
+        verdict = stack.verdict(finals) if finals else {"state": "the robot fell"}
     finally:
         stack.stop()
         motion = watch.close()
     shutil.rmtree(state, ignore_errors=True)  # kept only when something failed: its logs
-    stages = read_stages(finals)
-    view, st = stages.viewer, stages.streamer
+    stages = read_stages(finals) if finals else None
+    view, st = (stages.viewer, stages.streamer) if stages else (None, None)
     return {
         "config": name,
         "frames_applied": status.robot_applied, "frames_streamed": st.zmq_sent if st else None,
@@ -191,8 +195,18 @@ def run_take(name: str, extra: list[str], domain: int, *, base: str = "band", co
     }
 
 
-def _behind(stack: Stack) -> bool:
-    status = decode(RobotCounts, stack.ask("robot", "status"))
+def _status(stack: Stack) -> RobotCounts:
+    """The bridge's status; after it stopped (a fall), its final counts from its log."""
+    try:
+        return decode(RobotCounts, stack.ask("robot", "status"))
+    except Exception:  # noqa: BLE001 - no responder: the bridge has exited
+        assert stack.config.log_dir is not None
+        log = stack.config.log_dir / "robot.log"
+        lines = [line for line in log.read_text().splitlines() if line.startswith("{")]
+        return decode(RobotCounts, json.loads(lines[-1]))
+
+
+def _behind(status: RobotCounts) -> bool:
     return status.robot_state not in ("fallen", "estop") and (status.bridge_pending > 0 or status.lag_s > 0.05)
 
 

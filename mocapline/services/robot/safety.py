@@ -32,13 +32,15 @@ class SafetyFilter:
     limits: Limits
     clamps: Counter[str] = field(default_factory=Counter)
 
-    def target(self, q: np.ndarray, previous: np.ndarray, dt: float) -> np.ndarray:
-        """``q`` made safe to command after ``previous`` (sent ``dt`` earlier)."""
+    def target(self, q: np.ndarray, previous: np.ndarray, dt: float, in_range: bool = True) -> np.ndarray:
+        """``q`` made safe to command after ``previous`` (sent ``dt`` earlier); ``in_range`` False
+        leaves a target past the joint's range as it is (a PD target, not a pose: the end stop and
+        the torque limit bound what it pushes)."""
         lim = self.limits
         if not np.isfinite(q).all():
             self.clamps["non_finite"] += 1
             q = np.where(np.isfinite(q), q, previous)
-        clipped = np.clip(q, lim.lower, lim.upper)
+        clipped = np.clip(q, lim.lower, lim.upper) if in_range else q
         if (clipped != q).any():
             self.clamps["range"] += 1
         step = lim.velocity * dt
