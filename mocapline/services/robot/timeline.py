@@ -56,6 +56,7 @@ class Timeline:
     lag_target_s: float = 0.001  # queued stream time beyond one frame interval that makes playback speed up
     max_gap_s: float = 0.5  # a jump in stream time beyond this (or backwards) is not waited through
     velocity_limits: np.ndarray | None = None
+    play_root: bool = False  # the root's pose and velocities in each step (the policy's reference; pd needs none)
     queue: deque[StreamFrame] = field(default_factory=deque)
     clock: float | None = None  # playback position, stream seconds
     last: StreamFrame | None = None  # the frame the current segment starts from (its target reached)
@@ -119,7 +120,7 @@ class Timeline:
         assert self.last.q is not None and self.last.dq is not None
         if not self.queue:
             self.clock = self.last.time_s  # a stall: stop at the newest target
-            root = None if self.last.root is None else self.last.root.copy()
+            root = None if self.last.root is None or not self.play_root else self.last.root.copy()
             return Step(self.last.q.copy(), np.zeros_like(self.last.q), reached, started, speed, root,
                         None if root is None else np.zeros(6))
         nxt = self.queue[0]
@@ -133,7 +134,7 @@ class Timeline:
         dq = (self.last.dq + a * (nxt.dq - self.last.dq)) * speed
         if speed > 1.0:
             self.catchup_steps += 1
-        root, root_vel = self._root(nxt, a)
+        root, root_vel = self._root(nxt, a) if self.play_root else (None, None)
         return Step(q, dq, reached, started, speed, root, root_vel)
 
     def _root(self, nxt: StreamFrame, a: float) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -71,7 +71,7 @@ class PolicyController:
         self.torque[self.idx] = np.minimum(policy.torque, self.torque[self.idx])
         self.rest = Reference.at_rest(self.default, policy.stand_height)
         self.timeline = Timeline(max_speed=settings.max_speed, lag_target_s=settings.lag_target_ms / 1000,
-                                 velocity_limits=safety.limits.velocity)
+                                 velocity_limits=safety.limits.velocity, play_root=True)
         self.state = counters.state = "waiting"
         self.measured: Measured | None = None
         self.q_cmd: np.ndarray | None = None
