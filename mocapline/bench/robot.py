@@ -276,7 +276,8 @@ def run_clip(take: str, name: str, extra: list[str], domain: int, fps: float = S
         if "policy" in extra:
             time.sleep(3.0 if not lockstep else 10.0)  # the end: the reference back to rest, standing
         wall = time.monotonic() - t0
-        cpu = {n: round(100 * (cpu_seconds(p) - before[n]) / wall, 1) for n, p in pids.items()}
+        cpu = {n: round(100 * (cpu_seconds(p) - before[n]) / wall, 1) for n, p in pids.items()
+               if Path(f"/proc/{p}").exists()}  # a bridge that stopped after a fall has none
         port = player.counts()
     finally:
         robot.stop(20.0)
