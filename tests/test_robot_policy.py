@@ -325,3 +325,23 @@ def test_malformed_descriptions_are_refused_by_name() -> None:
                           "observation": {"frame": []}})
     with pytest.raises(PolicyDescriptionError, match="no_such_joint"):
         other.indices(G1)
+
+
+def test_the_reference_velocity_is_not_differenced_across_a_loop_of_the_take() -> None:
+    """A take looping with its stream time running on (the demo under `up --demo`): the root jumps
+    back to the take's start; the velocity there is one-sided, not a 30 m/s spike."""
+    from mocapline.services.robot.timeline import Timeline
+
+    tl = Timeline(max_speed=1.0, play_root=True)
+    t, pos, rot, joints = _clip(1.0)
+    frames = _frames(t, pos, rot, joints)
+    looped = frames + [StreamFrame(50 + k, 1.0 + f.time_s, f.q.copy(), f.dq.copy(), root=f.root.copy())
+                       for k, f in enumerate(_frames(t, pos, rot, joints))]
+    for f in looped:
+        tl.push(f)
+    speeds = []
+    for _ in range(int(1.9 / DT)):
+        step = tl.step(DT)
+        speeds.append(float(np.linalg.norm(step.root_vel[:3])))
+    assert max(speeds) < 1.0, max(speeds)  # the clip's root moves at most ~0.5 m/s
+    assert min(speeds[10:]) > 0.1  # one-sided at the jump, never zeroed there

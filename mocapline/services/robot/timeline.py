@@ -22,6 +22,8 @@ import numpy as np
 
 from mocapline.core import quat as Q
 
+MAX_ROOT_SPEED = 6.0  # m/s: a root moving faster between two frames has jumped
+
 
 @dataclass
 class StreamFrame:
@@ -146,13 +148,23 @@ class Timeline:
         pos = last.root[:3] + a * (nxt.root[:3] - last.root[:3])
         root = np.concatenate([pos, Q.slerp(last.root[3:], nxt.root[3:], a)])
         before = self.previous if self.previous is not None and not last.segment_start else last
-        after = last if nxt.segment_start else nxt
+        after = last if nxt.segment_start or self._jumps(last, nxt) else nxt
+        if before is not last and self._jumps(before, last):
+            before = last
         if before is after or before.root is None or after.root is None or after.time_s <= before.time_s:
             return root, np.zeros(6)
         span = after.time_s - before.time_s
         lin = (after.root[:3] - before.root[:3]) / span
         ang = Q.log(Q.multiply(after.root[3:], Q.conjugate(before.root[3:]))) / span
         return root, np.concatenate([lin, ang])
+
+    @staticmethod
+    def _jumps(a: StreamFrame, b: StreamFrame) -> bool:
+        """The root moved between two frames faster than a body does (a loop of a take starting
+        over where its stream time runs on): no velocity is differenced across it."""
+        assert a.root is not None and b.root is not None
+        span = b.time_s - a.time_s
+        return span <= 0 or float(np.linalg.norm(b.root[:3] - a.root[:3])) > MAX_ROOT_SPEED * span
 
     def _renew_gap(self) -> None:
         """A next frame far ahead in stream time (or behind it: a new segment) is played one
