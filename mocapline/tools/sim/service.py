@@ -182,7 +182,14 @@ class SimLoop:
         self.publish()
 
     def tick_lockstep(self) -> None:
-        self.take_arm()
+        if self.sim.vendor and self.arm is not None:
+            # the vendor's mode: a step per arm_sdk command; the state again while none comes
+            if self.arm.wait(0.01):
+                self.take_arm()
+            else:
+                self.publish()
+            if not self.commands.wait(0.0):
+                return
         if self.counters.commands_received == 0:
             self.publish()  # the initial pose, until someone commands
         if self.commands.wait(0.01 if self.counters.commands_received else 0.05):
