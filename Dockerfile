@@ -139,5 +139,7 @@ ENTRYPOINT ["mocapline", "viewer"]
 
 # The robot bridge; `mocapline sim` (the simulated G1) runs on the same image.
 FROM dds AS robot
+# the policy controller's ONNX runtime (the [policy] extra; CPU build)
+RUN pip install --no-cache-dir 'onnxruntime>=1.17'
 EXPOSE 9107
 ENTRYPOINT ["mocapline", "robot"]

@@ -11,7 +11,7 @@ setup(
     packages=[*find_packages(include=["mocapline", "mocapline.*"]), "mocapline.assets"],
     package_dir={"mocapline.assets": "assets"},
     package_data={"mocapline.assets": ["**/*"], "mocapline.core.pb": ["*.pyi"],
-                  "mocapline.robot": ["builds/*.toml"],  # the robot descriptions
+                  "mocapline.robot": ["builds/*.toml", "policies/*.toml"],  # robot and policy descriptions
                   # the web viewer's page and the vendored three.js (served from the package)
                   "mocapline.services.viewer": ["static/*", "static/vendor/three/*"]},
 )

@@ -57,7 +57,8 @@ class Spy:
     """Every LowCmd and LowState on the domain, decoded (in the robot build's message family), in a
     thread."""
 
-    def __init__(self, domain: int, robot_model: str = "g1") -> None:
+    def __init__(self, domain: int, robot_model: str = "g1", command_topic: str | None = None) -> None:
+        """``command_topic``: the commands of another topic of the LowCmd type (rt/arm_sdk)."""
         from mocapline.robot.registry import get_robot
         from mocapline.robot.unitree.dds import LowLevel, dds_settings
         from mocapline.robot.unitree.family import family
@@ -65,7 +66,7 @@ class Spy:
         robot = get_robot(robot_model)
         self.family = family(robot.low_level.family)
         self.dds = LowLevel(dds_settings(robot, domain, "lo"), depth=4096)
-        self.cmd_reader, self.state_reader = self.dds.command_reader(), self.dds.state_reader()
+        self.cmd_reader, self.state_reader = self.dds.command_reader(command_topic), self.dds.state_reader()
         self.commands: list[tuple[float, np.ndarray]] = []  # (monotonic, LowCmd record)
         self.states: list[tuple[float, np.ndarray]] = []
         self.halt = threading.Event()
@@ -114,8 +115,9 @@ class Proc:
         self.proc.communicate()
 
 
-def start_sim(domain: int, base: str = "fixed") -> Proc:
-    return Proc(["sim", "--interface", "lo", "--domain", str(domain), "--base", base, "--log-level", "WARNING"])
+def start_sim(domain: int, base: str = "fixed", *extra: str) -> Proc:
+    return Proc(["sim", "--interface", "lo", "--domain", str(domain), "--base", base, "--log-level", "WARNING",
+                 *extra])
 
 
 def start_robot(domain: int, port: Port, state: Path, *extra: str) -> Proc:

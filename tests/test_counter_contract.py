@@ -240,7 +240,8 @@ ROBOT_KEYS = ("robot_received", "robot_applied", "rejected_by_reason", "commands
               "catchup_ticks", "estops", "transitions", "lowstate_received", "lowstate_rejected_by_reason",
               "lowstate_unsealed",
               "tracking_error_rad", "latency_p50_ms", "latency_p99_ms", "last_posture_index", "robot_state",
-              "bridge_pending", "lag_s", "ended")
+              "bridge_pending", "lag_s", "ended",
+              "controller", "falls")  # issue 31: which controller drives, the policy's falls
 
 
 def test_the_robot_bridge_publishes_its_heartbeat_keys_and_reads_them_back() -> None:

@@ -246,3 +246,100 @@ def test_the_pipeline_with_the_robot_end_is_conserved_through_the_robot(tmp_path
     assert sim.commands_received == end.bridge.commands_sent > finals["robot"]["commands_sent"], end
     assert sim.commands_received == sim.commands_applied + sim.commands_superseded and not sim.rejected_by_reason
     assert "not received" not in end.lines()[-1], end.lines()
+
+
+def _lockstep_rig(tmp_path: Path, *sim_args: str, topic: str | None = None) -> dict:
+    domain = private_domain()
+    return {"domain": domain, "sim": start_sim(domain, *sim_args, "--clock", "lockstep"),
+            "spy": Spy(domain, command_topic=topic), "port": Port(tmp_path / "port")}
+
+
+def _close(made: dict) -> dict | None:
+    for key in ("robot", "robot2"):
+        if key in made:
+            made[key].kill()
+    final, _ = made["sim"].stop()
+    made["spy"].close()
+    made["port"].close()
+    return final
+
+
+def test_arm_sdk_ramps_the_weight_in_and_out_and_leaves_the_legs_to_the_vendor(tmp_path) -> None:
+    """`--controller arm-sdk` against `mocapline sim --vendor-controller stand` (the robot's own
+    controller stood in for; both in simulated time): every frame applied; only rt/arm_sdk is sent,
+    its weight rising from 0 to 1 and back to 0 at the end at most 1/ramp_s a second, the legs'
+    slots never enabled; the sim blends it in and its legs stay at the stand pose."""
+    from g1_facts import G1, LEGS, STAND
+
+    made = _lockstep_rig(tmp_path, "band", "--vendor-controller", "stand", topic=G1.low_level.arm_sdk_topic)
+    port, spy = made["port"], made["spy"]
+    try:
+        made["robot"] = robot = start_robot(made["domain"], port, tmp_path / "robot", "--nats", "", "--controller",
+                                            "arm-sdk", "--clock", "lowstate", "--arm-sdk-ramp-s", "0.5",
+                                            "--max-speed", "1")
+        wait_until(lambda: spy.commands, 60, what="arm_sdk commands")
+        port.play(motion(75, amplitude=0.3, hz=0.5), end=True)
+        wait_until(lambda: port.counts()["delivered"] == 75, 120, what="every frame acknowledged")
+        slot = G1.low_level.arm_sdk_weight_slot
+        wait_until(lambda: spy.commands[-1][1]["motor_cmd"]["q"][slot] == 0.0 and len(spy.commands) > 500, 60,
+                   what="the weight ramped out after the end")
+        final, err = robot.stop()
+        assert final is not None, err
+    finally:
+        sim = _close(made)
+    assert final["robot_applied"] == 75 and final["controller"] == "arm-sdk"
+    weights = np.array([c["motor_cmd"]["q"][slot] for _, c in spy.commands], dtype=np.float64)
+    assert weights[0] == 0.0 and weights.max() == 1.0 and weights[-1] == 0.0
+    up = int(np.argmax(weights == 1.0))
+    assert np.all(np.diff(weights[:up]) >= -1e-7)  # in: monotonic
+    assert np.all(np.abs(np.diff(weights)) <= 0.002 / 0.5 * 2 + 1e-6)  # never faster than 1/ramp_s
+    legs = G1.motor_index[LEGS]
+    for _, c in spy.commands:
+        m = c["motor_cmd"]
+        assert not m["mode"][legs].any() and not m["kp"][legs].any()
+    assert sim is not None and sim["arm_sdk_applied"] > 500 and sim["commands_received"] == 0  # no LowCmd at all
+    states = [s for _, s in spy.states]
+    legs_q = np.array([s["motor_state"]["q"][legs] for s in states[len(states) // 2:]], dtype=np.float64)
+    assert np.max(np.abs(legs_q - STAND[LEGS])) < 0.1  # the vendor's stand-in kept them
+
+
+def test_the_policy_controller_applies_every_frame_and_a_kill_9_restart_takes_over_without_a_jump(tmp_path) -> None:
+    """`--controller policy` (a constant policy built here) against `mocapline sim` in simulated
+    time: every frame applied once across a kill -9 and a restart, the commands carry the policy's
+    gains, the policy runs at its 50 Hz of robot time (within the stand-up), the restarted bridge's first command is the
+    measured pose."""
+    pytest.importorskip("onnxruntime")
+    from g1_facts import G1
+    from policy_graphs import constant_policy
+
+    from mocapline.services.robot.policy.description import load_policy
+
+    policy = load_policy("twist2_g1")
+    onnx = constant_policy(tmp_path / "const.onnx", policy.width, 0.02 * np.sin(np.arange(G1.joint_count)))
+    made = _lockstep_rig(tmp_path, "fixed")
+    port, spy, state = made["port"], made["spy"], tmp_path / "robot"
+    args = ("--nats", "", "--controller", "policy", "--policy", str(onnx), "--clock", "lowstate", "--max-speed", "1")
+    try:
+        made["robot"] = robot = start_robot(made["domain"], port, state, *args)
+        wait_until(lambda: spy.commands, 60, what="the bridge commanding")
+        player = threading.Thread(target=port.play, args=(motion(200, amplitude=0.3, hz=0.3),), kwargs={"end": True},
+                                  daemon=True)
+        player.start()
+        wait_until(lambda: port.counts()["delivered"] >= 60, 120, what="a third of the take")
+        robot.stop(signal.SIGKILL)
+        killed_at = len(spy.commands)
+        made["robot2"] = robot2 = start_robot(made["domain"], port, state, *args)
+        player.join(60)
+        wait_until(lambda: port.counts()["delivered"] == 200, 120, what="every frame acknowledged after the restart")
+        final, err = robot2.stop()
+        assert final is not None, err
+    finally:
+        _close(made)
+    assert final["robot_applied"] == 200 and final["controller"] == "policy" and final["falls"] == 0
+    steps = final["policy"]["policy_steps"]
+    # one policy step per 10 commands (50 of 500 Hz of robot time) once it stands; the stand-up and the
+    # exit's damping send commands without one
+    assert 0.75 * final["commands_sent"] / 10 <= steps <= final["commands_sent"] / 10, final
+    _assert_ramp_starts_at_the_measured_pose(spy, killed_at)
+    stiff = [c["motor_cmd"] for _, c in spy.commands if c["motor_cmd"]["kp"][20] > 0]
+    np.testing.assert_allclose(stiff[-1]["kp"][:29], policy.kp)

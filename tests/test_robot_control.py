@@ -160,10 +160,13 @@ class _Dds:
     def __init__(self, batches: list[list[bytes]]) -> None:
         self.reader = _Commands(batches)
 
-    def command_reader(self) -> _Commands:
-        return self.reader
+    def command_reader(self, topic: str | None = None) -> _Commands:
+        return self.reader if topic is None else _Commands([])
 
     def state_writer(self) -> object:
+        return None
+
+    def base_writer(self) -> object:
         return None
 
 
@@ -179,7 +182,7 @@ def test_the_realtime_sim_steps_with_the_newest_command_and_counts_the_older_one
     good = LOW_CMD.sample(_command(STAND))
     bad = bytearray(good)
     bad[100] ^= 0xFF  # the CRC no longer matches
-    args = SimpleNamespace(robot_model="g1", base="fixed", mode_machine=5, clock="realtime")
+    args = SimpleNamespace(robot_model="g1", base="fixed", mode_machine=5, clock="realtime", vendor_controller="none")
     loop = SimLoop(args, dds=_Dds([[good] * 5, [bytes(bad), good], [good] * READER_DEPTH]))
     for _ in range(4):
         loop.take_commands(READER_DEPTH)

@@ -91,6 +91,23 @@ def test_the_robot_end_drives_the_sim_on_the_configs_domain(tmp_path: Path) -> N
     assert planned(StackConfig(robot_domain=3)).get("viewer").robot_domain is None  # no robot: no LowState read
 
 
+def test_up_puts_the_suit_on_a_standing_g1_with_the_policy_or_beside_the_vendors_balance(tmp_path: Path) -> None:
+    """`up --robot sim --base free --controller policy --policy F [--robot-clock lockstep]`, and
+    `--controller arm-sdk` (the sim's stand-in for the vendor's controller takes rt/arm_sdk)."""
+    policy = planned(StackConfig(state_dir=tmp_path, robot="sim", robot_base="free", robot_controller="policy",
+                                 robot_policy="/p/twist2.onnx", robot_clock="lockstep"))
+    sim, r = policy["sim"], policy["robot"]
+    assert sim.base == "free" and sim.clock == "lockstep" and sim.vendor_controller == "none"
+    assert r.controller == "policy" and r.policy == "/p/twist2.onnx" and r.clock == "lowstate"
+    assert r.control.max_speed == 1.0  # the stream at 1x of the robot's simulated time
+    assert robot.RobotSettings.from_args(robot.build_parser().parse_args(r.to_argv())) == r
+    arms = planned(StackConfig(state_dir=tmp_path, robot="sim", robot_controller="arm-sdk"))
+    assert arms["sim"].vendor_controller == "stand" and arms["robot"].controller == "arm-sdk"
+    assert arms["sim"].clock == "realtime" and arms["robot"].clock == "wall"
+    with pytest.raises(ValueError, match="--policy FILE.onnx"):
+        planned(StackConfig(robot="sim", robot_controller="policy"))
+
+
 def test_the_robots_extra_flags_do_not_pick_up_this_processs_environment(monkeypatch) -> None:
     monkeypatch.setenv("MOCAPLINE_NATS", "")  # as the test suite runs: no NATS in this process
     robot_argv = [p for p in plan(StackConfig(robot="g1", robot_args=["--no-bias"]), {}, [])][-1].settings.to_argv()

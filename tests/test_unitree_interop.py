@@ -45,13 +45,15 @@ class _Controller:
     def __init__(self) -> None:
         self.measured: list[Any] = []
         self.robot = G1
+        self.topic = G1.low_level.lowcmd_topic
+        self.modes = G1.motor_modes
 
     def on_state(self, measured: Any) -> None:
         self.measured.append(measured)
 
 
 def _loop(samples: list[bytes], **changes: Any) -> tuple[RobotLoop, _Controller]:
-    dds = SimpleNamespace(command_writer=lambda: None, state_reader=lambda: _States(samples))
+    dds = SimpleNamespace(command_writer=lambda topic=None: None, state_reader=lambda: _States(samples))
     controller = _Controller()
     settings = replace(RobotSettings.defaults(), **changes)
     counters = RobotCounters.for_robot(G1)

@@ -105,11 +105,16 @@ class FakeLowState:
     samples: list[bytes]
     readers: int = 0
     takes: int = 0
+    base: list[bytes] = field(default_factory=list)  # mocapline sim's base poses (its own topic)
 
     def state_reader(self, waitable: bool = True) -> FakeLowState:
         assert not waitable  # the viewer's reader is deleted when dropped
         self.readers += 1
         return self
+
+    def base_reader(self, waitable: bool = True) -> FakeBase:
+        assert not waitable
+        return FakeBase(self.base)
 
     def take(self, n: int) -> list[bytes]:
         self.takes += 1
@@ -117,6 +122,14 @@ class FakeLowState:
 
     def close(self) -> None:
         pass
+
+
+@dataclass
+class FakeBase:
+    samples: list[bytes]
+
+    def take(self, n: int) -> list[bytes]:
+        return list(self.samples)
 
 
 def measured_loop(web: FakeWeb, q: np.ndarray) -> tuple[ViewerLoop, FakeLowState]:
@@ -163,6 +176,26 @@ def test_with_a_page_open_the_measured_robot_is_sent_with_its_error_then_the_rea
     assert robot.as_dict()["lowstate_reading"] is False
     robot.poll(True, now=200.0)
     assert fake.readers == 2 and robot.as_dict()["lowstate_reader_opens"] == 2
+
+
+def test_the_measured_robot_is_drawn_where_the_sims_base_is() -> None:
+    """mocapline sim publishes its base's pose beside LowState: the page draws the physics robot
+    there (a robot on its own feet walks off its target), not at the target's root."""
+    from mocapline.robot.unitree.base import base_state
+
+    web = FakeWeb(watching=True)
+    q_target = np.array(pb.MocapFrame.FromString(received(2).payload).joint_pos)
+    loop, fake = measured_loop(web, q_target)
+    yaw = np.array([np.cos(0.3), 0.0, 0.0, np.sin(0.3)])
+    fake.base = [base_state(7, np.array([1.5, -0.4, 0.7]), yaw, np.zeros(3))]
+    assert loop.step()
+    (measured,) = web.measured
+    assert measured is not None
+    np.testing.assert_allclose(measured.xpos[1], [1.5, -0.4, 0.7], atol=1e-6)  # the pelvis at the sim's base
+    np.testing.assert_allclose(measured.xquat[1], yaw, atol=1e-6)
+    assert loop.heartbeat().base_received == 1
+    for group in ("legs", "waist", "arms"):  # the joints' error still
+        assert measured.errors is not None and measured.errors[group]["mean"] == pytest.approx(0.0, abs=1e-5)
 
 
 def test_the_measured_robot_stands_at_the_origin_without_a_target() -> None:

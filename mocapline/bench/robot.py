@@ -19,6 +19,17 @@ domain. Their rows have the same fields where they apply; latency there runs fro
 (each frame stamped as it is committed) to the first LowCmd carrying it, and applied/played compares
 with the frames the port played.
 
+``--controller policy --policy FILE``: the same takes through the policy controller on
+`mocapline sim --base free` (the G1 on its own feet): seconds upright, falls, joint tracking error
+by group (measured minus the reference, the bridge's window sampled over the run), the base's
+travel and heading change (mocapline sim's base topic) against the reference root's (the clip's),
+policy inference p50/p99, command rate, latency to the first command toward a frame; the pd
+controller on the band beside it (``--configs`` / ``--cmu-configs``). ``--robot-clock lockstep``
+runs the sim and the bridge in simulated time (the sim steps per command, the bridge ticks on its
+LowState, the stream played at 1x of it): on a loaded machine the physics is then what it would
+be on an idle one, and the rate and latency figures are of wall time as it came. ``--demo-loops
+N`` replays the demo take N times (each loop a new segment, as `up --demo` loops it).
+
 Beside them, the floor: a bare DDS publisher of a constant LowCmd at the same rate (no stream, no
 control), its rate, period p99 and CPU. Numbers on a shared 2-core machine are noisy: read the
 ratios.
@@ -52,6 +63,74 @@ TAKES = ["demo", *CMU_TAKES]
 STREAM_FPS = 60.0  # the streamer's --output-fps default: the demo's stream rate
 
 
+class BaseWatch:
+    """mocapline sim's base pose (its base topic) in a thread: (tick ms, position, quaternion)."""
+
+    def __init__(self, domain: int) -> None:
+        import threading
+
+        from mocapline.robot.registry import get_robot
+        from mocapline.robot.unitree.dds import LowLevel, dds_settings
+
+        self.dds = LowLevel(dds_settings(get_robot(), domain, "lo"), depth=64)
+        self.reader = self.dds.base_reader()
+        self.samples: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from mocapline.robot.unitree.base import BASE_STATE
+
+        while not self.halt.is_set():
+            self.reader.wait(0.05)
+            for raw in self.reader.take(64):
+                rec = BASE_STATE.from_sample(raw)
+                self.samples.append((int(rec["tick"]), rec["position"].astype(np.float64),
+                                     rec["quaternion"].astype(np.float64)))
+
+    def close(self) -> dict[str, Any]:
+        self.halt.set()
+        self.thread.join(5)
+        self.dds.close()
+        return base_figures(self.samples)
+
+
+def _yaw(quat: np.ndarray) -> np.ndarray:
+    w, x, y, z = quat[..., 0], quat[..., 1], quat[..., 2], quat[..., 3]
+    return np.unwrap(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+
+def _tilt_deg(quat: np.ndarray) -> np.ndarray:
+    x, y = quat[..., 1], quat[..., 2]
+    return np.degrees(np.arccos(np.clip(1 - 2 * (x * x + y * y), -1, 1)))
+
+
+def base_figures(samples: list[tuple[int, np.ndarray, np.ndarray]], fall_deg: float = 60.0) -> dict[str, Any]:
+    """Seconds upright (of the sim's time, until the base first tilts past ``fall_deg``), the base's
+    path length on the floor, its net heading change and lowest height."""
+    if len(samples) < 2:
+        return {}
+    ticks = np.array([t for t, _, _ in samples], dtype=np.float64) / 1000.0
+    pos = np.array([p for _, p, _ in samples])
+    quat = np.array([q for _, _, q in samples])
+    down = np.flatnonzero(_tilt_deg(quat) > fall_deg)
+    end = int(down[0]) if down.size else len(samples) - 1
+    step = np.linalg.norm(np.diff(pos[: end + 1, :2], axis=0), axis=1)
+    return {"sim_s": round(float(ticks[-1] - ticks[0]), 2), "upright_s": round(float(ticks[end] - ticks[0]), 2),
+            "base_path_m": round(float(step[step < 0.5].sum()), 3),  # a jump (a reset) is no travel
+            "base_heading_deg": round(float(np.degrees(_yaw(quat[: end + 1])[-1] - _yaw(quat[:1])[0])), 1),
+            "base_min_height_m": round(float(pos[: end + 1, 2].min()), 3)}
+
+
+def reference_figures(clip: Any) -> dict[str, Any]:
+    """The reference root's path length on the floor and heading change over a clip."""
+    root = np.asarray(clip["root_pose"], dtype=np.float64)
+    step = np.linalg.norm(np.diff(root[:, :2], axis=0), axis=1)
+    yaw = _yaw(root[:, 3:7])
+    return {"ref_path_m": round(float(step.sum()), 3), "ref_heading_deg": round(float(np.degrees(yaw[-1] - yaw[0])), 1)}
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -61,11 +140,15 @@ def _domain() -> int:
     return 100 + os.getpid() % 120
 
 
-def run_take(name: str, extra: list[str], domain: int) -> dict[str, Any]:
+def run_take(name: str, extra: list[str], domain: int, *, base: str = "band", controller: str = "pd",
+             policy: str = "", clock: str = "realtime", loops: int = 1) -> dict[str, Any]:
     state = Path(tempfile.mkdtemp(prefix="mocapline-bench-robot-"))
     config = local_config(viewer=True, robot="sim", robot_domain=domain, robot_interface="lo",
-                          state_dir=state / "state", log_dir=state / "logs", robot_args=extra)
+                          state_dir=state / "state", log_dir=state / "logs", robot_args=extra, robot_base=base,
+                          robot_controller=controller, robot_policy=policy, robot_clock=clock)
     stack = Stack(config)
+    watch = BaseWatch(domain)
+    samples: list[RobotCounts] = []
     try:
         stack.start()
         stack.wait_ready()
@@ -73,17 +156,27 @@ def run_take(name: str, extra: list[str], domain: int) -> dict[str, Any]:
         pids = {n: s.proc.pid for n, s in stack.services.items() if s.proc is not None}
         before = {n: cpu_seconds(p) for n, p in pids.items()}
         t0 = time.monotonic()
-        replay(DEMO_TAKE, [("127.0.0.1", config.main_port)])
-        finals = stack.drain()
+        for _ in range(loops):
+            replay(DEMO_TAKE, [("127.0.0.1", config.main_port)])
+            samples.append(_status(stack))
+            if samples[-1].falls:
+                break
+        while controller != "pd" and _behind(samples[-1]):  # simulated time: the bridge is still playing
+            time.sleep(5.0)
+            samples.append(_status(stack))
+        fell = bool(samples and samples[-1].falls)
+        finals = stack.drain(timeout=600.0) if not fell else {}
         wall = time.monotonic() - t0
-        cpu = {n: round(100 * (cpu_seconds(p) - before[n]) / wall, 1) for n, p in pids.items()}
-        status = decode(RobotCounts, stack.ask("robot", "status"))
-        verdict = stack.verdict(finals)
+        cpu = {n: round(100 * (cpu_seconds(p) - before[n]) / wall, 1) for n, p in pids.items()
+               if Path(f"/proc/{p}").exists()}
+        status = _status(stack)
+        verdict = stack.verdict(finals) if finals else {"state": "the robot fell"}
     finally:
         stack.stop()
+        motion = watch.close()
     shutil.rmtree(state, ignore_errors=True)  # kept only when something failed: its logs
-    stages = read_stages(finals)
-    view, st = stages.viewer, stages.streamer
+    stages = read_stages(finals) if finals else None
+    view, st = (stages.viewer, stages.streamer) if stages else (None, None)
     return {
         "config": name,
         "frames_applied": status.robot_applied, "frames_streamed": st.zmq_sent if st else None,
@@ -96,7 +189,34 @@ def run_take(name: str, extra: list[str], domain: int) -> dict[str, Any]:
         "tracking_error_rad": as_published(status.tracking_error_rad), "clamps_by_reason": status.clamps_by_reason,
         "catchup_ticks": status.catchup_ticks, "stalls": status.stalls,
         "cpu_pct_of_one_core": cpu, "load_average": os.getloadavg()[0],
+        "controller": controller, "base": base, "clock": clock, "loops": loops, "falls": status.falls,
+        "policy": as_published(status.policy) if status.policy else None, **motion,
+        "tracking_over_run_rad": _mean_tracking([*samples, status]),
     }
+
+
+def _status(stack: Stack) -> RobotCounts:
+    """The bridge's status; after it stopped (a fall), its final counts from its log."""
+    try:
+        return decode(RobotCounts, stack.ask("robot", "status"))
+    except Exception:  # noqa: BLE001 - no responder: the bridge has exited
+        assert stack.config.log_dir is not None
+        log = stack.config.log_dir / "robot.log"
+        lines = [line for line in log.read_text().splitlines() if line.startswith("{")]
+        return decode(RobotCounts, json.loads(lines[-1]))
+
+
+def _behind(status: RobotCounts) -> bool:
+    return status.robot_state not in ("fallen", "estop") and (status.bridge_pending > 0 or status.lag_s > 0.05)
+
+
+def _mean_tracking(samples: list[RobotCounts]) -> dict[str, float]:
+    """The mean of the bridge's windowed mean error per group over the status samples taken."""
+    out: dict[str, list[float]] = {}
+    for s in samples:
+        for group, err in s.tracking_error_rad.items():
+            out.setdefault(group, []).append(err.mean)
+    return {g: round(float(np.mean(v)), 4) for g, v in out.items()}
 
 
 def retarget_clip(take: Path, out: Path, fps: float = STREAM_FPS) -> dict[str, Any]:
@@ -117,20 +237,25 @@ def _wait(check: Any, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def run_clip(take: str, name: str, extra: list[str], domain: int, fps: float = STREAM_FPS) -> dict[str, Any]:
+def run_clip(take: str, name: str, extra: list[str], domain: int, fps: float = STREAM_FPS, *, base: str = "band",
+             clock: str = "realtime") -> dict[str, Any]:
     """A CMU take retargeted offline, played at ``fps`` through a port in this process into
-    `mocapline robot` driving `mocapline sim` (band) on ``domain``, loopback only."""
+    `mocapline robot` driving `mocapline sim` (``base``) on ``domain``, loopback only."""
     from mocapline.tools.port_player import PortPlayer, clip_frames
 
     work = Path(tempfile.mkdtemp(prefix="mocapline-bench-robot-"))
     summary = retarget_clip(CMU_TAKES[take], work / f"{take}.npz", fps)
     with np.load(work / f"{take}.npz") as clip:
         frames = clip_frames(clip)
+        reference = reference_figures(clip)
     player = PortPlayer(work / "port")
     dds = ["--domain", str(domain), "--interface", "lo", "--log-level", "WARNING"]
-    sim = Service("sim", ["--base", "band", *dds])
+    lockstep = clock == "lockstep"
+    sim = Service("sim", ["--base", base, *dds, *(["--clock", "lockstep"] if lockstep else [])])
     robot = Service("robot", ["--input", player.endpoint, "--nats", "", "--state-dir", str(work / "robot"),
-                              "--fsync", "interval", *dds, *extra])
+                              "--fsync", "interval", "--metrics-port", "0", *dds, *extra,
+                              *(["--clock", "lowstate", "--max-speed", "1"] if lockstep else [])])
+    watch = BaseWatch(domain)
     logs = {n: (open(work / f"{n}.out", "w"), open(work / f"{n}.err", "w")) for n in ("sim", "robot")}  # noqa: SIM115
     try:
         sim.start(*logs["sim"])
@@ -141,14 +266,19 @@ def run_clip(take: str, name: str, extra: list[str], domain: int, fps: float = S
         before = {n: cpu_seconds(p) for n, p in pids.items()}
         t0 = time.monotonic()
         player.play(frames, fps, end=True)
-        _wait(lambda: player.counts()["delivered"] == len(frames), 60, "acknowledgement of every frame")
+        _wait(lambda: player.counts()["delivered"] == len(frames) or robot.proc.poll() is not None,  # type: ignore[union-attr]
+              600, "acknowledgement of every frame")
+        if "policy" in extra:
+            time.sleep(3.0 if not lockstep else 10.0)  # the end: the reference back to rest, standing
         wall = time.monotonic() - t0
-        cpu = {n: round(100 * (cpu_seconds(p) - before[n]) / wall, 1) for n, p in pids.items()}
+        cpu = {n: round(100 * (cpu_seconds(p) - before[n]) / wall, 1) for n, p in pids.items()
+               if Path(f"/proc/{p}").exists()}  # a bridge that stopped after a fall has none
         port = player.counts()
     finally:
         robot.stop(20.0)
         sim.stop(20.0)
         player.close()
+        motion = watch.close()
         for out, err in logs.values():
             out.close()
             err.close()
@@ -169,6 +299,8 @@ def run_clip(take: str, name: str, extra: list[str], domain: int, fps: float = S
         "rejected_by_reason": status.rejected_by_reason,
         "catchup_ticks": status.catchup_ticks, "stalls": status.stalls,
         "cpu_pct_of_one_core": cpu, "load_average": os.getloadavg()[0],
+        "base": base, "clock": clock, "falls": status.falls, "controller": status.controller,
+        "policy": as_published(status.policy) if status.policy else None, **motion, **reference,
     }
 
 
@@ -232,13 +364,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the bridge's configurations on the demo take")
     parser.add_argument("--cmu-configs", nargs="+", choices=sorted(CONFIGS), default=["ff_bias"],
                         help="the bridge's configurations on each CMU take")
+    parser.add_argument("--controller", choices=("pd", "policy"), default="pd",
+                        help="policy: also each take through the policy controller on the free base (--policy)")
+    parser.add_argument("--policy", default="", help="--controller policy: the ONNX file")
+    parser.add_argument("--robot-clock", choices=("realtime", "lockstep"), default="realtime",
+                        help="the policy runs' sim and bridge on wall time, or in simulated time (lockstep)")
+    parser.add_argument("--demo-loops", type=int, default=1, help="the policy's demo run: the take this many times")
     args = parser.parse_args(argv)
+    if args.controller == "policy" and not args.policy:
+        parser.error("--controller policy needs --policy FILE.onnx")
     domain = _domain()
     result: dict[str, Any] = {"takes": [], "cmu": []}
+    policy = ["--controller", "policy", "--policy", str(Path(args.policy).resolve())] if args.policy else []
     if "demo" in args.takes:
-        result["takes"] = [run_take(name, CONFIGS[name], domain) for name in args.configs]
-    result["cmu"] = [run_clip(take, name, CONFIGS[name], domain)
-                     for take in args.takes if take != "demo" for name in args.cmu_configs]
+        if policy:
+            result["takes"].append(run_take("policy", [], domain, base="free", controller="policy",
+                                            policy=str(Path(args.policy).resolve()), clock=args.robot_clock,
+                                            loops=args.demo_loops))
+        result["takes"] += [run_take(name, CONFIGS[name], domain) for name in args.configs]
+    for take in (t for t in args.takes if t != "demo"):
+        if policy:
+            result["cmu"].append(run_clip(take, "policy", policy, domain, base="free", clock=args.robot_clock))
+        result["cmu"] += [run_clip(take, name, CONFIGS[name], domain) for name in args.cmu_configs]
     result["floor"] = floor(500.0, 10.0, domain + 1)
     if args.json:
         print(json.dumps(result))
@@ -246,6 +393,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result["takes"]:
         print("robot bridge -> mocapline sim (band) over DDS on loopback, the bundled demo take through the pipeline")
     for r in result["takes"]:
+        if r["controller"] == "policy":
+            print(f"  policy (free base, {r['clock']}, {r['loops']} loop(s)): upright {r.get('upright_s')} of "
+                  f"{r.get('sim_s')} s, falls {r['falls']}; error over the run {r['tracking_over_run_rad']}; "
+                  f"base path {r.get('base_path_m')} m, heading {r.get('base_heading_deg')} deg; policy "
+                  f"{r['policy']}; rate {r['command_rate_hz']} Hz; latency p50/p99 {r['latency_p50_ms']}/"
+                  f"{r['latency_p99_ms']} ms; applied {r['frames_applied']}/{r['frames_streamed']} ({r['verdict']})")
+            continue
         arms = (r["tracking_error_rad"] or {}).get("arms", {})
         print(f"  {r['config']:<14} rate {r['command_rate_hz']} Hz, period p99 {r['period_p99_ms']} ms, "
               f"misses {r['deadline_misses']}; latency p50/p99 {r['latency_p50_ms']}/{r['latency_p99_ms']} ms "
@@ -261,6 +415,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"applied {r['frames_applied']}/{r['frames_played']} played")
         print(f"  {'':<20} error mean/p99 rad: {_groups(r)}; clamps {r['clamps_by_reason']}; "
               f"CPU {r['cpu_pct_of_one_core']}")
+        if r["controller"] == "policy":
+            print(f"  {'':<20} free base, {r['clock']}: upright {r.get('upright_s')} of {r.get('sim_s')} s, falls "
+                  f"{r['falls']}; base path {r.get('base_path_m')} m vs the reference's {r['ref_path_m']} m, "
+                  f"heading {r.get('base_heading_deg')} vs {r['ref_heading_deg']} deg; policy {r['policy']}")
     f = result["floor"]
     print(f"  floor (bare DDS publisher, constant LowCmd): rate {f['command_rate_hz']} Hz, period p99 "
           f"{f['period_p99_ms']} ms, misses {f['deadline_misses']}, CPU {f['cpu_pct_of_one_core']}%")

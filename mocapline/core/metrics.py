@@ -187,6 +187,8 @@ FAMILIES: tuple[Family, ...] = (
            "Commands played faster than 1x to make up lag behind the stream.", services=("robot",)),
     Family("mocapline_robot_estops_total", "counter", "E-stops of the robot bridge (NATS, SIGINT, SIGTERM).",
            services=("robot",)),
+    Family("mocapline_robot_falls_total", "counter",
+           "Falls the policy controller detected from the IMU (damping, then the bridge stops).", services=("robot",)),
     Family("mocapline_unique_frames_conserved", "gauge",
            "The auditor's conservation verdict for the current take: 1 conserved, 0 not.", services=("auditor",)),
     Family("mocapline_missing_indices", "gauge",

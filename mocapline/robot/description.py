@@ -72,6 +72,7 @@ class LowLevel:
     lowcmd_topic: str = "rt/lowcmd"
     lowstate_topic: str = "rt/lowstate"
     arm_sdk_topic: str = ""  # the vendor's arm interface beside its own balance (empty: none)
+    arm_sdk_weight_slot: int = -1  # the motor slot whose q carries arm_sdk's blend weight in [0, 1]
     gains_rate_hz: float = 500.0  # the command rate the vendor's examples use with these gains
 
 
@@ -269,6 +270,9 @@ def _check(desc: RobotDescription) -> None:
     if len(set(motors)) != len(motors) or not all(0 <= m < slots for m in motors):
         raise RobotDescriptionError(f"{where}: motor slots must be distinct and in 0..{slots - 1} "
                                     f"({desc.low_level.family}): {motors}")
+    ll = desc.low_level
+    if ll.arm_sdk_topic and not (0 <= ll.arm_sdk_weight_slot < slots and ll.arm_sdk_weight_slot not in motors):
+        raise RobotDescriptionError(f"{where}: low_level.arm_sdk_weight_slot must be a free slot in 0..{slots - 1}")
     for j in desc.joints:
         if j.group not in GROUPS:
             raise RobotDescriptionError(f"{where}: joint {j.name}: group {j.group!r}: choose from {GROUPS}")

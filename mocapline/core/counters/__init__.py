@@ -36,6 +36,7 @@ from mocapline.core.counters.stages import (
     FanInInfo,
     FrameIdCounts,
     PathCounts,
+    PolicyCounts,
     PropCounts,
     RetargetCounts,
     RetargetPerformerCounts,
@@ -78,5 +79,5 @@ __all__ = [
     "StreamerCounts", "StreamerPerformerCounts", "TcpSourceCounts", "UnitCheck", "ViewerCounts",
     "ViewerPerformerCounts", "WorkerInfo", "WorkerShare", "decode", "decode_stage", "durable_counts", "from_parts",
     "stage_type", "to_json", "wire", "zero", "SideLedger", "SidePathCounts", "Stages", "read_stages", "sum_workers",
-    "as_published", "PropCounts", "RobotCounts", "TrackingError",
+    "as_published", "PolicyCounts", "PropCounts", "RobotCounts", "TrackingError",
 ]

@@ -366,6 +366,7 @@ class ViewerCounts:
     lowstate_rejected_by_reason: dict[str, int] | None = wire(None, omit_none=True)
     lowstate_reader_opens: int | None = wire(None, omit_none=True)
     lowstate_reading: bool | None = wire(None, omit_none=True)
+    base_received: int | None = wire(None, omit_none=True)  # mocapline sim's base poses (mocapline/sim/base_state)
 
 
 # --- robot -----------------------------------------------------------------------------------
@@ -377,6 +378,17 @@ class TrackingError:
     mean: float = wire()
     p50: float = wire()
     p99: float = wire()
+
+
+@dataclass(frozen=True)
+class PolicyCounts:
+    """The policy controller's own figures (`mocapline robot --controller policy`)."""
+
+    name: str = wire()  # the policy description's name
+    policy_steps: int = wire()
+    policy_rate_hz: float = wire()  # steps in the last second
+    inference_p50_ms: float | None = wire()  # over the last 2000 steps
+    inference_p99_ms: float | None = wire()
 
 
 @dataclass(frozen=True)
@@ -409,6 +421,10 @@ class RobotCounts:
     bridge_pending: int = wire(metric=PENDING)
     lag_s: float = wire()
     ended: bool = wire()
+    controller: str = wire("pd")  # --controller: pd | policy | arm-sdk
+    falls: int = wire(0, metric=Metric("mocapline_robot_falls_total"))  # the policy controller's
+    policy: PolicyCounts | None = wire(None, omit_none=True)
+    arm_sdk_weight: float | None = wire(None, omit_none=True)  # arm-sdk: the blend weight sent last
     durable: DurableCounts | None = wire(None, omit_none=True)
     metrics_port: int | None = wire(None, omit_none=True)
     metrics_host: str | None = wire(None, omit_none=True)

@@ -119,18 +119,41 @@ class LowLevel:
         low_cmd, low_state = idl_types(settings.family)
         self.cmd_topic: Topic = Topic(self.participant, settings.lowcmd_topic, low_cmd)
         self.state_topic: Topic = Topic(self.participant, settings.lowstate_topic, low_state)
+        self._topics: dict[str, Topic] = {}
 
-    def command_writer(self) -> RawWriter:
-        return RawWriter(DataWriter(self.participant, self.cmd_topic, qos=self.qos))
+    def _command_topic(self, name: str | None) -> Topic:
+        """The LowCmd topic, or another topic of the LowCmd type (the arm interface, rt/arm_sdk)."""
+        if name is None or name == self.settings.lowcmd_topic:
+            return self.cmd_topic
+        if name not in self._topics:
+            self._topics[name] = Topic(self.participant, name, idl_types(self.settings.family)[0])
+        return self._topics[name]
+
+    def command_writer(self, topic: str | None = None) -> RawWriter:
+        return RawWriter(DataWriter(self.participant, self._command_topic(topic), qos=self.qos))
 
     def state_writer(self) -> RawWriter:
         return RawWriter(DataWriter(self.participant, self.state_topic, qos=self.qos))
 
-    def command_reader(self) -> RawReader:
-        return RawReader(self.participant, DataReader(self.participant, self.cmd_topic, qos=self.qos))
+    def command_reader(self, topic: str | None = None) -> RawReader:
+        return RawReader(self.participant, DataReader(self.participant, self._command_topic(topic), qos=self.qos))
 
     def state_reader(self, waitable: bool = True) -> RawReader:
         return RawReader(self.participant, DataReader(self.participant, self.state_topic, qos=self.qos), waitable)
+
+    def _base_topic(self) -> Topic:
+        from mocapline.robot.unitree.base import BASE_TOPIC, idl_type
+
+        if BASE_TOPIC not in self._topics:
+            self._topics[BASE_TOPIC] = Topic(self.participant, BASE_TOPIC, idl_type())
+        return self._topics[BASE_TOPIC]
+
+    def base_writer(self) -> RawWriter:
+        """mocapline sim's base pose (:mod:`.base`), beside LowState."""
+        return RawWriter(DataWriter(self.participant, self._base_topic(), qos=self.qos))
+
+    def base_reader(self, waitable: bool = True) -> RawReader:
+        return RawReader(self.participant, DataReader(self.participant, self._base_topic(), qos=self.qos), waitable)
 
     def close(self) -> None:
         self.participant = None  # type: ignore[assignment]

@@ -1,7 +1,12 @@
-"""The bridge's control law and safety states, free of I/O: fed the robot's measured state and
+"""The bridge's control laws and safety states, free of I/O: fed the robot's measured state and
 the stream's frames, asked once per tick for the command to send.
 
-States (docs/robot.md has the diagram):
+Every controller (``--controller``) is one class behind :class:`RobotController`: ``pd`` here (the
+stream's joint targets through the vendor's gains), ``policy`` (:mod:`.policy.controller`, a
+learned whole-body controller between the stream and the motors), ``arm-sdk`` (:mod:`.armsdk`,
+the waist and arms beside the vendor's own balance).
+
+The pd controller's states (docs/robot.md has the diagram):
 
 - ``waiting``: no frame yet (damping, kp 0) — the robot is not driven before the stream starts;
 - ``ramp_in``: from the measured pose to the stream's, blending over a time set by
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -49,6 +55,9 @@ class ControlSettings:
     rest_after_end: bool = False
     max_speed: float = Timeline.max_speed  # the playback's catch-up policy is the timeline's
     lag_target_ms: float = Timeline.lag_target_s * 1000
+    fall_tilt_deg: float = 60.0  # policy: the IMU this far from upright is a fall
+    fall_rate: float = 10.0  # policy: an IMU angular rate above this (rad/s) is a fall
+    arm_sdk_ramp_s: float = 2.0  # arm-sdk: the blend weight's ramp between 0 and 1
 
 
 @dataclass
@@ -60,6 +69,7 @@ class Command:
     kd: np.ndarray
     started: list[StreamFrame]  # frames this command is the first to move toward
     reached: list[StreamFrame]  # frames (valid or rejected) passed by this command, in order
+    weight: float | None = None  # arm-sdk: the blend weight (the description's arm_sdk_weight_slot)
 
 
 @dataclass
@@ -67,15 +77,54 @@ class Measured:
     q: np.ndarray
     dq: np.ndarray
     quat: np.ndarray
+    gyro: np.ndarray | None = None
+
+
+class RobotController(Protocol):
+    """What the bridge's loop asks of a controller: the measured state and the stream's frames in,
+    one command per tick out (None: nothing to send yet)."""
+
+    name: str
+    robot: RobotDescription
+    timeline: Timeline
+    topic: str  # the low-level topic its commands go to
+    modes: np.ndarray  # motor_cmd mode of each joint (stream order)
+    stop_s: float  # how long the loop keeps ticking after an e-stop before it exits
+
+    @property
+    def state(self) -> str:
+        """Its safety state (docs/robot.md), as published in the heartbeat's ``robot_state``."""
+        ...
+
+    def on_state(self, measured: Measured) -> None: ...
+
+    def on_frame(self, frame: StreamFrame) -> None: ...
+
+    def on_end(self) -> None: ...
+
+    def estop(self, reason: str, now: float) -> None: ...
+
+    def tick(self, now: float, dt: float) -> Command | None: ...
+
+    @property
+    def stopping(self) -> bool:
+        """True once the controller wants the bridge to stop (a fall)."""
+        ...
 
 
 class Controller:
     """The pd controller: the stream's joint targets through the safety filter, the vendor's gains
     (the robot's description), gravity fed forward."""
 
+    name = "pd"
+    stopping = False
+
     def __init__(self, robot: RobotDescription, settings: ControlSettings, safety: SafetyFilter,
-                 counters: RobotCounters, bias: object | None = None) -> None:
+                 counters: RobotCounters, bias: object | None = None, estop_damp_s: float = 0.5) -> None:
         self.robot = robot
+        self.topic = robot.low_level.lowcmd_topic
+        self.modes = robot.motor_modes
+        self.stop_s = estop_damp_s
         self.kp, self.kd = robot.kp, robot.kd
         self.legs, self.stand, self.rest = robot.group("legs"), robot.stand, robot.rest
         self.settings = settings

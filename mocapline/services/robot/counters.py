@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mocapline.core.counters import RobotCounts, TrackingError
+from mocapline.core.counters import PolicyCounts, RobotCounts, TrackingError
 from mocapline.robot.description import RobotDescription
 
 WINDOW_TICKS = 5000  # the percentiles are over the last 10 s at 500 Hz
@@ -53,6 +53,7 @@ class RobotCounters:
     catchup_ticks: int = 0  # commands played faster than 1x to make up lag
     transitions: Counter[str] = field(default_factory=Counter)  # "tracking->holding": n
     estops: int = 0
+    falls: int = 0  # the policy controller: the IMU past its fall limits (damping, the bridge stops)
     lowstate_received: int = 0
     lowstate_rejected: Counter[str] = field(default_factory=Counter)
     lowstate_unsealed: int = 0  # LowStates taken with their crc field 0 (Unitree's simulators do not seal)
@@ -126,8 +127,9 @@ class RobotCounters:
             self._stats_at = wall
         return self._stats
 
-    def record(self, now: float, *, bridge_pending: int, lag_s: float, ended: bool) -> RobotCounts:
-        """The heartbeat: these counts with the bridge's timeline state."""
+    def record(self, now: float, *, bridge_pending: int, lag_s: float, ended: bool, controller: str = "pd",
+               policy: PolicyCounts | None = None, arm_sdk_weight: float | None = None) -> RobotCounts:
+        """The heartbeat: these counts with the bridge's timeline state and its controller's own."""
         stats = self.stats()
         return RobotCounts(
             robot_received=self.robot_received,
@@ -155,4 +157,8 @@ class RobotCounters:
             bridge_pending=bridge_pending,
             lag_s=lag_s,
             ended=ended,
+            controller=controller,
+            falls=self.falls,
+            policy=policy,
+            arm_sdk_weight=arm_sdk_weight,
         )

@@ -32,13 +32,15 @@ class SafetyFilter:
     limits: Limits
     clamps: Counter[str] = field(default_factory=Counter)
 
-    def target(self, q: np.ndarray, previous: np.ndarray, dt: float) -> np.ndarray:
-        """``q`` made safe to command after ``previous`` (sent ``dt`` earlier)."""
+    def target(self, q: np.ndarray, previous: np.ndarray, dt: float, in_range: bool = True) -> np.ndarray:
+        """``q`` made safe to command after ``previous`` (sent ``dt`` earlier); ``in_range`` False
+        leaves a target past the joint's range as it is (a PD target, not a pose: the end stop and
+        the torque limit bound what it pushes)."""
         lim = self.limits
         if not np.isfinite(q).all():
             self.clamps["non_finite"] += 1
             q = np.where(np.isfinite(q), q, previous)
-        clipped = np.clip(q, lim.lower, lim.upper)
+        clipped = np.clip(q, lim.lower, lim.upper) if in_range else q
         if (clipped != q).any():
             self.clamps["range"] += 1
         step = lim.velocity * dt
@@ -54,6 +56,18 @@ class SafetyFilter:
         out = np.clip(dq, -self.limits.velocity, self.limits.velocity)
         if (out != dq).any():
             self.clamps["velocity_ff"] += 1
+        return out
+
+    def pd_target(self, target: np.ndarray, q: np.ndarray, dq: np.ndarray, kp: np.ndarray, kd: np.ndarray,
+                  limit: np.ndarray) -> np.ndarray:
+        """``target`` kept where the motor's PD law ``kp (target - q) - kd dq`` at the measured
+        state stays within ``limit`` (N m): a torque limit the motor has no field for, applied
+        through the one field it has. Joints with kp 0 are left as they are."""
+        k = np.where(kp > 0, kp, 1.0)
+        lo, hi = q + (kd * dq - limit) / k, q + (kd * dq + limit) / k
+        out = np.where(kp > 0, np.clip(target, lo, hi), target)
+        if (out != target).any():
+            self.clamps["torque"] += 1
         return out
 
     def torque(self, tau: np.ndarray) -> np.ndarray:

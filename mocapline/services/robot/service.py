@@ -23,7 +23,7 @@ import numpy as np
 import zmq
 
 from mocapline.core import durable
-from mocapline.core.counters import RobotCounts
+from mocapline.core.counters import PolicyCounts, RobotCounts
 from mocapline.core.frames import FrameFieldError, ProtobufDecodeError, parse_mocap_frame
 from mocapline.core.header import MessageType
 from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS
@@ -43,12 +43,21 @@ from mocapline.core.transport import Received, add_curve_client_options, client_
 from mocapline.core.udp import raise_priority
 from mocapline.robot.description import RobotDescription
 from mocapline.robot.registry import add_robot_model_argument, get_robot
-from mocapline.services.robot.controller import SUPPORTS, Command, Controller, ControlSettings, Measured
+from mocapline.services.robot.controller import (
+    SUPPORTS,
+    Command,
+    Controller,
+    ControlSettings,
+    Measured,
+    RobotController,
+)
 from mocapline.services.robot.counters import RobotCounters
+from mocapline.services.robot.policy.description import policy_names
 from mocapline.services.robot.safety import Limits, SafetyFilter
 from mocapline.services.robot.timeline import StreamFrame
 
 log = logging.getLogger("mocapline.robot")
+CONTROLLERS = ("pd", "policy", "arm-sdk")
 
 
 def build_parser() -> EnvArgumentParser:
@@ -66,6 +75,24 @@ def build_parser() -> EnvArgumentParser:
                    help="refuse a LowState whose crc field is 0 too (by default it is taken and counted "
                         "lowstate_unsealed: Unitree's simulators publish LowState unsealed)")
     p.add_argument("--rate", type=positive_float, default=500.0, help="LowCmd per second")
+    p.add_argument("--clock", choices=("wall", "lowstate"), default="wall",
+                   help="wall: a tick every 1/--rate s of wall time; lowstate: a tick per new LowState, the "
+                        "control time its tick (ms): with `mocapline sim --clock lockstep` the run is in simulated "
+                        "time, whatever the machine's load (the benches, the tests)")
+    p.add_argument("--controller", choices=CONTROLLERS, default="pd",
+                   help="pd: the stream's joint targets with the vendor's gains (a robot on a band or gantry); "
+                        "policy: a learned whole-body controller (--policy) keeps the robot on its feet; "
+                        "arm-sdk: waist and arms on the vendor's arm interface, its own controller keeps the legs")
+    p.add_argument("--policy", default="", help="policy: the ONNX file (TWIST2's checkpoint: docs/robot.md)")
+    p.add_argument("--policy-description", default="twist2_g1",
+                   help=f"policy: its description, shipped ({', '.join(policy_names())}) or a FILE.toml")
+    p.add_argument("--fall-tilt-deg", type=positive_float, default=ControlSettings.fall_tilt_deg,
+                   help="policy: the IMU tilted further than this from upright is a fall (damping, the bridge stops)")
+    p.add_argument("--fall-rate", type=positive_float, default=ControlSettings.fall_rate,
+                   help="policy: an IMU angular rate above this (rad/s) is a fall")
+    p.add_argument("--arm-sdk-ramp-s", type=positive_float, default=ControlSettings.arm_sdk_ramp_s,
+                   help="arm-sdk: seconds for the blend weight to go between 0 and 1 (at the start, the end, a stall "
+                        "past --stall-damp-ms, an e-stop)")
     p.add_argument("--joints", choices=("all", "upper"), default="all",
                    help="upper: waist and arms from the stream, legs held at a stand pose (gantry / locomotion)")
     p.add_argument("--no-feed-forward", dest="feed_forward", action="store_false",
@@ -109,6 +136,10 @@ class RobotSettings:
     interface: str
     require_lowstate_crc: bool
     support: str
+    clock: str
+    controller: str
+    policy: str
+    policy_description: str
     range_margin: float
     estop_damp_s: float
     curve_client_key: str
@@ -118,6 +149,8 @@ class RobotSettings:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RobotSettings:
+        if args.controller == "policy" and not args.policy:
+            raise ValueError("--controller policy needs --policy FILE.onnx (TWIST2's checkpoint: docs/robot.md)")
         return settings_from(cls, args, stage=StageSettings.from_args(args))
 
     @classmethod
@@ -134,7 +167,7 @@ class RobotSettings:
 class RobotLoop:
     """The stage handler: one control tick per ``step``."""
 
-    def __init__(self, settings: RobotSettings, links: Links, controller: Controller, counters: RobotCounters,
+    def __init__(self, settings: RobotSettings, links: Links, controller: RobotController, counters: RobotCounters,
                  dds: Any) -> None:
         from mocapline.robot.unitree.family import family
         from mocapline.robot.unitree.state import StateDecoder
@@ -149,15 +182,19 @@ class RobotLoop:
         self.links = links
         self.controller = controller
         self.counters = counters
-        self.commands = dds.command_writer()
+        self.commands = dds.command_writer(controller.topic)
         self.states = dds.state_reader()
         self.dds = dds
         self.period = 1.0 / settings.control.rate
         self.cmd = self.family.new_low_cmd()
-        self.cmd["motor_cmd"]["mode"][self.motors] = robot.motor_modes
+        self.cmd["motor_cmd"]["mode"][self.motors] = controller.modes
+        self.weight_slot = robot.low_level.arm_sdk_weight_slot
+        self.weight: float | None = None
         self.mode_machine = 0
         self.next_tick = time.monotonic()
         self.last_tick: float | None = None
+        self.state_tick: int | None = None  # the newest LowState's tick (ms)
+        self.ticks_seen: int | None = None
         self.performer = settings.performer
         self.done_upto = -1  # durable: the last input frame_id processed (applied, or passed over)
         self.estop_until: float | None = None
@@ -193,7 +230,8 @@ class RobotLoop:
                 self.counters.lowstate_unsealed += 1
         if newest is not None:
             self.mode_machine = newest.mode_machine
-            self.controller.on_state(Measured(newest.q, newest.dq, newest.quaternion))
+            self.state_tick = newest.tick
+            self.controller.on_state(Measured(newest.q, newest.dq, newest.quaternion, newest.gyro))
 
     def _take_frames(self) -> None:
         rx = self.links.rx
@@ -231,8 +269,10 @@ class RobotLoop:
             self._reject(frame_id, "non_finite")
             return
         self.counters.robot_received += 1
+        root = np.array([*m.body_pos_w, *m.body_quat_w], dtype=np.float64)
         self.controller.on_frame(StreamFrame(frame_id, m.source_time_s, q, dq, m.capture_timestamp_us,
-                                             m.posture_index, time.time_ns()))
+                                             m.posture_index, time.time_ns(),
+                                             root=root if np.all(np.isfinite(root)) else None))
 
     def _reject(self, frame_id: int, reason: str) -> None:
         self.counters.rejected[reason] += 1
@@ -241,6 +281,8 @@ class RobotLoop:
     # --- the tick ---
 
     def step(self) -> bool:
+        if self.settings.clock == "lowstate":
+            return self._step_on_lowstate()
         now = time.monotonic()
         if now < self.next_tick:
             time.sleep(self.next_tick - now)
@@ -261,12 +303,39 @@ class RobotLoop:
         command = self.controller.tick(now, dt)
         if command is not None:
             self._send(command, now)
+        if self.controller.stopping and self.estop_until is None:
+            self.estop_until = now + self.controller.stop_s  # a fall: the controller damps, the bridge stops
         return self.estop_until is None or now < self.estop_until
+
+    def _step_on_lowstate(self) -> bool:
+        """One tick per new LowState, the control time its tick: the robot's clock, not the wall's."""
+        self.states.wait(0.05)
+        self._read_state()
+        if self.state_tick is None or self.state_tick == self.ticks_seen:
+            return self.estop_until is None or time.monotonic() < self.estop_until
+        now = self.state_tick / 1000.0
+        dt = self.period if self.ticks_seen is None else max(1e-4, min(now - self.ticks_seen / 1000.0, 0.1))
+        self.ticks_seen = self.state_tick
+        wall = time.monotonic()
+        if self.last_tick is not None:
+            self.counters.periods_s.append(wall - self.last_tick)
+        self.last_tick = wall
+        if self.controller.state != "estop":
+            self._take_frames()
+        command = self.controller.tick(now, dt)
+        if command is not None:
+            self._send(command, wall)
+        if self.controller.stopping and self.estop_until is None:
+            self.estop_until = wall + self.controller.stop_s
+        return self.estop_until is None or wall < self.estop_until
 
     def _send(self, command: Command, now: float) -> None:
         motors, slots = self.cmd["motor_cmd"], self.motors
         motors["q"][slots], motors["dq"][slots], motors["tau"][slots] = command.q, command.dq, command.tau
         motors["kp"][slots], motors["kd"][slots] = command.kp, command.kd
+        if command.weight is not None:
+            motors["q"][self.weight_slot] = command.weight
+            self.weight = command.weight
         if self.family.has_mode_machine:
             self.cmd["mode_machine"] = self.mode_machine
         layout = self.family.low_cmd
@@ -299,11 +368,15 @@ class RobotLoop:
         now = time.monotonic()
         self.controller.estop(reason, now)
         if self.estop_until is None:
-            self.estop_until = now + self.settings.estop_damp_s
+            self.estop_until = now + self.controller.stop_s
 
     def heartbeat(self) -> RobotCounts:
-        return self.counters.record(time.monotonic(), bridge_pending=self.controller.timeline.pending(),
-                                    lag_s=round(self.controller.timeline.lag_s, 4), ended=self.ended)
+        now = time.monotonic()
+        figures = getattr(self.controller, "figures", None)
+        policy = PolicyCounts(name=self.settings.policy_description, **figures(now)) if figures else None
+        return self.counters.record(now, bridge_pending=self.controller.timeline.pending(),
+                                    lag_s=round(self.controller.timeline.lag_s, 4), ended=self.ended,
+                                    controller=self.controller.name, policy=policy, arm_sdk_weight=self.weight)
 
     def reset(self) -> None:
         keep = self.counters.clamps
@@ -323,7 +396,7 @@ class RobotLoop:
         """Whatever ends the run, the robot is left damped: ``estop_damp_s`` of damping commands."""
         self.estop("exit")
         assert self.estop_until is not None
-        for _ in range(int(self.settings.estop_damp_s * self.settings.control.rate) + 1):
+        for _ in range(int(self.controller.stop_s * self.settings.control.rate) + 1):
             if time.monotonic() >= self.estop_until:
                 break
             self.step()
@@ -339,6 +412,31 @@ def robot_limits(robot: RobotDescription, range_margin: float) -> Limits:
                               torque_limits(model, robot.joint_names), range_margin)
 
 
+def make_controller(settings: RobotSettings, robot: RobotDescription, safety: SafetyFilter,
+                    counters: RobotCounters) -> RobotController:
+    """The controller ``--controller`` names (a policy description or ONNX file that does not fit
+    raises ValueError, saying why)."""
+    from mocapline.services.robot.bias import BiasTorque
+
+    s = settings.control
+    if settings.controller == "policy":
+        from mocapline.services.robot.policy.controller import PolicyController
+        from mocapline.services.robot.policy.description import load_policy
+        from mocapline.services.robot.policy.runner import PolicyRunner
+
+        policy = load_policy(settings.policy_description)
+        runner = PolicyRunner(settings.policy, policy)
+        log.info("policy %s (%s) from %s: observation %d wide, %g Hz", policy.name, policy.title, settings.policy,
+                 policy.width, policy.rate_hz)
+        return PolicyController(robot, s, safety, counters, policy, runner, settings.estop_damp_s,
+                                inference_s=lambda: runner.last_s)
+    if settings.controller == "arm-sdk":
+        from mocapline.services.robot.armsdk import ArmSdkController
+
+        return ArmSdkController(robot, s, safety, counters, BiasTorque(robot, settings.support) if s.bias else None)
+    return Controller(robot, s, safety, counters, BiasTorque(robot, settings.support), settings.estop_damp_s)
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = parse_settings(RobotSettings.from_args, build_parser(), argv)
     if settings is None:
@@ -349,8 +447,6 @@ def main(argv: list[str] | None = None) -> int:
         print("mocapline robot: needs Cyclone DDS 0.10 (pip install -e '.[robot]', see README: The robot end)",
               file=sys.stderr)
         return 2
-    from mocapline.services.robot.bias import BiasTorque
-
     robot = get_robot(settings.robot_model)
     limits = robot_limits(robot, settings.range_margin)
     counters = RobotCounters.for_robot(robot)
@@ -370,16 +466,18 @@ def main(argv: list[str] | None = None) -> int:
         links.rx.rejects = counters.rejected
         if links.durable is not None and links.durable.restored is not None:
             counters.restore(links.durable.restored)
-        controller = Controller(robot, settings.control, SafetyFilter(limits), counters,
-                                BiasTorque(robot, settings.support))
+        try:
+            controller = make_controller(settings, robot, SafetyFilter(limits), counters)
+        except ValueError as exc:
+            return stage.fail(str(exc))
         dds = LowLevel(dds_settings(robot, settings.domain, settings.interface))
         stage.exits.callback(dds.close)
         loop = RobotLoop(settings, links, controller, counters, dds)
         # a command every 2 ms: the bridge asks to be scheduled before the pipeline's batch work
         log.info("scheduling priority %s", raise_priority())
-        log.info("driving the %s on DDS domain %d (%s, %s) at %.0f Hz, joints %s", robot.title, settings.domain,
-                 settings.interface or "default interface", robot.low_level.family, settings.control.rate,
-                 settings.control.joints)
+        log.info("driving the %s on DDS domain %d (%s, %s) at %.0f Hz, controller %s on %s, joints %s", robot.title,
+                 settings.domain, settings.interface or "default interface", robot.low_level.family,
+                 settings.control.rate, controller.name, controller.topic, settings.control.joints)
         return stage.run(loop)
 
 

@@ -8,11 +8,14 @@ viewer works without it), and the DDS reader exists only while a page is open: w
 sample is delivered to this process, read or decoded. Of the samples waiting at each pose update
 only the newest is decoded.
 
-The measured joint angles go through forward kinematics on the viewer's model of the robot. LowState
-carries no base position and a G1 on a band or a gantry does not walk, so the measured robot is
-drawn at the streamed target's root pose: what differs between the two robots is the joint error,
-which is what the tracking error measures (measured minus the target the page shows, per joint
-group; it includes the bridge's playback delay, as the picture does).
+The measured joint angles go through forward kinematics on the viewer's model of the robot.
+LowState carries no base position: where `mocapline sim` publishes its base's pose beside it (its
+topic ``mocapline/sim/base_state``, :mod:`mocapline.robot.unitree.base`, read on the same terms as
+LowState) the measured robot is drawn where its base is, so a robot on its own feet is seen
+walking off its reference; elsewhere (a real robot, Unitree's simulator) at the streamed target's
+root pose, where what differs between the two robots is the joint error. The tracking error is
+the joints' either way (measured minus the target the page shows, per joint group; it includes the
+bridge's playback delay, as the picture does).
 """
 
 from __future__ import annotations
@@ -41,12 +44,13 @@ class MeasuredCounters:
     lowstate_skipped: int = 0  # older samples of an update, not decoded
     lowstate_rejected: Counter[str] = field(default_factory=Counter)
     reader_opens: int = 0
+    base_received: int = 0  # the sim's base poses taken (the newest of each update)
 
     def as_dict(self) -> dict[str, Any]:
         return {"lowstate_received": self.lowstate_received, "lowstate_skipped": self.lowstate_skipped,
                 "lowstate_rejected": sum(self.lowstate_rejected.values()),
                 "lowstate_rejected_by_reason": dict(sorted(self.lowstate_rejected.items())),
-                "lowstate_reader_opens": self.reader_opens}
+                "lowstate_reader_opens": self.reader_opens, "base_received": self.base_received}
 
 
 class MeasuredRobot:
@@ -68,6 +72,9 @@ class MeasuredRobot:
         self.unavailable: str | None = None
         self._dds: Any = None
         self._reader: Any = None
+        self._base_reader: Any = None
+        self.base: np.ndarray | None = None  # (7,) the sim's base position and quaternion, newest
+        self.base_at = 0.0
         self._unwatched_since: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -81,11 +88,12 @@ class MeasuredRobot:
             if self._reader is not None:
                 self._unwatched_since = self._unwatched_since or now
                 if now - self._unwatched_since >= CLOSE_AFTER_S:
-                    self._reader = None  # its last reference: Cyclone deletes the reader
+                    self._reader = self._base_reader = None  # their last references: Cyclone deletes the readers
             return
         self._unwatched_since = None
         if self._reader is None and not self._open():
             return
+        self._take_base(now)
         samples = self._reader.take(256)
         if not samples:
             return
@@ -94,6 +102,23 @@ class MeasuredRobot:
         if state is not None:
             self.counters.lowstate_received += 1
             self.latest, self.latest_at = state, now
+
+    def _take_base(self, now: float) -> None:
+        from mocapline.robot.unitree.base import BASE_STATE
+        from mocapline.robot.unitree.lowlevel import LayoutError
+
+        if self._base_reader is None:
+            return
+        for sample in reversed(self._base_reader.take(256)):
+            try:
+                rec = BASE_STATE.from_sample(sample)
+            except LayoutError:
+                continue
+            pose = np.concatenate([rec["position"], rec["quaternion"]]).astype(np.float64)
+            if BASE_STATE.crc_ok(rec) and np.all(np.isfinite(pose)) and np.linalg.norm(pose[3:]) > 0.5:
+                self.base, self.base_at = pose, now
+                self.counters.base_received += 1
+                return
 
     def _open(self) -> bool:
         if self.unavailable is not None:
@@ -104,6 +129,7 @@ class MeasuredRobot:
 
                 self._dds = LowLevel(dds_settings(self.robot, self.domain, self.interface))
             self._reader = self._dds.state_reader(waitable=False)
+            self._base_reader = self._dds.base_reader(waitable=False)
         except Exception as exc:  # noqa: BLE001 - no cyclonedds, or no such interface: the page goes on without
             self.unavailable = f"{type(exc).__name__}: {exc}"
             log.warning("no measured robot on the page (LowState on DDS domain %d): %s", self.domain,
@@ -122,7 +148,10 @@ class MeasuredRobot:
             return None
         now = time.monotonic() if now is None else now
         qpos = self.data.qpos
-        if target is not None:
+        if self.base is not None and abs(self.base_at - self.latest_at) < 1.0:
+            qpos[0:3] = self.base[:3]  # the sim's own base: where the robot is
+            qpos[3:7] = self.base[3:] / np.linalg.norm(self.base[3:])
+        elif target is not None:
             qpos[0:7] = target[1][0:7]
         else:
             qpos[0:7] = default_qpos(self.robot, self.model)[0:7]
@@ -137,7 +166,7 @@ class MeasuredRobot:
                             self.data.xpos, self.data.xquat)
 
     def close(self) -> None:
-        self._reader = None
+        self._reader = self._base_reader = None
         if self._dds is not None:
             self._dds.close()
             self._dds = None

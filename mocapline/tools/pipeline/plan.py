@@ -72,6 +72,12 @@ class StackConfig:
     robot_domain: int = 1
     robot_interface: str = "lo"
     robot_args: list[str] = field(default_factory=list)  # more flags of `mocapline robot` (the benchmark's)
+    robot_base: str = "band"  # sim: band | fixed | free (on its feet: --controller policy)
+    robot_controller: str = "pd"  # the bridge's --controller: pd | policy | arm-sdk
+    robot_policy: str = ""  # --controller policy: the ONNX file
+    # lockstep: the sim steps once per command and the bridge ticks on its LowState (simulated time,
+    # whatever the machine's load; the stream then plays at 1x of it); realtime: both on wall time
+    robot_clock: str = "realtime"
 
 
 def local_config(**settings: Any) -> StackConfig:
@@ -166,11 +172,17 @@ def robot_end(c: StackConfig) -> list[Planned]:
     from mocapline.tools.sim.service import SimSettings
 
     out = []
+    lockstep = c.robot == "sim" and c.robot_clock == "lockstep"
     if c.robot == "sim":
         out.append(Planned("sim", replace(SimSettings.defaults(), robot_model=c.robot_model, domain=c.robot_domain,
-                                          interface=c.robot_interface, base="band")))
+                                          interface=c.robot_interface, base=c.robot_base,
+                                          clock="lockstep" if lockstep else "realtime",
+                                          vendor_controller="stand" if c.robot_controller == "arm-sdk" else "none")))
     parser = robot_parser()  # the extra flags over the declared defaults, not this process's MOCAPLINE_* variables
-    robot = RobotSettings.from_args(parser.parse_args(c.robot_args, namespace=declared_defaults(parser)))
+    planned = ["--controller", c.robot_controller, *(["--policy", c.robot_policy] if c.robot_policy else []),
+               *(["--clock", "lowstate", "--max-speed", "1"] if lockstep else []),
+               *(["--no-bias"] if c.robot_base == "free" and c.robot_controller == "pd" else [])]
+    robot = RobotSettings.from_args(parser.parse_args([*planned, *c.robot_args], namespace=declared_defaults(parser)))
     out.append(Planned("robot", replace(
         robot, input=f"tcp://127.0.0.1:{c.output_port}", robot_model=c.robot_model, domain=c.robot_domain,
         interface=c.robot_interface,

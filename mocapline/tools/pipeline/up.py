@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,18 @@ def build_parser() -> EnvArgumentParser:
                         "too; it is always kept, and named, after a failure")
     p.add_argument("--robot-domain", type=int, default=None, help="DDS domain (default: 1 with sim, 0 with real)")
     p.add_argument("--robot-interface", default=None, help="DDS network interface (default: lo with sim)")
+    p.add_argument("--base", choices=("band", "fixed", "free"), default="band",
+                   help="--robot sim: the G1 on its elastic band, welded 1 m up, or free on its feet (a controller "
+                        "that balances: --controller policy)")
+    p.add_argument("--controller", choices=("pd", "policy", "arm-sdk"), default="pd",
+                   help="the bridge's controller (docs/robot.md): pd (the stream's joint targets), policy (a "
+                        "learned whole-body controller, --policy FILE.onnx), arm-sdk (waist and arms beside the "
+                        "vendor's balance)")
+    p.add_argument("--policy", default="",
+                   help="--controller policy: the ONNX file (TWIST2's checkpoint: docs/robot.md)")
+    p.add_argument("--robot-clock", choices=("realtime", "lockstep"), default="realtime",
+                   help="--robot sim: realtime (wall time), or lockstep (the sim steps per command, the bridge ticks "
+                        "on its LowState: simulated time on a loaded machine)")
     return p
 
 
@@ -167,7 +180,9 @@ def startup_lines(config: StackConfig, args: Any) -> list[str]:
         lines.append(f"mocapline: robot bridge -> DDS domain {config.robot_domain} "
                      f"({config.robot_interface or 'default interface'})"
                      + f", {get_robot(config.robot_model).title}"
-                     + (" in MuJoCo physics (mocapline sim, elastic band)" if config.robot == "sim" else ""))
+                     + (f" in MuJoCo physics (mocapline sim, {config.robot_base} base)"
+                        if config.robot == "sim" else "")
+                     + f", controller {config.robot_controller}")
     return lines
 
 
@@ -229,7 +244,11 @@ def robot_options(args: Any) -> dict[str, Any]:
     sim = args.robot == "sim"
     domain = args.robot_domain if args.robot_domain is not None else (1 if sim else 0)
     interface = args.robot_interface if args.robot_interface is not None else ("lo" if sim else "")
-    return {"robot": "real" if args.robot == "g1" else args.robot, "robot_domain": domain, "robot_interface": interface}
+    if args.controller == "policy" and not args.policy:
+        raise ValueError("--controller policy needs --policy FILE.onnx (TWIST2's checkpoint: docs/robot.md)")
+    return {"robot": "real" if args.robot == "g1" else args.robot, "robot_domain": domain, "robot_interface": interface,
+            "robot_base": args.base, "robot_controller": args.controller, "robot_policy": args.policy,
+            "robot_clock": args.robot_clock}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = stack_config(args, viewer=not args.no_viewer, display=args.display, web_port=args.web_port,
                               plots_dir=args.plots_dir, **robot_options(args))
+        if config.robot_policy:
+            config = replace(config, robot_policy=str(Path(config.robot_policy).resolve()))
     except ValueError as exc:
         print(f"mocapline up: {exc}", file=sys.stderr)
         return 2

@@ -8,11 +8,28 @@ Motor law, per enabled motor (``mode`` not 0; a disabled one gives no torque):
 physics step (2 ms) per LowState. Joints of the model the body's stream does not carry (the
 Dex3-1 hands of ``g1_dex3``) are held at 0 by a soft PD of the sim's own.
 
+The vendor's arm interface (``apply_arm``, the description's ``low_level.arm_sdk_topic``): while
+no LowCmd has come (the robot is not in its low-level mode) a stand-in for the vendor's own
+controller holds the stand pose with the description's gains (``vendor`` True), and an arm_sdk
+command is blended into it on the waist and arms by its weight (``motor_cmd[arm_sdk_weight_slot].q``
+in [0, 1]): each of q, dq, tau, kp, kd is ``w * arm_sdk + (1 - w) * vendor``; the legs stay the
+vendor's. The first LowCmd ends it (low-level mode: LowCmd alone, arm_sdk ignored).
+
 Bases: ``band`` hangs the robot on a spring (k 200 N/m, d 100 N s/m along the band) from a point
 that holds the pelvis ``BAND_CLEARANCE`` above its standing height (3 m up for the G1), stretched
 from the pelvis and pulling at the torso, as Unitree's simulator's elastic band does (pulled at the
 pelvis, the top-heavy G1 turns upside down); ``fixed`` welds the pelvis 1 m up; ``free`` stands on
-the floor (a G1 under a PD hold falls within seconds: that is the robot, not the sim).
+the floor (a G1 under a PD hold falls within seconds: that is the robot, not the sim). The free
+base starts held where it stands (pelvis pinned at the standing height, upright; the joints move
+as commanded), as a gantry holds a robot until its controller runs, and is let go at the first
+stiff LowCmd (any kp > 0); the vendor's stand-in never lets go (it holds the stand pose, it does
+not balance).
+
+Feet and floor as in Unitree's model (unitree_mujoco's g1_29dof.xml): four 5 mm spheres under
+each ankle-roll link at the same places, sliding friction 1 (MuJoCo takes the larger of the two
+geoms': Menagerie's feet say 0.6, the floor 1). Steps of 2 ms, the PD law applied at every step
+from the newest command (as the robot's motor drivers run it, far faster than commands come;
+Unitree's simulator computes the torque once per command and holds it for its 5 ms steps).
 """
 
 from __future__ import annotations
@@ -102,9 +119,19 @@ class MotorCommand:
         z = np.zeros(n)
         return cls(np.zeros(n, dtype=bool), z, z, z, z, z)
 
+    def blend(self, other: MotorCommand, weight: float, joints: np.ndarray) -> MotorCommand:
+        """This command with ``joints`` moved ``weight`` of the way to ``other``'s law."""
+        out = MotorCommand(self.enabled.copy(), self.q.copy(), self.dq.copy(), self.tau.copy(), self.kp.copy(),
+                           self.kd.copy(), self.mode_machine)
+        for name in ("q", "dq", "tau", "kp", "kd"):
+            mine, theirs = getattr(out, name), getattr(other, name)
+            mine[joints] = (1.0 - weight) * mine[joints] + weight * theirs[joints]
+        return out
+
 
 class RobotPhysics:
-    def __init__(self, robot: RobotDescription, base: str = "band", mode_machine: int = 0) -> None:
+    def __init__(self, robot: RobotDescription, base: str = "band", mode_machine: int = 0,
+                 vendor: bool = False) -> None:
         self.robot = robot
         self.family = family(robot.low_level.family)
         self.slots = robot.motor_index
@@ -121,7 +148,13 @@ class RobotPhysics:
         self.pelvis = self.model.body(robot.root_body).id
         self.band_body = self.model.body(robot.torso_body).id
         self.band_anchor = band_anchor(robot, self.model)
-        self.command = MotorCommand.limp(robot.joint_count)
+        n = robot.joint_count
+        self.vendor_command = MotorCommand(np.ones(n, dtype=bool), robot.stand.copy(), np.zeros(n), np.zeros(n),
+                                           robot.kp.astype(np.float64), robot.kd.astype(np.float64))
+        self.vendor = vendor  # the vendor's stand-in holds the robot until a LowCmd comes
+        self.arm_weight = 0.0
+        self.command = self.vendor_command if vendor else MotorCommand.limp(n)
+        self.pinned = base == "free"  # held standing until the first stiff LowCmd
         self.tick = 0
         self.reset()
 
@@ -133,6 +166,7 @@ class RobotPhysics:
             self.data.qpos[3:7] = (1.0, 0.0, 0.0, 0.0)
         self.data.qpos[self.qadr] = self.robot.stand
         mujoco.mj_forward(self.model, self.data)
+        self._pin = self.data.qpos[0:3].copy()
         self.tick = 0
 
     def apply(self, cmd: np.ndarray) -> bool:
@@ -144,6 +178,23 @@ class RobotPhysics:
         if not np.all(np.isfinite(values)):
             return False
         self.command = command
+        self.vendor = False  # low-level mode from the first LowCmd on
+        if self.pinned and np.any(command.enabled & (command.kp > 0)):
+            self.pinned = False
+        return True
+
+    def apply_arm(self, cmd: np.ndarray) -> bool:
+        """An arm_sdk command blended into the vendor's stand-in by its weight; False (ignored) when its
+        CRC is wrong, it carries a non-finite value, or the robot is in low-level mode."""
+        if not self.vendor or not self.family.low_cmd.crc_ok(cmd):
+            return False
+        arm = MotorCommand.from_record(cmd, self.slots, self.family.has_mode_machine)
+        weight = float(cmd["motor_cmd"]["q"][self.robot.low_level.arm_sdk_weight_slot])
+        values = np.concatenate([arm.q, arm.dq, arm.tau, arm.kp, arm.kd, [weight]])
+        if not np.all(np.isfinite(values)):
+            return False
+        self.arm_weight = float(np.clip(weight, 0.0, 1.0))
+        self.command = self.vendor_command.blend(arm, self.arm_weight, self.robot.upper)
         return True
 
     def torques(self) -> np.ndarray:
@@ -161,6 +212,8 @@ class RobotPhysics:
         if self.base == "band":
             d.xfrc_applied[self.band_body, 0:3] = band_force(self.band_anchor, d.qpos[0:3], d.qvel[0:3])
         mujoco.mj_step(self.model, self.data)
+        if self.pinned:
+            d.qpos[0:3], d.qpos[3:7], d.qvel[0:6] = self._pin, (1.0, 0.0, 0.0, 0.0), 0.0
         self.tick += 1
 
     def state(self) -> np.ndarray:

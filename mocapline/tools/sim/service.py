@@ -14,6 +14,11 @@ came in before the next step: the realtime clock steps with the newest alone, an
 500 Hz and the sim's 2 ms steps beat against each other) + the rejected (``rejected_by_reason``).
 The bridge's ``commands_sent`` less ``commands_received`` were never delivered (sent before the
 sim's reader was matched, or lost by DDS): :func:`command_balance` says so in a line.
+
+Beside LowState it publishes the base's pose on mocapline's own topic (``mocapline/sim/base_state``,
+:mod:`mocapline.robot.unitree.base`) for the web page and the benches. With ``--vendor-controller
+stand`` a stand-in for the robot's own controller holds the stand pose until the first LowCmd,
+and takes the vendor's arm interface (rt/arm_sdk) blended in by its weight, as the robot does.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from mocapline.core.lifecycle import add_service_arguments, setup_logging, stop_on_signals
 from mocapline.core.options import (
@@ -53,6 +60,9 @@ def build_parser() -> EnvArgumentParser:
                         "up; free: on the floor")
     p.add_argument("--clock", choices=("realtime", "lockstep"), default="realtime",
                    help="realtime: a step every 2 ms with the newest command; lockstep: a step per command")
+    p.add_argument("--vendor-controller", choices=("none", "stand"), default="none",
+                   help="stand: a stand-in for the robot's own controller holds the stand pose (PD) until the first "
+                        "LowCmd and blends rt/arm_sdk in by its weight; none: limp until the first LowCmd")
     p.add_argument("--mode-machine", type=non_negative_int, default=5,
                    help="the robot type reported in LowState (the bridge copies it into LowCmd; unitree_hg only)")
     p.add_argument("--duration", type=positive_float, default=None, help="stop after this many seconds")
@@ -69,6 +79,7 @@ class SimSettings:
     interface: str
     base: str
     clock: str
+    vendor_controller: str
     mode_machine: int
     duration: float | None
     nats: str
@@ -92,6 +103,9 @@ class SimCounters:
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     states_published: int = 0
     overruns: int = 0  # realtime: wake-ups more than a period late (the missed steps then taken at once)
+    arm_sdk_received: int = 0
+    arm_sdk_applied: int = 0  # blended into the vendor's stand-in (not in low-level mode)
+    arm_sdk_weight: float = 0.0  # the newest weight applied
 
     def reject(self, reason: str) -> None:
         self.rejected_by_reason[reason] = self.rejected_by_reason.get(reason, 0) + 1
@@ -129,7 +143,8 @@ class SimLoop:
         from mocapline.tools.sim.physics import RobotPhysics
 
         robot = get_robot(args.robot_model)
-        self.sim = RobotPhysics(robot, args.base, mode_machine=args.mode_machine)
+        self.sim = RobotPhysics(robot, args.base, mode_machine=args.mode_machine,
+                                vendor=args.vendor_controller == "stand")
         self.period = self.sim.model.opt.timestep
         self.lockstep = args.clock == "lockstep"
         if dds is None:
@@ -139,11 +154,36 @@ class SimLoop:
                            depth=1024 if self.lockstep else READER_DEPTH)
         self.dds = dds
         self.commands, self.states = self.dds.command_reader(), self.dds.state_writer()
+        self.base = self.dds.base_writer()
+        topic = robot.low_level.arm_sdk_topic
+        self.arm = self.dds.command_reader(topic) if topic else None
         self.counters = SimCounters()
         self.next_tick = time.monotonic()
 
     def counts(self) -> dict[str, Any]:
-        return {**asdict(self.counters), "pelvis_height": round(self.sim.pelvis_height, 4)}
+        d = self.sim.data
+        return {**asdict(self.counters), "pelvis_height": round(self.sim.pelvis_height, 4),
+                "base_position": [round(float(v), 4) for v in d.xpos[self.sim.pelvis]]}
+
+    def take_arm(self) -> None:
+        """The arm interface's newest command (each one counted; the vendor's stand-in blends it)."""
+        from mocapline.robot.unitree.lowlevel import LayoutError
+
+        if self.arm is None:
+            return
+        c = self.counters
+        for sample in self.arm.take(64):
+            c.arm_sdk_received += 1
+            try:
+                cmd = self.sim.family.low_cmd.from_sample(sample)
+            except LayoutError as exc:
+                c.reject(f"arm_sdk_{exc.reason}")
+                continue
+            if self.sim.apply_arm(cmd):
+                c.arm_sdk_applied += 1
+                c.arm_sdk_weight = round(self.sim.arm_weight, 6)
+                if self.lockstep:
+                    self.step_and_publish()
 
     def take_commands(self, limit: int) -> None:
         """Lockstep: a step per valid command. Realtime: every waiting command is taken and
@@ -171,7 +211,14 @@ class SimLoop:
             c.commands_superseded += valid - 1
 
     def publish(self) -> None:
-        self.states.write(self.sim.family.low_state.sample(self.sim.state()))
+        from mocapline.robot.unitree.base import base_state
+
+        state = self.sim.state()
+        self.states.write(self.sim.family.low_state.sample(state))
+        d = self.sim.data
+        pelvis = self.sim.pelvis
+        velocity = d.qvel[0:3] if self.sim.base != "fixed" else np.zeros(3)
+        self.base.write(base_state(int(state["tick"]), d.xpos[pelvis], d.xquat[pelvis], velocity))
         self.counters.states_published += 1
 
     def step_and_publish(self) -> None:
@@ -180,16 +227,27 @@ class SimLoop:
         self.publish()
 
     def tick_lockstep(self) -> None:
+        if self.sim.vendor and self.arm is not None:
+            # the vendor's mode: a step per arm_sdk command; the state again while none comes
+            if self.arm.wait(0.01):
+                self.take_arm()
+            else:
+                self.publish()
+            if not self.commands.wait(0.0):
+                return
         if self.counters.commands_received == 0:
             self.publish()  # the initial pose, until someone commands
         if self.commands.wait(0.01 if self.counters.commands_received else 0.05):
             self.take_commands(1024)
+        elif self.counters.commands_received:
+            self.publish()  # no command for 10 ms (its controller restarted?): the state again, not stepped
 
     def tick_realtime(self) -> None:
         """Physics keeps wall time: after a late wake-up the steps missed are taken (up to
         MAX_CATCHUP_STEPS) with the newest command, as a robot's world does not wait for its
         firmware; only the last state is published."""
         self.take_commands(READER_DEPTH)
+        self.take_arm()
         due = min(MAX_CATCHUP_STEPS, max(1, int((time.monotonic() - self.next_tick) / self.period) + 1))
         if due > 1:
             self.counters.overruns += 1
