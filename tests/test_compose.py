@@ -531,6 +531,25 @@ def _stage_instructions(path: Path, stage: str) -> list[tuple[str, str]]:
     return out
 
 
+def test_every_install_runs_as_the_user_that_owns_the_venv() -> None:
+    """The venv is created as root; a `pip install` after `USER mocapline` (inherited through the
+    parent stages too) fails with EACCES on the engine only, which the CI's engine stage met."""
+    user_of: dict[str, str] = {}
+    current = ""
+    bad = []
+    for word, rest in dockerfile_instructions(ROOT / "Dockerfile"):
+        if word == "FROM":
+            parts = rest.split()
+            current = parts[2] if len(parts) >= 3 else parts[0]
+            user_of[current] = user_of.get(parts[0], "root")
+        elif word == "USER":
+            user_of[current] = rest.split(":")[0]
+        elif word == "RUN" and "pip install" in rest and user_of[current] != "root":
+            bad.append((current, user_of[current], rest[:60]))
+    assert user_of["robot"] == "mocapline" and user_of["light"] == "mocapline"
+    assert not bad, bad
+
+
 def _build_dockerfiles(services) -> list[tuple[Path, Path]]:
     out = set()
     for svc in services.values():
