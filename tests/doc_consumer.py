@@ -39,12 +39,13 @@ BREAKS = {
 
 VARIANTS = {  # allowed by the document, not a break
     "no_routing_id": "leaves its DEALER's routing id to ZeroMQ (told no RESTARTED: its idle HELLO finds the port)",
+    "no_credit": "reports no TAKEN (a consumer written before flow control: the window of unacknowledged frames)",
 }
 
 V2 = struct.Struct("<4sBB16sqq")
 HEADER = struct.Struct("<IHHQQQIHHI")
 HELLO, ACK, WELCOME, RESTARTED = 1, 2, 3, 5
-RESEND = 1
+RESEND, TAKEN = 1, 2
 ZERO = bytes(16)
 LENGTHS = {"body_pos_w": 3, "body_lin_vel_w": 3, "body_quat_w": 4, "body_ang_vel_w": 3, "joint_pos": 29,
            "joint_vel": 29, "left_hand": 7, "right_hand": 7}
@@ -97,6 +98,7 @@ class Consumer:
             self.epoch, self.last = ZERO, -1
         self.stored = (self.epoch, self.last)
         self.acked = self.hello_seq = self.last
+        self.taken, self.reported = 0, -1  # data messages taken off the socket; as last reported
         self.welcomed = False
         self.gap_hello_at = self.acked_at = self.stored_at = 0.0
         self.ctx = zmq.Context()
@@ -113,21 +115,29 @@ class Consumer:
             os.replace(self.path + ".tmp", self.path)
             self.stored = (self.epoch, self.last)
 
+    def control(self, kind: int, flags: int = 0, name: str = "") -> None:
+        """HELLO or ACK, with the messages taken so far (TAKEN) unless ``no_credit``."""
+        credit = BREAK != "no_credit"
+        self.sock.send(V2.pack(b"MLA2", kind, flags | (TAKEN if credit else 0), self.epoch, self.last,
+                               self.taken if credit else 0) + name.encode())
+        self.reported = self.taken
+
     def hello(self, flags: int) -> None:
         if BREAK != "ack_before_store":
             self.store()  # a HELLO acknowledges through last: stored first
-        self.sock.send(V2.pack(b"MLA2", HELLO, flags, self.epoch, self.last, 0) + self.name.encode())
+        self.control(HELLO, flags, self.name)
         self.hello_seq = self.last
         print(json.dumps({"hello": self.last, "resend": bool(flags & RESEND)}), flush=True)
 
     def maybe_ack(self) -> None:
         now = time.monotonic()
-        if not self.welcomed or self.last <= self.acked or now - self.acked_at < 0.05:
+        credit_only = self.last <= self.acked and self.taken != self.reported and BREAK != "no_credit"
+        if not self.welcomed or (self.last <= self.acked and not credit_only) or now - self.acked_at < 0.05:
             return
         if BREAK != "ack_before_store" or now - self.stored_at >= 2.0:
             self.store()
             self.stored_at = now
-        self.sock.send(V2.pack(b"MLA2", ACK, 0, self.epoch, self.last, 0))
+        self.control(ACK)
         self.acked, self.acked_at = self.last, now
 
     def on_control(self, body: bytes) -> None:
@@ -194,7 +204,9 @@ class Consumer:
             parts = self.sock.recv_multipart()
             if len(parts) == 1:
                 self.on_control(parts[0])
-            elif len(parts) == 2 and not self.on_data(parts):
+                continue
+            self.taken += 1
+            if len(parts) == 2 and not self.on_data(parts):
                 return
 
 

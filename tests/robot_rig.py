@@ -115,9 +115,11 @@ class Proc:
         self.proc.communicate()
 
 
-def start_sim(domain: int, base: str = "fixed", *extra: str) -> Proc:
+def start_sim(domain: int, base: str = "fixed", *extra: str, clock: str | None = None) -> Proc:
+    """``clock="lockstep"``: the physics steps once per command (docs of `mocapline sim`), so what
+    the robot does is a function of what the bridge sent, whatever the load on the machine."""
     return Proc(["sim", "--interface", "lo", "--domain", str(domain), "--base", base, "--log-level", "WARNING",
-                 *extra])
+                 *(["--clock", clock] if clock else []), *extra])
 
 
 def start_robot(domain: int, port: Port, state: Path, *extra: str) -> Proc:

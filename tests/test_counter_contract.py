@@ -40,6 +40,9 @@ DETERMINISTIC = (*LEDGER_FIELDS, "missing_by_path", "segments", "merge_on", "rej
 PER_PERFORMER = (*LEDGER_FIELDS, "avatar_name", "missing_by_path", "segments", "per_segment", "missing_ranges")
 # Keys published since the takes were recorded, by stage and key path (as ``shape`` writes it), each
 # with the issue that added it. Only these may be new: any other key, a renamed one included, fails.
+# a fan-out's consumers' flow control (issue 36), wherever a stage's output is one
+FANOUT_ADDED = {f".durable.output_link.consumers.*.{key}": "issue 36: flow control"
+                for key in ("in_flight", "in_flight_max", "resends_withheld", "frames_to_apply")}
 ADDED_SINCE_RECORDING: dict[str, dict[str, str]] = {
     "capture": {
         ".split_frames": "issue 23: Axis frames joined from several datagrams",
@@ -51,19 +54,29 @@ ADDED_SINCE_RECORDING: dict[str, dict[str, str]] = {
         ".performers.*.human_height_m": "issue 23: the height Xsens MXTP13 scaling gave",
         ".metrics_host": "issue 24: the host of an automatic /metrics port",
         ".durable.input_link.restarts_heard": "issue 26: RESTARTED heard from the sender",
+        ".durable.input_link.taken": "issue 36: messages taken off the socket, the credit reported",
+        **FANOUT_ADDED,
     },
     "retarget": {
+        **FANOUT_ADDED,
         ".performers.*.human_height_m": "issue 23: the height a performer is retargeted at",
         ".metrics_host": "issue 24: the host of an automatic /metrics port",
         ".durable.input_link.restarts_heard": "issue 26: RESTARTED heard from the sender",
+        ".durable.input_link.taken": "issue 36: messages taken off the socket, the credit reported",
     },
     "streamer": {
         ".metrics_host": "issue 24: the host of an automatic /metrics port",
+        ".consumers.*.in_flight": "issue 36: messages on their way to a consumer",
+        ".consumers.*.in_flight_max": "issue 36", ".consumers.*.resends_withheld": "issue 36",
+        ".consumers.*.frames_to_apply": "issue 36: what a drain waits for",
+        **FANOUT_ADDED,
         ".durable.input_link.restarts_heard": "issue 26: RESTARTED heard from the sender",
+        ".durable.input_link.taken": "issue 36: messages taken off the socket, the credit reported",
     },
     "viewer": {
         ".metrics_host": "issue 24: the host of an automatic /metrics port",
         ".durable.input_link.restarts_heard": "issue 26: RESTARTED heard from the sender",
+        ".durable.input_link.taken": "issue 36: messages taken off the socket, the credit reported",
     },
     "auditor": {  # its drain answer: the ledger `up` and `demo` print
         ".verdict.split_frames": "issue 23: capture's split_frames in the printed ledger",
@@ -73,6 +86,12 @@ ADDED_SINCE_RECORDING: dict[str, dict[str, str]] = {
         ".verdict.meta_datagrams.MXTP13": "issue 23", ".verdict.performers.*.human_height_m": "issue 23",
         ".verdict.verdict_covers": "issue 34: what the verdict judges, in words",
         ".verdict.performers.*.verdict_covers": "issue 34",
+        ".verdict.consumers.*.in_flight": "issue 36: messages on their way to a consumer",
+        ".verdict.consumers.*.in_flight_max": "issue 36", ".verdict.consumers.*.resends_withheld": "issue 36",
+        ".verdict.consumers.*.frames_to_apply": "issue 36",
+        ".verdict.link_duplicates": "issue 36: copies each stage dropped on arrival",
+        ".verdict.link_duplicates.*": "issue 36", ".verdict.performers.*.link_duplicates": "issue 36",
+        ".verdict.performers.*.link_duplicates.*": "issue 36",
     },
 }
 
@@ -231,7 +250,7 @@ def without_added(value: Any, added: dict[str, str], path: str = "") -> Any:
     return value
 
 
-DATA_KEYED = {"rcvbuf_granted", "paths", "positions", "rejected_by_reason", "consumers"}
+DATA_KEYED = {"rcvbuf_granted", "paths", "positions", "rejected_by_reason", "consumers", "link_duplicates"}
 
 
 # The robot bridge's heartbeat as it was published before it became a typed record (issue 22).

@@ -250,9 +250,31 @@ def test_a_second_ctrl_c_while_draining_stops_at_once(tmp_path) -> None:
     assert_nothing_left(term, ports)
 
 
+def _sending_udp(pid: int) -> bool:
+    """Whether process ``pid`` holds a UDP socket that has sent (an unbound one is in no table):
+    the demo's emitter, once the take is under way (the demo itself holds none before)."""
+    table = Path("/proc/net/udp").read_text().splitlines()[1:]
+    inodes = {f"socket:[{line.split()[9]}]" for line in table}
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd) in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def test_demo_interrupted_mid_take_judges_what_was_sent(tmp_path) -> None:
     term = Terminal.start("demo", "--frames", "3000", "--rate", "60")
-    term.read(9.0)  # up and emitting
+    end = time.monotonic() + 180  # start-up on a loaded machine: as long as it takes, within reason
+    while not _sending_udp(term.proc.pid):  # (it was 9 s of reading: under load, still starting)
+        assert time.monotonic() < end and term.proc.poll() is None, f"the take never started:\n{term.text}"
+        term.read(0.1)
+    term.read(1.0)  # emitting
     term.ctrl_c()
     assert term.finish() == 130, term.text
     assert "interrupted while emitting" in term.text and "unique_frames_conserved" in term.text, term.text

@@ -175,10 +175,11 @@ def test_durable_links_are_exported_when_the_stage_runs_durable() -> None:
     assert samples(m)[("mocapline_unacked", stage)] == 0
     beat = zero(StreamerCounts, frames_in=9, zmq_sent=9, durable=zero(
         DurableCounts, log_bytes=4096, input_link=zero(LinkReceiverCounts, duplicates=3),
-        output_link=zero(LinkSenderCounts, resent=40, unacked=120)))
+        output_link=zero(LinkSenderCounts, resent=40, unacked=120, in_flight=64)))
     m.sync(beat)
     got = samples(m)
     assert got[("mocapline_unacked", stage)] == 120
+    assert got[("mocapline_link_in_flight", stage)] == 64
     assert got[("mocapline_durable_log_bytes", stage)] == 4096
     assert got[("mocapline_link_resent_total", stage)] == 40
     assert got[("mocapline_link_duplicates_total", stage)] == 3

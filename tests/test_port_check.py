@@ -83,6 +83,13 @@ def test_a_consumer_without_routing_id_passes_a_port_restart_and_its_own() -> No
     assert "RESTARTED not delivered" in results[1].detail
 
 
+def test_a_consumer_that_reports_no_credit_passes_every_case() -> None:
+    """TAKEN is optional (docs/protocol.md, "Flow control"): a consumer written before it, whose
+    HELLOs and ACKs carry none, passes the contract as before."""
+    results = run_cases(f"{DOC_CONSUMER} no_credit")
+    assert [(r.name, r.passed) for r in results] == [(c.name, True) for c in CASES], [r.detail for r in results]
+
+
 def test_a_consumer_that_dies_is_reported_with_its_status_and_stderr() -> None:
     crash = f"{sys.executable} -c \"import sys; print('robot: no /dev/g1', file=sys.stderr); sys.exit(3)\""
     [result] = run_cases(crash, ["late_join"])

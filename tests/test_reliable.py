@@ -17,6 +17,7 @@ from mocapline.core.reliable import (
     NO_EPOCH,
     RESEND,
     RESTARTED,
+    TAKEN,
     WELCOME,
     ReliableReceiver,
     ReliableSender,
@@ -216,6 +217,7 @@ def test_v2_control_round_trips(kind, flags, epoch, seq, ref, name):
     msg = decode_control(encode_control(kind, epoch, seq, name, flags=flags, ref=ref))
     assert msg is not None and (msg.kind, msg.flags, msg.epoch, msg.seq, msg.name) == (kind, flags, epoch, seq, name)
     assert msg.ref == (ref if kind == WELCOME else None)
+    assert msg.taken == (ref if kind in (HELLO, ACK) and flags & TAKEN and ref >= 0 else None)
 
 
 @given(st.lists(st.binary(max_size=40), max_size=5), st.integers(-1, 2**62), st.binary(max_size=30))

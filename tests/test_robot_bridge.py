@@ -53,7 +53,7 @@ def _assert_commands_safe(spy: Spy, rate: float = 500.0) -> None:
 @pytest.fixture
 def rig(tmp_path: Path):
     domain = private_domain()
-    sim = start_sim(domain)
+    sim = start_sim(domain, clock="lockstep")
     spy = Spy(domain)
     port = Port(tmp_path / "port")
     made = {"sim": sim, "spy": spy, "port": port, "domain": domain}
@@ -88,16 +88,26 @@ def test_a_take_is_applied_frame_by_frame_within_the_limits_and_a_nan_frame_is_r
     arms = final["tracking_error_rad"]["arms"]
     assert arms["mean"] < 0.2 and arms["p99"] < 0.6, arms
     _assert_commands_safe(spy)
-    _assert_ramp_starts_at_the_measured_pose(spy, 0)
+    _assert_ramp_starts_at_the_measured_pose(spy, 0, frames[0][0])
 
 
-def _assert_ramp_starts_at_the_measured_pose(spy: Spy, since: int) -> None:
-    """The first stiff command after ``since`` is where the robot was just before it (within what a
-    damped, drooping joint moves in the spy's 10 ms between looks; a ramp from the stream's pose
-    instead would be ~0.3 rad off)."""
-    first_t, first = next((t, c) for t, c in spy.commands[since:] if c["motor_cmd"]["kp"][20] > 0)
-    measured = [s for t, s in spy.states if t <= first_t][-1]["motor_state"]["q"][:29]
-    assert np.max(np.abs(first["motor_cmd"]["q"][:29] - measured)) < 0.1
+def _assert_ramp_starts_at_the_measured_pose(spy: Spy, since: int, stream_q: np.ndarray | None = None) -> None:
+    """The first stiff command after ``since`` is a LowState the sim published, as the bridge's
+    safety filter passes it (clipped to the range with its margin, sent as float32): matched by
+    content against every state the spy saw, not by when the spy happened to read it (under load
+    those stamps and the damped, drooping arm made a 10 ms look 0.35 rad off). ``stream_q``: where
+    a ramp from the stream instead of the robot would have started; it must be far from that."""
+    from mocapline.services.robot.service import g1_limits
+
+    first = next(c for _, c in spy.commands[since:] if c["motor_cmd"]["kp"][20] > 0)["motor_cmd"]["q"][:29]
+    limits = g1_limits(0.05)  # the bridge's --range-margin default
+    states = np.array([s["motor_state"]["q"][:29] for _, s in spy.states], dtype=np.float64)
+    passed = np.clip(states, limits.lower, limits.upper).astype(np.float32)
+    nearest = float(np.min(np.max(np.abs(passed - first), axis=1)))
+    assert nearest <= 1e-6, f"the first stiff command is {nearest:.4f} rad from every LowState published"
+    if stream_q is not None:
+        stream = np.clip(stream_q, limits.lower, limits.upper).astype(np.float32)
+        assert float(np.max(np.abs(first - stream))) > 0.2, "the ramp started at the stream's pose"
 
 
 def test_stall_holds_then_damps_then_ramps_back_in(rig, tmp_path) -> None:

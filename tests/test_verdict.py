@@ -185,3 +185,14 @@ def test_the_verdict_says_what_it_covers_and_what_a_departed_consumers_backlog_i
     assert "other consumers (a tap, your robot) are not judged" in v["verdict_covers"]
     assert list(v["consumers_behind"]) == ["tap"]
     assert v["consumers_behind"]["tap"].startswith("left with 506 frames waiting for it in the streamer's log: not")
+
+
+def test_a_drained_take_says_which_consumer_it_did_not_reach_and_where_its_frames_are() -> None:
+    gone = {"acknowledges": True, "connected": False, "frames_to_apply": 1135}
+    there = {"acknowledges": True, "connected": True, "frames_to_apply": 3}
+    done = {"acknowledges": True, "connected": False, "frames_to_apply": 0}
+    said = state(counts(zmq_sent=619, unconfirmed=1135 + 1397, viewer_applied=619,
+                        consumers={"viewer": gone, "tap": there, "rec": done}), final=True)
+    assert said == ("not conserved: zmq_sent 3151 > viewer_applied 619; tap had 3 frames still to apply; "
+                    "viewer gone with 1135 frames to apply, kept for its return in the streamer's log")
+    assert state(counts(consumers={"rec": done}), final=True) == "conserved"

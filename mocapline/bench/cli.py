@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "robot": ("mocapline.bench.robot", "the robot bridge driving the sim: rate, latency, tracking"),
     "cost": ("mocapline.bench.cost", "CPU per frame of each process beside its stage's kernel, overhead, profile"),
     "metrics": ("mocapline.bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
+    "load": ("mocapline.bench.load", "up --demo beside a load (suite, busy, fsync, starved viewer...): conserved?"),
     "lowcmd": ("mocapline.bench.lowcmd", "one LowCmd onto DDS and one LowState off it, ours vs cyclonedds' serializer"),
 }
 

@@ -6,7 +6,9 @@ Two layouts, told apart by the magic:
     v1  b"MLAK"  <4sB16sq     magic, kind, epoch, seq            (+ name)
     v2  b"MLA2"  <4sBB16sqq   magic, kind, flags, epoch, seq, ref (+ name)
 
-v2 adds ``flags`` (HELLO: ``RESEND``) and ``ref`` (WELCOME: the seq of the HELLO it answers).
+v2 adds ``flags`` (HELLO: ``RESEND``) and ``ref`` (WELCOME: the seq of the HELLO it answers; HELLO
+and ACK with the ``TAKEN`` flag: the data messages the consumer has taken off its socket, the
+credit the sender's flow control counts against, docs/protocol.md).
 A sender answers each HELLO in the layout it came in, so a v1 consumer keeps working: its WELCOME
 carries the answered seq as decimal text in the name, as v1 did.
 """
@@ -29,6 +31,7 @@ CONTROL_MAGIC_V2 = b"MLA2"
 HELLO, ACK, WELCOME, FORGET, RESTARTED = 1, 2, 3, 4, 5
 KINDS = (HELLO, ACK, WELCOME, FORGET, RESTARTED)
 RESEND = 1  # HELLO flag: frames after seq already sent did not all arrive (a gap, a reject, a restart)
+TAKEN = 2  # HELLO / ACK flag: ``ref`` is the number of data messages taken off the consumer's socket
 NO_EPOCH = bytes(16)
 ACK_PORT_OFFSET = 1000
 DEFAULT_WINDOW = 2048
@@ -52,6 +55,7 @@ class Control(NamedTuple):
     flags: int = 0  # v2
     ref: int | None = None  # v2 WELCOME: the seq of the HELLO it answers; v1 WELCOME: parsed from name
     version: int = 1
+    taken: int | None = None  # v2 HELLO / ACK with TAKEN: data messages the consumer has taken off its socket
 
 
 def encode_control(kind: int, epoch: bytes, seq: int, name: str = "", *, flags: int = 0, ref: int = 0,
@@ -84,7 +88,8 @@ def decode_control(body: bytes) -> Control | None:
     answered: int | None = ref if version == 2 and kind == WELCOME else None
     if version == 1 and kind == WELCOME and name.lstrip("-").isdigit():
         answered = int(name)
-    return Control(kind, epoch, seq, name, flags, answered, version)
+    taken = ref if version == 2 and kind in (HELLO, ACK) and flags & TAKEN and ref >= 0 else None
+    return Control(kind, epoch, seq, name, flags, answered, version, taken)
 
 
 def welcome(epoch: bytes, next_seq: int, answered: int, version: int) -> bytes:

@@ -23,7 +23,19 @@ messages are frames; the wire contract is docs/protocol.md):
   back: the others' frames keep flowing, its own wait in the stage log on disk.
 - **No resend for a keep-alive.** A HELLO on the same connection, at or past the consumer's last ACK
   and without the ``RESEND`` flag (an idle consumer's timer), moves nothing: the frames in flight
-  on that connection still arrive, in order. Every other HELLO rewinds the consumer's cursor.
+  on that connection still arrive, in order. Every other HELLO rewinds the consumer's cursor,
+  unless the consumer reports its credit (below) and what it asks for is still on its way.
+- **Credit.** A consumer whose HELLOs and ACKs carry ``TAKEN`` (the data messages it has taken off
+  its socket; ``mocapline.client`` does) gets at most ``window`` messages on their way at once,
+  first copies and resends together, counted by position on its connection (``handed`` against
+  ``taken``): however slow it is, its queue never holds more than it can take, and ZeroMQ's
+  high-water mark (10,000, above any window) is never reached. A RESEND HELLO is answered with a
+  resend only of what it took and lacks (a frame at a position it has taken: rejected, or lost
+  before it): a frame whose copy is at a position it has not taken yet is on its way, and
+  resending it would only put a second copy behind the first (``resends_withheld``). What was on
+  its way before its previous HELLO and still has not arrived by the second RESEND HELLO in a row
+  that took nothing more (its idle timer's third HELLO) is taken as lost (a connection ZeroMQ
+  re-made under the same routing id drops its queue) and sent again. docs/protocol.md, "Flow control".
 - **Where a consumer starts.** A consumer that knows this port's epoch resumes after the seq it
   sends. Any other (new, or its stored position belongs to another epoch) starts at the oldest
   frame no consumer has taken yet: the first consumer of a fresh take gets every frame, even ones
@@ -57,6 +69,7 @@ import json
 import logging
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -96,6 +109,23 @@ LINK = "link"  # the one consumer of a point-to-point link
 
 
 @dataclass
+class Run:
+    """Seqs ``seq`` .. ``seq + count - 1`` handed to a consumer one after another, the first as
+    message number ``pos`` on its connection (the numbering its TAKEN reports count in)."""
+
+    seq: int
+    pos: int
+    count: int = 1
+
+    @property
+    def end(self) -> int:
+        return self.pos + self.count
+
+    def position(self, seq: int) -> int | None:
+        return self.pos + seq - self.seq if self.seq <= seq < self.seq + self.count else None
+
+
+@dataclass
 class Consumer:
     """One consumer's cursor and counters (the persisted part is everything but ``route``)."""
 
@@ -109,10 +139,65 @@ class Consumer:
     hellos: int = 0
     evicted: bool = False
     evictions: int = 0
+    resends_withheld: int = 0  # RESEND HELLOs not resent to: what it asked for was on its way
     route: bytes | None = field(default=None, repr=False)
     version: int = field(default=2, repr=False)  # the control layout of its last HELLO
     stream: DiskStream = field(default_factory=DiskStream, repr=False)
     heard: float = field(default=float("-inf"), repr=False)  # monotonic time of its last HELLO or ACK
+    # credit (its TAKEN reports; None: it sends none, the window counts unacknowledged frames)
+    handed: int = field(default=0, repr=False)  # messages handed on its connection: the next one's position
+    taken: int | None = field(default=None, repr=False)
+    hello_taken: int | None = field(default=None, repr=False)  # its report in its previous HELLO
+    hello_handed: int = field(default=0, repr=False)  # ``handed`` when that HELLO came
+    quiet_hellos: int = field(default=0, repr=False)  # RESEND HELLOs in a row that took nothing since the one before
+    runs: deque[Run] = field(default_factory=deque, repr=False)  # what is on its way, by position
+    in_flight_max: int = field(default=0, repr=False)
+
+    @property
+    def in_flight(self) -> int:
+        """Messages on their way to it: handed and not taken by its reports, else sent and not
+        acknowledged."""
+        if not self.acknowledges or self.route is None:
+            return 0
+        if self.taken is not None:
+            return max(0, self.handed - self.taken)
+        return max(0, self.cursor - self.acked - 1)
+
+    def credit(self, taken: int, *, fresh: bool = False) -> None:
+        """Its report of the messages it has taken. ``fresh`` (a new connection, a new socket, or
+        what was on its way taken as lost), a report that goes back (another socket) or one past
+        what was handed (positions out of step): the numbering starts again from the report."""
+        if fresh or self.taken is None or taken < self.taken or taken > self.handed:
+            self.handed = taken
+            self.runs.clear()
+        self.taken = taken
+        while self.runs and self.runs[0].end <= taken:
+            self.runs.popleft()
+
+    def acked_credit(self, taken: int) -> None:
+        """An ACK's report: taken only when it moves on within this numbering. A lower one is an
+        older socket's last ACK overtaken by the new socket's HELLO (another TCP connection: no
+        order between them), a higher one a numbering out of step; HELLOs set the numbering."""
+        if self.taken is not None and self.taken <= taken <= self.handed:
+            self.credit(taken)
+
+    def handed_out(self, seq: int) -> None:
+        """``seq`` was just handed to it (the position it took: ``handed``)."""
+        if self.taken is not None:
+            last = self.runs[-1] if self.runs else None
+            if last is not None and last.seq + last.count == seq and last.end == self.handed:
+                last.count += 1
+            else:
+                self.runs.append(Run(seq, self.handed))
+        self.handed += 1
+        self.in_flight_max = max(self.in_flight_max, self.in_flight)
+
+    def on_its_way(self, seq: int) -> bool:
+        """Whether a copy of ``seq`` was handed at a position it has not taken yet."""
+        if self.taken is None or seq >= self.cursor:
+            return False
+        taken = self.taken
+        return any((p := run.position(seq)) is not None and p >= taken for run in self.runs)
 
     @property
     def live(self) -> bool:
@@ -137,7 +222,8 @@ class Consumer:
         return cls(**{k: v for k, v in d.items() if k in _PERSISTED})
 
 
-_TRANSIENT = ("route", "version", "stream", "heard")
+_TRANSIENT = ("route", "version", "stream", "heard", "handed", "taken", "hello_taken", "hello_handed", "quiet_hellos",
+              "runs", "in_flight_max")
 _PERSISTED = frozenset(f.name for f in fields(Consumer)) - set(_TRANSIENT)
 
 
@@ -248,14 +334,20 @@ class FanoutSender:
 
     def _sendable(self) -> bool:
         next_seq = self.stage_log.next_seq
-        return any(c.route is not None and c.cursor < next_seq and c.cursor - c.acked - 1 < self.window
+        return any(c.route is not None and c.cursor < next_seq and not self._window_full(c)
                    for c in self.consumers.values())
+
+    def _window_full(self, c: Consumer) -> bool:
+        """``window`` frames sent and not acknowledged, or (its credit) ``window`` messages on their way."""
+        if not c.acknowledges:
+            return False
+        return c.cursor - c.acked - 1 >= self.window or (c.taken is not None and c.handed - c.taken >= self.window)
 
     def _send_to(self, c: Consumer) -> int:
         sent = 0
         next_seq = self.stage_log.next_seq
         while c.cursor < next_seq:
-            if c.acknowledges and c.cursor - c.acked - 1 >= self.window:
+            if self._window_full(c):
                 break
             seq, out = self.outbox.fetch(c.cursor, c.stream)
             if seq != c.cursor:  # no longer on disk (evicted, then trimmed): skip ahead, loudly
@@ -278,6 +370,7 @@ class FanoutSender:
                 c.resent += 1
             c.cursor = seq + 1
             c.high_water = max(c.high_water, c.cursor)
+            c.handed_out(seq)
             sent += 1
         if sent and not c.acknowledges:
             self._dirty = True
@@ -306,6 +399,8 @@ class FanoutSender:
                 c = self._by_route.get(parts[0])
                 if c is not None:
                     c.heard = time.monotonic()
+                    if msg.taken is not None:
+                        c.acked_credit(msg.taken)
                 if c is not None and msg.epoch == self.epoch and msg.seq > c.acked:
                     c.acked = min(msg.seq, self.stage_log.next_seq - 1)
                     self._dirty = True
@@ -328,6 +423,7 @@ class FanoutSender:
         self._by_route[route] = c
         c.hellos += 1
         c.heard = time.monotonic()
+        self._hello_credit(c, msg, fresh=new or reconnected)
         next_seq = self.stage_log.next_seq
         oldest = self.stage_log.first_seq()
         # a keep-alive: same connection, nothing given back, no RESEND: what is in flight still arrives
@@ -357,18 +453,50 @@ class FanoutSender:
             self.unrecoverable += oldest - start
             start = oldest
         answer = min(start, next_seq)
-        c.cursor = max(c.cursor, answer) if keep else answer
+        if keep:
+            c.cursor = max(c.cursor, answer)
+        elif epoch == self.epoch and c.on_its_way(answer):
+            c.resends_withheld += 1  # its copy is behind what it took: a resend would arrive after it, a duplicate
+        else:
+            c.cursor = answer
         if new:
             c.high_water = c.cursor
         self._dirty = True
-        try:
-            assert self.control is not None
-            self.control.send_multipart([route, welcome(self.epoch, answer, seq, msg.version)], zmq.NOBLOCK)
-        except zmq.ZMQError:  # gone again (or its queue full): its next HELLO is answered
-            self._forget_route(c)
+        if not self._welcome(c, answer, seq):
             return
         if reconnected and not self.link:  # (an idle consumer's periodic HELLO is not news)
             log.info("consumer %s %s at %d", name, "joined" if new else "resumed", c.cursor)
+
+    def _welcome(self, c: Consumer, answer: int, seq: int) -> bool:
+        """WELCOME(answer) to the HELLO(seq) just read; False when the consumer is gone again."""
+        assert self.control is not None and c.route is not None
+        try:
+            self.control.send_multipart([c.route, welcome(self.epoch, answer, seq, c.version)], zmq.NOBLOCK)
+        except zmq.Again:  # its queue is full: it is there, behind what it has not taken (no WELCOME this time)
+            return True
+        except zmq.ZMQError:  # gone again: its next HELLO is answered
+            self._forget_route(c)
+            return False
+        return True
+
+    @staticmethod
+    def _hello_credit(c: Consumer, msg: Control, *, fresh: bool) -> None:
+        """A HELLO's TAKEN report (none: a consumer that reports no credit, the window counts what
+        it has not acknowledged). The second RESEND HELLO in a row that took nothing since the one
+        before (its idle timer's third HELLO: 1.75 s without a message), while what was handed
+        before that one is still not taken, says what was on its way is lost. (One is not enough: a
+        consumer starved of CPU runs its timer before its I/O thread hands it what came.)"""
+        if msg.taken is None:
+            c.taken = None
+            c.runs.clear()
+            return
+        resend = bool(msg.flags & RESEND)
+        c.quiet_hellos = c.quiet_hellos + 1 if resend and msg.taken == c.hello_taken else 0
+        stale = c.quiet_hellos >= 2 and msg.taken < c.hello_handed
+        c.credit(msg.taken, fresh=fresh or stale)
+        if stale:
+            c.quiet_hellos = 0
+        c.hello_taken, c.hello_handed = msg.taken, c.handed
 
     def _forget(self, name: str, asked_by: bytes) -> None:
         """FORGET(name) from another consumer: ``name`` is gone for good (a retarget worker whose
@@ -477,8 +605,7 @@ class FanoutSender:
         if self.link:
             c = self.consumers.get(LINK) or Consumer(LINK)
             return {"sent": c.sent, "resent": c.resent, "hellos": c.hellos, "acked": c.acked, "unacked": self.unacked,
-                    "in_flight": max(0, c.cursor - c.acked - 1) if c.route is not None else 0,
-                    "unrecoverable": self.unrecoverable}
+                    "in_flight": c.in_flight, "unrecoverable": self.unrecoverable}
         next_seq = self.stage_log.next_seq
         return {
             "consumers": {
@@ -487,13 +614,14 @@ class FanoutSender:
                          "frames_sent": self._frames(max(base, c.joined), c.high_water),
                          "sent": c.sent, "resent": c.resent, "hellos": c.hellos,
                          "backlog": max(0, next_seq - c.hold), "evicted": c.evicted, "evictions": c.evictions,
-                         "next_frame_id": c.cursor}
+                         "next_frame_id": c.cursor, "in_flight": c.in_flight, "in_flight_max": c.in_flight_max,
+                         "resends_withheld": c.resends_withheld,
+                         "frames_to_apply": self._frames(max(base, c.acked + 1), next_seq) if c.acknowledges else 0}
                 for c in self.consumers.values()
             },
             "sent": sum(c.sent for c in self.consumers.values()),
             "resent": sum(c.resent for c in self.consumers.values()),
             "unrecoverable": self.unrecoverable,
             "unacked": self.unacked,
-            "in_flight": max([c.cursor - c.acked - 1 for c in self.consumers.values()
-                              if c.acknowledges and c.live], default=0),
+            "in_flight": max([c.in_flight for c in self.consumers.values() if c.live], default=0),
         }

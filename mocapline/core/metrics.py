@@ -156,6 +156,11 @@ FAMILIES: tuple[Family, ...] = (
     Family("mocapline_unacked", "gauge",
            "Durable mode: frames in the stage's log the next stage has not acknowledged yet (a consumer "
            "that is gone makes this grow, on disk).", ("stage",), ("capture", "retarget", "streamer")),
+    Family("mocapline_link_in_flight", "gauge",
+           "Durable mode: messages on their way to the next stage (the robot port: to its furthest-behind "
+           "live consumer), first copies and resends together; never above --window for a consumer that "
+           "reports its credit. Per consumer: the streamer's status, consumers.<name>.in_flight (and "
+           "in_flight_max, resends_withheld).", ("stage",), ("capture", "retarget", "streamer")),
     Family("mocapline_consumer_backlog_max", "gauge",
            "Durable mode, the robot port: the largest backlog of any consumer (frames it has not "
            "acknowledged, waiting on the streamer's disk; bounded by --consumer-backlog). Per consumer: "

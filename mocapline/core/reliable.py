@@ -17,10 +17,16 @@ been acknowledged is still on disk after any crash; the sender sends only to a r
 HELLO, keeps at most ``window`` unacknowledged frames in flight (ZeroMQ's queues stay small; a
 consumer that is gone makes frames wait on disk, not in memory) and rewinds to ``seq + 1`` on every
 HELLO but a keep-alive. The receiver says HELLO (flag RESEND) when it starts, when it sees a gap
-(frames lost in a dead peer's queue, or one rejected) and when told RESTARTED; when nothing has
-arrived for a while it says HELLO with doubling back-off, the first one a keep-alive (no RESEND:
-frames in flight are not sent twice), the next ones with RESEND: a hung peer is not sent the
-window again and again, and a restarted sender is found within a second.
+(frames lost in a dead peer's queue, or one rejected) and when told RESTARTED; when nothing at all
+has arrived for a while (a duplicate or a frame beyond a gap is something: the link is alive) it
+says HELLO with doubling back-off, the first one a keep-alive (no RESEND: frames in flight are not
+sent twice), the next ones with RESEND: a hung peer is not sent the window again and again, and a
+restarted sender is found within a second.
+
+Every HELLO and ACK also says how many data messages the receiver has taken off its socket (flag
+TAKEN): the sender's credit. It keeps at most ``window`` messages, first copies and resends
+together, on their way, and resends only what the receiver took and lacks, never what is still on
+its way to it (``mocapline.core.fanout``; docs/protocol.md, "Flow control").
 
 The epoch is the sender's log identity (a random id made with its state directory). A receiver
 whose stored epoch differs is talking to a new sender: it takes the sender's numbering from the
@@ -52,6 +58,7 @@ from mocapline.core.control import (
     NO_EPOCH,
     RESEND,
     RESTARTED,
+    TAKEN,
     WELCOME,
     Control,
     ack_endpoint,
@@ -66,7 +73,7 @@ from mocapline.core.stagelog import StageLog
 from mocapline.core.transport import Received, keep_alive, lossless_socket, ready, validate_message
 
 __all__ = ["ACK", "ACK_PORT_OFFSET", "CONTROL", "CONTROL_MAGIC", "DEFAULT_WINDOW", "FORGET", "HELLO", "MAX_NAME",
-           "NO_EPOCH", "RESEND", "RESTARTED", "WELCOME", "Control", "ReliableReceiver", "ReliableSender",
+           "NO_EPOCH", "RESEND", "RESTARTED", "TAKEN", "WELCOME", "Control", "ReliableReceiver", "ReliableSender",
            "ack_endpoint", "decode_control", "encode_control", "encode_output", "header_epoch",
            "receiver_sockets", "sender_sockets"]
 
@@ -114,6 +121,10 @@ class ReliableReceiver:
     MAX_BACKOFF_S = 2.0
     GAP_HELLO_S = 0.1  # a gap HELLO at most this long after any HELLO (frames in flight behind one look like a gap)
     ACK_INTERVAL_S = 0.05
+    # A receive that finds a duplicate or a frame beyond a gap takes the next message waiting at
+    # once, up to this many: one ignored message per wake-up (the viewer's 50 ms batches) left a
+    # consumer behind a resent window for good (docs/protocol.md, "The resend storm").
+    DRAIN_BATCH = 256
 
     def __init__(
         self,
@@ -143,6 +154,9 @@ class ReliableReceiver:
         self.welcomed = False
         self.counters = ReceiverCounters()
         self.rejects: Counter[str] = Counter()
+        self.taken = 0  # data messages taken off the socket, each counted (the credit HELLO and ACK report)
+        self._reported = -1  # ``taken`` as the last HELLO or ACK said it
+        self._arrived_at = 0.0  # when the last data message of any kind arrived (the idle timer)
         self._acked = last
         self._ack_at = 0.0
         self._backoff = self.IDLE_HELLO_S
@@ -162,11 +176,15 @@ class ReliableReceiver:
     def _send_control(self, kind: int, seq: int | None = None, name: str | None = None, flags: int = 0) -> bool:
         try:  # IMMEDIATE: with no sender connected this fails and the timer asks again later
             name = name if name is not None else self.name if kind == HELLO else ""
-            body = encode_control(kind, self.epoch, self.last if seq is None else seq, name, flags=flags)
+            credit = kind in (HELLO, ACK)
+            body = encode_control(kind, self.epoch, self.last if seq is None else seq, name,
+                                  flags=flags | (TAKEN if credit else 0), ref=self.taken if credit else 0)
             self.control.send(body, zmq.NOBLOCK)
-            return True
         except zmq.Again:
             return False
+        if credit:
+            self._reported = self.taken
+        return True
 
     def _hello(self, resend: bool = True) -> None:
         """HELLO with what is finished; ``resend=False`` (a keep-alive) leaves frames in flight be."""
@@ -195,20 +213,25 @@ class ReliableReceiver:
         resend."""
         if self._ask_gap(now):
             return
-        if now - self._hello_at >= self._backoff:
+        if now - max(self._hello_at, self._arrived_at) >= self._backoff:
             self._hello(resend=self._backoff > self.IDLE_HELLO_S or not self.welcomed)
             self._backoff = min(self._backoff * 2, self.MAX_BACKOFF_S)
 
     def ack(self) -> None:
         """Acknowledge everything handed out so far (call after it is committed), or up to
-        ``ack_cap()`` when set."""
+        ``ack_cap()`` when set; with nothing new to acknowledge, an ACK still reports the messages
+        taken since the last one (the sender's credit: duplicates use it up too)."""
         upto = self.last if self.ack_cap is None else min(self.last, self.ack_cap())
-        if self.welcomed and upto > self._acked:
-            if self.before_ack is not None:
+        if self.welcomed and (upto > self._acked or self.taken != self._reported):
+            if upto > self._acked and self.before_ack is not None:
                 self.before_ack(self.epoch, self.last)
-            if self._send_control(ACK, upto):
-                self._acked = upto
+            seq = max(upto, self._acked)
+            if self._send_control(ACK, seq):
+                self._acked = seq
         self._ack_at = time.monotonic()
+
+    def _ack_due(self, now: float) -> bool:
+        return (self.last > self._acked or self.taken != self._reported) and now - self._ack_at >= self.ACK_INTERVAL_S
 
     def rewind(self, seq: int) -> None:
         """Ask the sender again for everything after ``seq`` (still held in its log: a fan-out
@@ -231,15 +254,17 @@ class ReliableReceiver:
         Everything handed out before this call counts as committed and is acknowledged.
         """
         now = time.monotonic()
-        if self.last > self._acked and now - self._ack_at >= self.ACK_INTERVAL_S:
+        if self._ack_due(now):
             self.ack()
         # the common case, a frame already waiting: no poll; EVENTS first, since an empty socket's
         # recv raises zmq.Again, and the exception cost more than the frame's checks (bench cost)
-        if self.welcomed and ready(self.data):
+        budget = self.DRAIN_BATCH
+        while self.welcomed and budget and ready(self.data):
+            budget -= 1
             try:
                 got = self._on_message(self.data.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
-                got = None
+                break
             if got is not None:
                 self._progress()
                 return got
@@ -247,7 +272,7 @@ class ReliableReceiver:
             if not self.single and ready(self.control):
                 self._read_control()
             now = time.monotonic()
-            if self.last > self._acked and now - self._ack_at >= self.ACK_INTERVAL_S:
+            if self._ack_due(now):
                 self.ack()
             self._maybe_hello(now)
             return None
@@ -263,7 +288,7 @@ class ReliableReceiver:
                     self._progress()
                     return got
             now = time.monotonic()
-            if self.last > self._acked and now - self._ack_at >= self.ACK_INTERVAL_S:
+            if self._ack_due(now):
                 self.ack()
             self._maybe_hello(now)
             if now >= deadline or any(sock in events for sock in self._wake):
@@ -273,7 +298,7 @@ class ReliableReceiver:
         """How long to poll: until ``deadline``, or in time to acknowledge, or to ask for a gap."""
         now = time.monotonic()
         wait = deadline - now
-        if self.last > self._acked:
+        if self.last > self._acked or (self.welcomed and self.taken != self._reported):
             wait = min(wait, self._ack_at + self.ACK_INTERVAL_S - now)
         if self._gap:
             wait = min(wait, self._hello_at + self.GAP_HELLO_S - now)
@@ -289,6 +314,10 @@ class ReliableReceiver:
         if self.single and len(parts) == 1:
             self._on_control(parts[0])
             return None
+        self.taken += 1
+        if self.welcomed:  # (before a WELCOME it acts on, frames do not stand in for one: the timer asks again)
+            self._arrived_at = time.monotonic()
+            self._backoff = self.IDLE_HELLO_S  # something arrived: the next idle HELLO is a keep-alive again
         return self._decode(parts)
 
     def _read_control(self) -> None:
@@ -352,7 +381,7 @@ class ReliableReceiver:
         return {"accepted": c.accepted, "duplicates": c.duplicates, "out_of_order": c.out_of_order,
                 "welcomed": self.welcomed, "before_welcome": c.before_welcome, "lost": c.lost,
                 "hellos": c.hellos, "epoch_changes": c.epoch_changes, "restarts_heard": c.restarts_heard,
-                "last": self.last}
+                "taken": self.taken, "last": self.last}
 
 
 def sender_sockets(ctx: zmq.Context, endpoint: str) -> tuple[zmq.Socket, zmq.Socket]:

@@ -154,7 +154,8 @@ def state(counts: dict[str, Any], *, final: bool) -> str:
         return f"waiting for {', '.join(absent)}" if not final else f"not conserved: no count for {', '.join(absent)}"
     if final:
         lost = [f"{a} {va} > {b} {vb}" for (a, va), (b, vb) in pairwise(layers) if va != vb]
-        return "not conserved: " + ("; ".join(lost) if lost else "frames still pending after the drain")
+        reasons = (lost or ["frames still pending after the drain"]) + [n for n in [consumers_note(counts)] if n]
+        return "not conserved: " + "; ".join(reasons)
     return f"running, {in_flight(counts)} in flight"
 
 
@@ -170,6 +171,20 @@ def consumers_behind(counts: dict[str, Any]) -> dict[str, str]:
                    "its own when it comes back under that name (until --consumer-backlog evicts it); not part of "
                    "the verdict")
             for name, c in (counts.get("consumers") or {}).items() if c.get("backlog") and not c.get("connected")}
+
+
+def consumers_note(counts: dict[str, Any]) -> str:
+    """The robot port's acknowledging consumers a drained take did not reach everywhere: one gone
+    (its frames are kept in the streamer's durable log for its return), or one there that had not
+    applied all of them when the drain ended (a second Ctrl-C, or no progress for minutes)."""
+    notes = []
+    for name, c in sorted((counts.get("consumers") or {}).items()):
+        left = c.get("frames_to_apply") or 0
+        if not c.get("acknowledges") or not left:
+            continue
+        notes.append(f"{name} had {left} frames still to apply" if c.get("connected") else
+                     f"{name} gone with {left} frames to apply, kept for its return in the streamer's log")
+    return "; ".join(notes)
 
 
 def with_verdict(counts: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
@@ -207,6 +222,7 @@ class Layers:
     viewer: ViewerLayer | None = None
     robot: RobotCounts | None = None  # the robot bridge (`mocapline robot`), a layer when it runs
     link_rejects: dict[str, dict[str, int]] = field(default_factory=dict)
+    link_duplicates: dict[str, int] = field(default_factory=dict)  # durable: copies each stage dropped on arrival
 
 
 def stage_layers(stages: Stages) -> Layers:
@@ -215,7 +231,10 @@ def stage_layers(stages: Stages) -> Layers:
         ("viewer", stages.viewer), ("robot", stages.robot)]
     rejects = {name: dict(c.rejected_by_reason) for name, c in links
                if isinstance(c, RetargetCounts | StreamerCounts | ViewerCounts | RobotCounts) and c.rejected_by_reason}
-    return Layers(stages.capture, stages.retarget, stages.streamer, stages.viewer, stages.robot, rejects)
+    duplicates = {name: c.durable.input_link.duplicates for name, c in links
+                  if isinstance(c, RetargetCounts | StreamerCounts | ViewerCounts | RobotCounts)
+                  and c.durable is not None and c.durable.input_link is not None}
+    return Layers(stages.capture, stages.retarget, stages.streamer, stages.viewer, stages.robot, rejects, duplicates)
 
 
 def performer_layers(stages: Stages, key: str, alone: bool) -> Layers:
@@ -230,7 +249,8 @@ def performer_layers(stages: Stages, key: str, alone: bool) -> Layers:
         return counts.performers.get(key, counts if alone else None)
 
     return Layers(part(stages.capture), part(stages.retarget), part(stages.streamer), part(stages.viewer),
-                  stages.robot if alone else None, whole.link_rejects if alone else {})
+                  stages.robot if alone else None, whole.link_rejects if alone else {},
+                  whole.link_duplicates if alone else {})
 
 
 def pipeline_counts(layers: Layers) -> dict[str, Any]:
@@ -274,6 +294,7 @@ def pipeline_counts(layers: Layers) -> dict[str, Any]:
         if whole.meta_datagrams is not None:
             counts["meta_datagrams"] = dict(whole.meta_datagrams)
     counts["link_rejected_by_reason"] = layers.link_rejects
+    counts["link_duplicates"] = layers.link_duplicates
     counts["cross_path_copies"] = cap.cross_path_copies if cap else None
     counts["late_frames"] = cap.late_frames if cap else None
     counts["late_ranges"] = cap.late_ranges if cap else []

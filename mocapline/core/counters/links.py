@@ -22,7 +22,7 @@ class LinkSenderCounts:
     hellos: int = wire()
     acked: int = wire()
     unacked: int = wire(metric=Metric("mocapline_unacked"))
-    in_flight: int = wire()
+    in_flight: int = wire(metric=Metric("mocapline_link_in_flight"))
     unrecoverable: int = wire()
 
 
@@ -41,6 +41,13 @@ class ConsumerCounts:
     evicted: bool = wire()
     evictions: int = wire()
     next_frame_id: int = wire()
+    # flow control (issue 36): messages on their way to it now (copies included, by its TAKEN
+    # reports; else sent and not acknowledged), the most at once, and RESEND HELLOs answered without
+    # a resend because what it asked for was still on its way
+    in_flight: int = wire(0)
+    in_flight_max: int = wire(0)
+    resends_withheld: int = wire(0)
+    frames_to_apply: int = wire(0)  # MocapFrames after its acknowledged position (issue 36: what a drain waits for)
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,7 @@ class FanoutCounts:
     resent: int = wire(metric=Metric("mocapline_link_resent_total"))
     unrecoverable: int = wire()
     unacked: int = wire(metric=Metric("mocapline_unacked"))
-    in_flight: int = wire()
+    in_flight: int = wire(metric=Metric("mocapline_link_in_flight"))
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,7 @@ class LinkReceiverCounts:
     hellos: int = wire()
     epoch_changes: int = wire()
     restarts_heard: int = wire(0)  # RESTARTED announcements from a restarted sender (issue 26)
+    taken: int = wire(0)  # data messages taken off the socket, duplicates included: the credit reported (issue 36)
     last: int = wire()
 
 
@@ -94,6 +102,7 @@ class RobotConsumerCounts:
     hellos: int = wire()
     epoch_changes: int = wire()
     restarts_heard: int = wire(0)  # RESTARTED announcements from a restarted sender (issue 26)
+    taken: int = wire(0)  # data messages taken off the socket, duplicates included: the credit reported (issue 36)
     last: int = wire()
     delivered: int = wire()
     rejected_by_reason: dict[str, int] = wire()

@@ -442,7 +442,10 @@ class CaptureLoop:
             self.service.report_gaps(bus)
 
     def drained(self) -> bool:
-        return True  # begin_drain returns once the take's END_OF_STREAM is sent
+        """begin_drain returns once the take's END_OF_STREAM is sent; durable, the drain answers
+        once retarget has acknowledged all of it too (its input_pending counted what it had not:
+        a starved retarget made a drained take "not conserved: frames still pending")."""
+        return self.links.unacked == 0
 
     def finish(self) -> None:
         service = self.service

@@ -27,6 +27,7 @@ from mocapline.core.bus import request_stages
 from mocapline.core.counters import RetargetTotals, Stages, WorkerShare, from_parts, read_stages
 from mocapline.core.verdict import stage_rows
 from mocapline.services.auditor.audit import audit, with_workers
+from mocapline.tools.pipeline.drain import DrainWait
 from mocapline.tools.sim.service import SimCounters
 
 # A service's log line (core/lifecycle.LOG_FORMAT) at WARNING or above.
@@ -138,6 +139,48 @@ class LiveConsole:
             self.out.write("".join(n + "\n" for n in notices))
             self.out.flush()
         self._lines_drawn = 0
+
+
+class DrainDisplay:
+    """The drain's wait for the consumers (``drain.DrainWait.line``): one line redrawn in place on
+    a terminal; elsewhere (a log, a pipe) a line when a consumer is done or gone, and every
+    ``every_s`` while the wait goes on."""
+
+    def __init__(self, out: TextIO | None = None, interactive: bool | None = None, every_s: float = 5.0) -> None:
+        self.out = out or sys.stdout
+        self.interactive = self.out.isatty() if interactive is None else interactive
+        self.every_s = every_s
+        self._drawn = False  # a line on the terminal, not ended yet
+        self._shown = False  # anything said
+        self._said: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        self._said_at = float("-inf")
+
+    def show(self, wait: DrainWait) -> None:
+        if wait.complete and not self._shown and not wait.gone:
+            return  # nothing was waited for: nothing to say
+        self._shown = True
+        line = "mocapline: draining: " + wait.line()
+        if self.interactive:
+            self.out.write("\r\x1b[K" + line)
+            self._drawn = True
+        else:
+            who = (tuple(c.name for c in wait.waiting_for), tuple(c.name for c in wait.gone))
+            if who == self._said and wait.waited_s - self._said_at < self.every_s and not wait.complete:
+                return
+            self.out.write(line + "\n")
+            self._said, self._said_at = who, wait.waited_s
+        self.out.flush()
+
+    def close(self, wait: DrainWait | None) -> None:
+        """The end of the wait: the line left as it is, and why it ended if it was not complete."""
+        if self._drawn:
+            self.out.write("\n")
+            self._drawn = False
+        if wait is not None and wait.stalled:
+            why = "no frame applied for minutes" if wait.ended else "the take's end never reached the streamer"
+            self.out.write(f"mocapline: draining: stopped waiting after {wait.waited_s:.0f} s ({why}); "
+                           f"{wait.not_applied()}\n")
+        self.out.flush()
 
 
 def format_table(stages: Stages) -> str:

@@ -194,12 +194,20 @@ def kill_children(timeout: float = 3.0) -> list[int]:
     return pids
 
 
-def process_alive(pid: int) -> bool:
+def _state(pid: int) -> str | None:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
-    return state != "Z"
+        return None
+
+
+def process_alive(pid: int) -> bool:
+    return _state(pid) not in (None, "Z")
+
+
+def process_answers(pid: int) -> bool:
+    """Alive and not stopped (SIGSTOP, a debugger): a process that can answer a request."""
+    return _state(pid) not in (None, "Z", "T", "t")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from mocapline.core.bus import nats_server_binary, request
 from mocapline.core.counters import STAGE_TYPES, RobotCounts, decode, decode_stage
 from mocapline.core.lifecycle import ending_with_parent
 from mocapline.services.auditor.audit import audit, with_workers
+from mocapline.tools.pipeline.drain import DrainWait, wait_for_consumers
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.plan import Planned, StackConfig, as_worker, capture_ports, plan
 from mocapline.tools.pipeline.plan import local_config as local_config  # where callers look for it
@@ -31,12 +32,15 @@ from mocapline.tools.pipeline.procs import (
     kill_children,
     last_json_line,
     port_free,
+    process_answers,
     stop_all,
 )
 from mocapline.tools.sim.service import SimCounters, command_balance
 
 STAGES = ("capture", "retarget", "streamer", "viewer")
 OPTIONAL_STAGES = ("robot",)  # after the viewer, where it runs (`--robot`)
+CONSUMER_STAGES = ("viewer", "robot")  # the robot port's consumers among the stages
+GONE_DRAIN_S = 10.0  # how long a drain asks a consumer stage the robot port found gone
 
 
 class PreflightError(RuntimeError):
@@ -90,6 +94,7 @@ class Stack:
         self.warnings: list[str] = []  # preflight_warnings() as they were just before the start
         # Where the stack's own notices go (a restart...): stderr, or the live console of `up`.
         self.notify: Callable[[str], None] = _say
+        self.drain_wait: DrainWait | None = None  # the last drain's wait for the consumers, as far as it got
 
     def preflight(self) -> list[str]:
         """Everything that would make a start fail, as clear messages (empty: good to go). A port
@@ -298,15 +303,44 @@ class Stack:
     def ask(self, name: str, cmd: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
         return asyncio.run(request(self.config.nats_url, name, cmd, timeout=timeout, **args))
 
-    def drain(self, timeout: float = 120.0) -> dict[str, dict[str, Any]]:
-        """End of take: each stage flushes in order and reports its final counts."""
+    def drain(self, timeout: float = 120.0, progress: Callable[[DrainWait], None] | None = None,
+              ) -> dict[str, dict[str, Any]]:
+        """End of take: each stage flushes in order and reports its final counts; before the
+        streamer's, the wait for every acknowledging consumer there to apply the whole take
+        (``drain.wait_for_consumers``; ``progress`` is told where it stands, ``drain_wait`` keeps it,
+        also when a second Ctrl-C cuts the wait short)."""
         finals: dict[str, dict[str, Any]] = {}
         for name in self.stage_names:
             proc = self.services[name].proc
             if name.startswith("retarget.") and (proc is None or proc.poll() is not None):
                 continue  # a worker that died: its performers are the others' now
-            finals[name] = self.ask(name, "drain", timeout=timeout)
+            if name == "streamer":
+                self.drain_wait = DrainWait(expected=self._consumers_running())
+                wait_for_consumers(lambda: self.ask("streamer", "status"), self.drain_wait, progress)
+            # gone from the robot port and unable to answer (stopped, or dead): asked briefly. One
+            # that runs (restarted after a crash, still starting) answers once it has caught up.
+            gone = (name in CONSUMER_STAGES and self.drain_wait is not None and bool(self.drain_wait.gone)
+                    and (proc is None or not process_answers(proc.pid)))
+            try:
+                finals[name] = self.ask(name, "drain", timeout=min(timeout, GONE_DRAIN_S) if gone else timeout)
+            except Exception:
+                if not gone:
+                    raise
+                # a consumer gone from the robot port that does not answer either (stopped, hung):
+                # the auditor judges it by its last heartbeat
+                self.notify(f"mocapline: {name} did not answer the drain (gone from the robot port); "
+                            "its last heartbeat stands in the verdict")
         return with_workers(finals)  # the ledger's retarget line: the workers together
+
+    def _consumers_running(self) -> frozenset[str]:
+        """The robot-port names of the stack's own consumers (viewer, robot) whose processes run."""
+        names = set()
+        for stage in CONSUMER_STAGES:
+            svc, planned = self.services.get(stage), self.planned.get(stage)
+            name = getattr(planned.settings, "name", None) if planned is not None else None
+            if svc is not None and svc.proc is not None and process_answers(svc.proc.pid) and name:
+                names.add(str(name))
+        return frozenset(names)
 
     def verdict(self, finals: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """The verdict from the stages' final counts and the auditor's side-path ledger. The

@@ -25,7 +25,7 @@ from mocapline.core.segmentlog import FSYNC_POLICIES
 from mocapline.formats.axis_bvh import add_axis_options
 from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.capture.tcp import parse_endpoint
-from mocapline.tools.pipeline.console import LiveConsole, LogWatch, print_ledger, snapshot
+from mocapline.tools.pipeline.console import DrainDisplay, LiveConsole, LogWatch, print_ledger, snapshot
 from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.procs import Service
 from mocapline.tools.pipeline.stack import Stack, StackConfig, run_stack
@@ -214,13 +214,18 @@ def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
         emitter.stop()
         del stack.services["emit"]
     print("mocapline: draining (Ctrl-C again stops at once)...", flush=True)
+    display = DrainDisplay()
     try:
-        finals = stack.drain()
+        finals = stack.drain(progress=display.show)
+        display.close(stack.drain_wait)
         print_ledger(stack.verdict(finals))
         robot_end = stack.stop_robot_end()
         for line in robot_end.lines() if robot_end is not None else []:
             print(line, flush=True)
     except Interrupted:
+        display.close(None)
+        if stack.drain_wait is not None:  # said before everything stops: what the take leaves undone
+            print(f"mocapline up: {stack.drain_wait.not_applied()}", file=sys.stderr, flush=True)
         raise
     except Exception as exc:  # noqa: BLE001 - still stop everything
         print(f"mocapline up: drain failed: {exc}", file=sys.stderr)

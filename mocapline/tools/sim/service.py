@@ -4,8 +4,8 @@ of ``physics.py``.
 
 ``--clock realtime`` (default) steps the physics every 2 ms of wall time with the newest valid
 LowCmd, as a robot does. ``--clock lockstep`` steps once per LowCmd received (every command,
-none skipped; the initial state is published until the first arrives): the run is then a
-function of the command sequence alone, which the tests use.
+none skipped; while no command comes the state is published unstepped every 50 ms): the run is
+then a function of the command sequence alone, which the tests use.
 
 Its counts say what became of every LowCmd in the bridge's terms: ``commands_received`` (taken
 off DDS: the reader keeps up to ``READER_DEPTH`` between two steps, so none is dropped there) =
@@ -46,6 +46,7 @@ from mocapline.robot.registry import add_robot_model_argument
 log = logging.getLogger("mocapline.sim")
 MAX_CATCHUP_STEPS = 10
 READER_DEPTH = 64  # realtime: LowCmds kept between two steps (at 500 Hz, 1-2 come in a 2 ms step)
+LOCKSTEP_IDLE_S = 0.05
 
 
 def build_parser() -> EnvArgumentParser:
@@ -227,20 +228,20 @@ class SimLoop:
         self.publish()
 
     def tick_lockstep(self) -> None:
+        """A step per command; while none comes (before the first, or with the bridge gone: a
+        restarted one waits for a LowState before it commands) the state as it is, unstepped,
+        every LOCKSTEP_IDLE_S. The vendor's mode: a step per arm_sdk command as well."""
         if self.sim.vendor and self.arm is not None:
-            # the vendor's mode: a step per arm_sdk command; the state again while none comes
             if self.arm.wait(0.01):
                 self.take_arm()
             else:
                 self.publish()
             if not self.commands.wait(0.0):
                 return
-        if self.counters.commands_received == 0:
-            self.publish()  # the initial pose, until someone commands
-        if self.commands.wait(0.01 if self.counters.commands_received else 0.05):
+        if self.commands.wait(LOCKSTEP_IDLE_S):
             self.take_commands(1024)
-        elif self.counters.commands_received:
-            self.publish()  # no command for 10 ms (its controller restarted?): the state again, not stepped
+        else:
+            self.publish()
 
     def tick_realtime(self) -> None:
         """Physics keeps wall time: after a late wake-up the steps missed are taken (up to
