@@ -55,7 +55,9 @@ from mocapline.robot.description import RobotDescription
 from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import IKConfig, detect_bvh_skeleton, load_ik_config
+from mocapline.services.retarget.footing import foot_geometry
 from mocapline.services.retarget.gmr import GmrBaseline
+from mocapline.services.retarget.ground_quality import GroundQuality, human_ground, robot_ground
 from mocapline.services.retarget.ik.options import RetargetOptions
 from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.quality import Quality, evaluate
@@ -197,6 +199,9 @@ class Run:
     wall_s: float = float("nan")  # wall-clock seconds (other processes' load included)
     baseline_wall_s: float = float("nan")
     extra: dict = field(default_factory=dict)
+    ground: GroundQuality | None = None  # ours on the floor
+    base_ground: GroundQuality | None = None
+    human_ground: GroundQuality | None = None  # the source's own
 
     @property
     def speedup(self) -> float:
@@ -214,6 +219,9 @@ class Run:
             "ours": self.ours.as_dict(), "baseline": self.base.as_dict(), "ik_failed": self.ik_failed,
             "baseline_failures": self.baseline_failures, "steps_per_frame": round(self.steps_per_frame, 2),
             "wall_speedup": round(self.wall_speedup, 2),
+            **({"ground": {"ours": self.ground.as_dict(), "baseline": self.base_ground.as_dict(),
+                           "human": self.human_ground.as_dict()}}
+               if self.ground and self.base_ground and self.human_ground else {}),
             **self.extra,
         }
 
@@ -253,9 +261,15 @@ def run_take(
     root = take.config.human_root_name
     quality = evaluate(model, entries, targets, out, take.fps, limits, root=root)
     quality_base = evaluate(model, entries, targets, out_base, take.fps, limits, root=root) if base else quality
-    return Run(take.name, take.kind, take.fps, n, n / t_ours, n / t_base if base else float("nan"), quality,
-               quality_base, ours.stats.failures, base.failures if base else 0, ours.stats.steps / max(n, 1),
-               wall_ours, wall_base if base else float("nan"))
+    run = Run(take.name, take.kind, take.fps, n, n / t_ours, n / t_base if base else float("nan"), quality,
+              quality_base, ours.stats.failures, base.failures if base else 0, ours.stats.steps / max(n, 1),
+              wall_ours, wall_base if base else float("nan"))
+    if take.kind != "robot":  # the known answer's human is the robot mapped back: no floor of its own
+        feet = foot_geometry(robot)
+        run.ground = robot_ground(model, feet, out, take.positions, take.fps)
+        run.base_ground = robot_ground(model, feet, out_base, take.positions, take.fps) if base else run.ground
+        run.human_ground = human_ground(take.positions, take.fps)
+    return run
 
 
 def _tracks(r: Run) -> bool:

@@ -1,0 +1,351 @@
+"""Feet on the ground: when a performer's foot carries weight, and the foot targets that follow.
+
+A per-frame retargeter copies what the capture got wrong about the ground: a stance foot that
+skates, hovers or sinks. This module knows when a human foot is in contact and moves the robot's
+foot targets to match before the IK sees them:
+
+- **Contact** (:class:`ContactDetector`, per foot): the human ankle within ``on_height`` of its
+  stance floor and slower than ``on_speed`` horizontally enters contact; above ``off_height`` or
+  faster than ``off_speed`` leaves it (hysteresis). Live it is causal: the speed is the backward
+  difference, so it costs no frame of delay; what it costs is that a lift-off is seen only once
+  the foot has risen or sped up past the off thresholds. Offline (:func:`plan_contacts`) the speed
+  is centred and contacts or gaps shorter than ``min_s`` are removed (look-ahead).
+- **Floor** (:class:`FloorEstimate`): the human's stance floor, per take, from the take itself: a
+  low percentile of the lower ankle's height (one foot stands whenever a person stands or walks).
+  Offline over the whole take, live over a rolling window, recomputed a few times a second.
+- **Targets** (:class:`Footing`): while a foot is in contact its robot foot target keeps the
+  horizontal position it had at touchdown, sits at the robot's standing ankle height above the
+  floor (z = 0) and is turned flat (the smallest rotation that takes its standing up axis to the
+  world's; the yaw follows the performer, so a pivot turns the foot in place). Touchdown and
+  lift-off blend over ``blend_s``. Every target of the body is shifted by one smoothed height
+  ``lift`` so that the stance feet's raw targets reach the floor: the root's height then matches
+  its legs. A target that would put any sole point below the floor is raised to it.
+
+Sites on a foot (an Xsens config's toes) move with it rigidly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import mujoco
+import numpy as np
+
+from mocapline.core import quat as Q
+from mocapline.core.bodies import GMR_BODY_INDEX
+from mocapline.robot import model as robot_model
+from mocapline.robot.description import RobotDescription
+
+FEET = ("LeftFoot", "RightFoot")  # the human bodies contact is detected on (the ankles)
+FOOT_INDEX = np.array([GMR_BODY_INDEX[b] for b in FEET])
+
+
+@dataclass
+class FootingSettings:
+    """Thresholds, chosen on the bundled takes (docs/retarget.md "Feet on the ground")."""
+
+    on_height: float = 0.025  # m above the stance floor: a human ankle lower may carry weight
+    off_height: float = 0.045
+    on_speed: float = 1.0  # m/s horizontal (capture jitter alone reads 0.1-0.3 at 120 Hz)
+    off_speed: float = 2.0
+    blend_s: float = 0.08  # touchdown and lift-off blends
+    lift_s: float = 0.15  # time constant of the body's height shift
+    min_s: float = 0.05  # offline: contacts and gaps shorter than this are removed
+    floor_percentile: float = 5.0
+    floor_window_s: float = 10.0  # live: the floor from this many seconds of the take
+    floor_every_s: float = 0.25  # live: how often it is recomputed
+    clearance: float = 0.002  # m: stance soles this far above the floor (the IK stops short)
+    flatten: bool = True
+    lift_body: bool = True
+
+    def validate(self) -> None:
+        if not (0 < self.on_height <= self.off_height and 0 < self.on_speed <= self.off_speed):
+            raise ValueError("footing: need 0 < on_height <= off_height and 0 < on_speed <= off_speed")
+        if min(self.blend_s, self.lift_s, self.floor_window_s, self.floor_every_s) <= 0:
+            raise ValueError("footing: blend_s, lift_s, floor_window_s and floor_every_s must be > 0")
+
+
+# -- the human side -------------------------------------------------------------------------------
+
+
+def stance_floor(positions: np.ndarray, percentile: float = 5.0) -> float:
+    """The ankles' stance height (m, world z) of a take, ``positions`` (F, 23, 3): a low percentile
+    of the lower ankle's height over the frames."""
+    lower = np.asarray(positions)[:, FOOT_INDEX, 2].min(axis=1)
+    return float(np.percentile(lower, percentile))
+
+
+class FloorEstimate:
+    """The live stance floor: :func:`stance_floor` over a rolling window, recomputed every
+    ``every`` frames (the first frame's lower ankle until then)."""
+
+    def __init__(self, window: int, every: int, percentile: float) -> None:
+        self.heights = np.zeros(max(1, window))
+        self.every = max(1, every)
+        self.percentile = percentile
+        self.count = 0
+        self.value: float | None = None
+
+    def update(self, positions: np.ndarray) -> float:
+        h = float(positions[FOOT_INDEX, 2].min())
+        self.heights[self.count % len(self.heights)] = h
+        self.count += 1
+        if self.value is None or self.count % self.every == 0:
+            self.value = float(np.percentile(self.heights[: min(self.count, len(self.heights))], self.percentile))
+        return self.value
+
+
+@dataclass
+class ContactDetector:
+    """One foot's contact state, with hysteresis."""
+
+    settings: FootingSettings
+    contact: bool = False
+
+    def update(self, height: float, speed: float) -> bool:
+        s = self.settings
+        if self.contact:
+            self.contact = not (height > s.off_height or speed > s.off_speed)
+        else:
+            self.contact = height < s.on_height and speed < s.on_speed
+        return self.contact
+
+
+def horizontal_speeds(positions: np.ndarray, fps: float, centred: bool) -> np.ndarray:
+    """(F, 2) horizontal speeds (m/s) of the two ankles; ``centred``: central differences."""
+    xy = np.asarray(positions)[:, FOOT_INDEX, :2]
+    if len(xy) < 2:
+        return np.zeros((len(xy), 2))
+    if centred:
+        v = np.gradient(xy, axis=0) * fps
+    else:
+        v = np.zeros_like(xy)
+        v[1:] = np.diff(xy, axis=0) * fps
+    return np.linalg.norm(v, axis=-1)
+
+
+def _remove_short(flags: np.ndarray, shortest: int) -> np.ndarray:
+    """Gaps, then runs, shorter than ``shortest`` frames flipped (one foot's (F,) flags)."""
+    out = flags.copy()
+    for value in (False, True):
+        f = 0
+        while f < len(out):
+            g = f
+            while g < len(out) and out[g] == out[f]:
+                g += 1
+            if out[f] == value and g - f < shortest and f > 0 and g < len(out):
+                out[f:g] = not value
+            f = g
+    return out
+
+
+def plan_contacts(positions: np.ndarray, fps: float, settings: FootingSettings | None = None,
+                  floor: float | None = None) -> np.ndarray:
+    """Offline contacts, (F, 2) bool (left, right): the same hysteresis on centred speeds, then
+    contacts and gaps shorter than ``min_s`` removed."""
+    s = settings or FootingSettings()
+    positions = np.asarray(positions)
+    floor = stance_floor(positions, s.floor_percentile) if floor is None else floor
+    heights = positions[:, FOOT_INDEX, 2] - floor
+    speeds = horizontal_speeds(positions, fps, centred=True)
+    out = np.zeros(heights.shape, dtype=bool)
+    for k in range(2):
+        det = ContactDetector(s)
+        out[:, k] = [det.update(float(h), float(v)) for h, v in zip(heights[:, k], speeds[:, k], strict=True)]
+        out[:, k] = _remove_short(out[:, k], max(1, int(round(s.min_s * fps))))
+    return out
+
+
+# -- the robot side -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FootGeometry:
+    """A robot's feet: its sole points in each foot link's frame, the link's up axis and height
+    above the floor when it stands flat."""
+
+    bodies: tuple[str, str]
+    soles: np.ndarray  # (2, k, 3) lowest points of each foot's collision geoms, in the link frame
+    up: np.ndarray  # (2, 3) the world's z in the link frame, standing
+    height: np.ndarray  # (2,) the link origin above its lowest sole point, standing
+
+    def lowest(self, pos: np.ndarray, quat: np.ndarray, foot: int) -> float:
+        """Lowest sole point (world z) of foot ``foot`` at link pose ``pos``, ``quat``."""
+        return float((Q.rotate(quat, self.soles[foot])[:, 2]).min() + pos[2])
+
+
+def _geom_bottoms(model: mujoco.MjModel, data: mujoco.MjData, geom: int) -> np.ndarray:
+    """World points at the bottom of a collision geom (sphere, capsule, box; else its centre)."""
+    c, rot, size = data.geom_xpos[geom], data.geom_xmat[geom].reshape(3, 3), model.geom_size[geom]
+    kind = model.geom_type[geom]
+    down = np.array([0.0, 0.0, -1.0])
+    if kind == mujoco.mjtGeom.mjGEOM_SPHERE:
+        return np.array([c + size[0] * down])
+    if kind in (mujoco.mjtGeom.mjGEOM_CAPSULE, mujoco.mjtGeom.mjGEOM_CYLINDER):
+        axis = rot[:, 2] * size[1]
+        return np.array([c + axis + size[0] * down, c - axis + size[0] * down])
+    if kind == mujoco.mjtGeom.mjGEOM_BOX:
+        corners = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)]) * size
+        return c + corners @ rot.T
+    return np.array([c])
+
+
+@lru_cache(maxsize=8)
+def foot_geometry(robot: RobotDescription) -> FootGeometry:
+    """The feet of ``robot`` from its collision geoms in the standing pose."""
+    model = robot_model.physics_spec(robot).compile()
+    data = mujoco.MjData(model)
+    data.qpos[:] = robot_model.default_qpos(robot, model)
+    mujoco.mj_kinematics(model, data)
+    soles, ups, heights = [], [], []
+    for name in robot.feet:
+        body = model.body(name).id
+        rot, origin = data.xmat[body].reshape(3, 3), data.xpos[body]
+        geoms = [g for g in range(model.ngeom)
+                 if model.geom_bodyid[g] == body and model.geom_contype[g] | model.geom_conaffinity[g]]
+        points = [p for g in geoms for p in _geom_bottoms(model, data, g)]
+        if not points:
+            raise ValueError(f"{robot.name}: foot {name} has no collision geom")
+        world = np.array(points)
+        soles.append((world - origin) @ rot)
+        ups.append(rot.T @ np.array([0.0, 0.0, 1.0]))
+        heights.append(origin[2] - world[:, 2].min())
+    k = min(len(s) for s in soles)
+    return FootGeometry((robot.feet[0], robot.feet[1]), np.array([s[:k] for s in soles]), np.array(ups),
+                        np.array(heights))
+
+
+def _align(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The smallest rotation (w x y z) taking unit vector ``a`` onto ``b``."""
+    w = 1.0 + float(a @ b)
+    if w < 1e-9:  # opposite: half a turn about any axis normal to a
+        axis = np.cross(a, [1.0, 0.0, 0.0]) if abs(a[0]) < 0.9 else np.cross(a, [0.0, 1.0, 0.0])
+        return np.array([0.0, *(axis / np.linalg.norm(axis))])
+    q = np.array([w, *np.cross(a, b)])
+    return q / np.linalg.norm(q)
+
+
+@dataclass
+class _Foot:
+    detector: ContactDetector
+    weight: float = 0.0  # 0: the human's foot, 1: locked on the floor
+    lock: np.ndarray = field(default_factory=lambda: np.zeros(2))
+    held: np.ndarray | None = None  # the locked pose (7,) it leaves from
+    was: bool = False  # in contact at the previous frame
+
+
+class Footing:
+    """The contact-aware foot targets of one performer's IK (see the module's docstring).
+
+    ``tables``: per IK table, for each foot (left, right): the index of the table's entry for the
+    foot link (None: the table has none) and those of its entries for sites on the foot.
+    """
+
+    def __init__(self, geometry: FootGeometry, tables: list[list[tuple[int | None, list[int]]]],
+                 fps: float, settings: FootingSettings | None = None) -> None:
+        self.settings = settings or FootingSettings()
+        self.settings.validate()
+        self.geometry = geometry
+        self.tables = tables
+        self.fps = fps
+        s = self.settings
+        self.floor_estimate = FloorEstimate(int(s.floor_window_s * fps), int(s.floor_every_s * fps), s.floor_percentile)
+        self.plan: np.ndarray | None = None  # offline contacts (F, 2)
+        self.plan_floor: float | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        s = self.settings
+        self.feet = [_Foot(ContactDetector(s)) for _ in range(2)]
+        self.lift = 0.0
+        self.lifted = False
+        self.frame = 0
+        self.previous: np.ndarray | None = None  # the ankles' positions of the previous frame
+        self.floor_estimate.count = 0
+        self.floor_estimate.value = None
+
+    def set_plan(self, contacts: np.ndarray | None, floor: float | None = None) -> None:
+        """Offline: contacts (F, 2) and the floor of the whole take, frame ``i`` the i-th call."""
+        self.plan = None if contacts is None else np.asarray(contacts, dtype=bool)
+        self.plan_floor = floor
+
+    @property
+    def contacts(self) -> tuple[bool, bool]:
+        return (self.feet[0].detector.contact, self.feet[1].detector.contact)
+
+    def _contacts(self, positions: np.ndarray, elapsed: int) -> tuple[bool, bool]:
+        if self.plan is not None:
+            row = self.plan[min(self.frame, len(self.plan) - 1)]
+            for foot, c in zip(self.feet, row, strict=True):
+                foot.detector.contact = bool(c)
+            return bool(row[0]), bool(row[1])
+        floor = self.plan_floor if self.plan_floor is not None else self.floor_estimate.update(positions)
+        ankles = positions[FOOT_INDEX]
+        if self.previous is None:
+            speeds = np.zeros(2)
+        else:
+            speeds = np.linalg.norm((ankles[:, :2] - self.previous[:, :2]), axis=1) * self.fps / max(1, elapsed)
+        self.previous = ankles.copy()
+        return (self.feet[0].detector.update(float(ankles[0, 2] - floor), float(speeds[0])),
+                self.feet[1].detector.update(float(ankles[1, 2] - floor), float(speeds[1])))
+
+    def adjust(self, positions: np.ndarray, targets: dict[int, np.ndarray], elapsed: int = 1) -> None:
+        """Move the frame's targets (per table index: (n, 7) w x y z, x y z; in place)."""
+        contacts = self._contacts(positions, elapsed)
+        self.frame += 1
+        s, geo = self.settings, self.geometry
+        dt = max(1, elapsed) / self.fps
+        last = max(targets)
+        raw: list[np.ndarray | None] = [None if body is None else targets[last][body].copy()
+                                        for body, _ in self.tables[last]]
+        # the body's height: the stance feet's raw targets onto the floor
+        wanted = [geo.height[k] + s.clearance - r[6] for k, r in enumerate(raw) if contacts[k] and r is not None]
+        if wanted and s.lift_body:
+            goal = float(np.mean(wanted))
+            self.lift = goal if not self.lifted else self.lift + (goal - self.lift) * min(1.0, dt / s.lift_s)
+            self.lifted = True
+        new: list[np.ndarray | None] = []
+        for k, foot in enumerate(self.feet):
+            first = raw[k]
+            if first is None:
+                new.append(None)
+                continue
+            free = first.copy()
+            free[6] += self.lift
+            step = dt / s.blend_s
+            if contacts[k] and not foot.was:  # touchdown: lock where the foot is now
+                held = foot.held[4:6] if foot.held is not None else free[4:6]
+                foot.lock = (1 - foot.weight) * free[4:6] + foot.weight * held
+            foot.was = contacts[k]
+            foot.weight = min(1.0, foot.weight + step) if contacts[k] else max(0.0, foot.weight - step)
+            if contacts[k]:
+                flat = np.empty(7)
+                flat[:4] = Q.multiply(_align(Q.rotate(free[:4], geo.up[k]), np.array([0.0, 0.0, 1.0])), free[:4]) \
+                    if s.flatten else free[:4]
+                flat[4:6] = foot.lock
+                flat[6] = geo.height[k] + s.clearance
+                foot.held = flat
+            pose = free
+            if foot.weight > 0.0 and foot.held is not None:
+                w = foot.weight * foot.weight * (3.0 - 2.0 * foot.weight)  # smoothstep
+                pose = np.empty(7)
+                pose[:4] = Q.slerp(free[:4], foot.held[:4], w)
+                pose[4:] = (1 - w) * free[4:] + w * foot.held[4:]
+            low = geo.lowest(pose[4:], pose[:4], k)
+            if low < 0.0:
+                pose[6] -= low
+            new.append(pose)
+        for table, poses in targets.items():
+            poses[:, 6] += self.lift
+            for k, (body, sites) in enumerate(self.tables[table]):
+                moved, before = new[k], raw[k]
+                if moved is None or before is None:
+                    continue
+                turn = Q.multiply(moved[:4], Q.conjugate(before[:4]))
+                origin = before[4:] + np.array([0.0, 0.0, self.lift])
+                if body is not None:
+                    poses[body] = moved
+                for site in sites:  # a site on the foot moves with the link
+                    poses[site, :4] = Q.multiply(turn, poses[site, :4])
+                    poses[site, 4:] = moved[4:] + Q.rotate(turn, poses[site, 4:] - origin)
