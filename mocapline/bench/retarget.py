@@ -337,6 +337,26 @@ def _table(summary: dict, options: RetargetOptions, robot: RobotDescription) -> 
             f"{o['swings']:>2}|{b['swings']:<2} "
             f"{pair(o['limit_contacts'], b['limit_contacts'], 9, 'd')} {viol:>6}"
         )
+    lines += ["", "feet on the ground (robot soles: the feet's collision geoms, floor z = 0; contact: the performer's "
+              "ankle within 2.5 cm of its stance floor);",
+              "each cell: mocapline | baseline | the human source (its ankles against their stance floor)",
+              "skate: cm/s of a foot in contact; slid: m in contact; float: % of frames both feet > 4 cm up; "
+              "pen: cm below the floor, mean / max; travel: m, root / feet",
+              f"{'take':<22} {'Hz':>4} {'skate':>17} {'slid':>16} {'float':>16} {'pen mean':>14} {'pen max':>14} "
+              f"{'travel':>26}"]
+    for r in summary["runs"]:
+        if "ground" not in r:
+            continue
+        g = r["ground"]
+        o, b, h = g["ours"], g["baseline"], g["human"]
+
+        def three(key: str, scale: float = 1.0, width: int = 16, cells: tuple = (o, b, h)) -> str:
+            return "|".join(f"{x[key] * scale:.1f}" for x in cells).rjust(width)
+
+        travel = " ".join(f"{x['root_travel_m']:.2f}/{x['feet_travel_m']:.2f}" for x in (o, b, h))
+        lines.append(f"{r['take']:<22} {r['rate']:>4.0f} {three('skate_cm_s', width=17)} {three('slid_m')} "
+                     f"{three('float_share', 100.0)} {three('penetration_mean_cm', width=14)} "
+                     f"{three('penetration_max_cm', width=14)} {travel:>26}")
     lines += [
         "",
         f"overall: {summary['fps']:.0f} vs {summary['baseline_fps']:.0f} frames/s = {summary['speedup']:.1f}x "
@@ -395,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arm-huber", type=float, default=None,
                         help="rad: mocapline's arm rotation errors beyond it cost linearly (0: quadratic)")
     parser.add_argument("--backend", choices=("fast", "mink"), default="fast")
+    parser.add_argument("--no-footing", action="store_true",
+                        help="mocapline without its stance feet held on the floor (services/retarget/footing.py)")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the stress sweep of overhead raises past the shoulder's gimbal pole, with and "
                              "without the shoulder poles (about 1 min)")
@@ -404,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = sorted(set(kinds) - set(KINDS))
     if bad:
         parser.error(f"unknown takes {bad}: choose from {', '.join(KINDS)}")
-    options = RetargetOptions(backend=args.backend)
+    options = RetargetOptions(backend=args.backend, footing=not args.no_footing)
     for name in ("iterations", "lm_damping", "min_iterations", "tolerance", "arm_huber"):
         if getattr(args, name) is not None:
             setattr(options, name, getattr(args, name))

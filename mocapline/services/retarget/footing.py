@@ -56,8 +56,6 @@ class FootingSettings:
     floor_window_s: float = 10.0  # live: the floor from this many seconds of the take
     floor_every_s: float = 0.25  # live: how often it is recomputed
     clearance: float = 0.002  # m: stance soles this far above the floor (the IK stops short)
-    flatten: bool = True
-    lift_body: bool = True
 
     def validate(self) -> None:
         if not (0 < self.on_height <= self.off_height and 0 < self.on_speed <= self.off_speed):
@@ -301,7 +299,7 @@ class Footing:
                                         for body, _ in self.tables[last]]
         # the body's height: the stance feet's raw targets onto the floor
         wanted = [geo.height[k] + s.clearance - r[6] for k, r in enumerate(raw) if contacts[k] and r is not None]
-        if wanted and s.lift_body:
+        if wanted:
             goal = float(np.mean(wanted))
             self.lift = goal if not self.lifted else self.lift + (goal - self.lift) * min(1.0, dt / s.lift_s)
             self.lifted = True
@@ -321,8 +319,7 @@ class Footing:
             foot.weight = min(1.0, foot.weight + step) if contacts[k] else max(0.0, foot.weight - step)
             if contacts[k]:
                 flat = np.empty(7)
-                flat[:4] = Q.multiply(_align(Q.rotate(free[:4], geo.up[k]), np.array([0.0, 0.0, 1.0])), free[:4]) \
-                    if s.flatten else free[:4]
+                flat[:4] = Q.multiply(_align(Q.rotate(free[:4], geo.up[k]), np.array([0.0, 0.0, 1.0])), free[:4])
                 flat[4:6] = foot.lock
                 flat[6] = geo.height[k] + s.clearance
                 foot.held = flat
