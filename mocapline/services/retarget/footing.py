@@ -46,16 +46,19 @@ class FootingSettings:
     """Thresholds, chosen on the bundled takes (docs/retarget.md "Feet on the ground")."""
 
     on_height: float = 0.025  # m above the stance floor: a human ankle lower may carry weight
-    off_height: float = 0.045
+    off_height: float = 0.03
     on_speed: float = 1.0  # m/s horizontal (capture jitter alone reads 0.1-0.3 at 120 Hz)
-    off_speed: float = 2.0
-    blend_s: float = 0.08  # touchdown and lift-off blends
+    off_speed: float = 99.0
+    blend_s: float = 0.15  # touchdown and lift-off blends
     lift_s: float = 0.15  # time constant of the body's height shift
     min_s: float = 0.05  # offline: contacts and gaps shorter than this are removed
     floor_percentile: float = 5.0
     floor_window_s: float = 10.0  # live: the floor from this many seconds of the take
     floor_every_s: float = 0.25  # live: how often it is recomputed
     clearance: float = 0.002  # m: stance soles this far above the floor (the IK stops short)
+    stance_gain: float = 4.0  # a stance foot's IK weights times this (the root gives, not the foot)
+    weight_s: float = 0.05  # time constant of those weights
+    near: float = 0.03  # m: a foot's target this close to the floor weighs more, up to stance_gain
 
     def validate(self) -> None:
         if not (0 < self.on_height <= self.off_height and 0 < self.on_speed <= self.off_speed):
@@ -258,6 +261,7 @@ class Footing:
         self.feet = [_Foot(ContactDetector(s)) for _ in range(2)]
         self.lift = 0.0
         self.lifted = False
+        self.stance = [0.0, 0.0]  # per foot: 0 free, 1 held (smoothstep of the blend)
         self.frame = 0
         self.previous: np.ndarray | None = None  # the ankles' positions of the previous frame
         self.floor_estimate.count = 0
@@ -324,14 +328,17 @@ class Footing:
                 flat[6] = geo.height[k] + s.clearance
                 foot.held = flat
             pose = free
-            if foot.weight > 0.0 and foot.held is not None:
-                w = foot.weight * foot.weight * (3.0 - 2.0 * foot.weight)  # smoothstep
+            w = foot.weight * foot.weight * (3.0 - 2.0 * foot.weight)  # smoothstep
+            if w > 0.0 and foot.held is not None:
                 pose = np.empty(7)
                 pose[:4] = Q.slerp(free[:4], foot.held[:4], w)
                 pose[4:] = (1 - w) * free[4:] + w * foot.held[4:]
             low = geo.lowest(pose[4:], pose[:4], k)
             if low < 0.0:
                 pose[6] -= low
+            # a foot near the floor weighs more as it nears it, held or not (it must not sink)
+            goal = max(w, min(1.0, max(0.0, 1.0 - low / s.near)))
+            self.stance[k] += (goal - self.stance[k]) * min(1.0, dt / s.weight_s)
             new.append(pose)
         for table, poses in targets.items():
             poses[:, 6] += self.lift

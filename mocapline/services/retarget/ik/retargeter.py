@@ -159,6 +159,7 @@ class Retargeter:
                       if self.options.shoulder_poles and pitch is not None else None)
         self._pitch_qpos = [7 + self.joint_names.index(j) for j in pitch] if pitch is not None else []
         self.footing = self._make_footing() if self.options.footing else None
+        self._weight_scale: dict[tuple[int, int], float] = {}  # (table, foot): the stance weights' scale
         self.ranges = robot_model.joint_ranges(self.model)
         self._last_good = robot_model.default_qpos(self.robot, self.model)
         self.reset()
@@ -243,6 +244,21 @@ class Retargeter:
             return None
         return Footing(foot_geometry(self.robot), layout, self.options.fps)
 
+    def _stance_weights(self, targets: dict[int, np.ndarray]) -> None:
+        """A stance foot's entries weigh ``stance_gain`` times more (blended with its hold)."""
+        footing = self.footing
+        assert footing is not None
+        gain = footing.settings.stance_gain - 1.0
+        for i in targets:
+            for k, (body, sites) in enumerate(footing.tables[i]):
+                scale = 1.0 + gain * footing.stance[k]
+                if self._weight_scale.get((i, k)) == scale:
+                    continue
+                self._weight_scale[(i, k)] = scale
+                w = self._tables[i].weights
+                for e in ([] if body is None else [body]) + sites:
+                    self.backend.set_weights(i, e, float(w[e, 0]) * scale, float(w[e, 3]) * scale)
+
     def table_entries(self, table: int = -1) -> tuple[MatchEntry, ...]:
         return self._tables[table].entries
 
@@ -301,6 +317,7 @@ class Retargeter:
                        for i in self._schedule_tables[self._settled]}
             if self.footing is not None:
                 self.footing.adjust(positions, targets, max(1, int(elapsed_frames)))
+                self._stance_weights(targets)
             for i, poses in targets.items():
                 self.backend.set_targets(i, poses)
             self.velocity_limit.set_reference(self._last_good if self._settled else None, max(1, int(elapsed_frames)))
