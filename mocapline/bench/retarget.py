@@ -233,7 +233,10 @@ def run_take(
     """Both IKs over one take, timed alternately; quality of both against our targets."""
     robot = robot or get_robot()
     opts = options or RetargetOptions()
-    opts = RetargetOptions(**{**opts.__dict__, "fps": take.fps, "human_height": take.human_height})
+    # the known answer is the robot's own poses, off any floor: its IK without footing
+    footing = opts.footing and take.kind != "robot"
+    opts = RetargetOptions(**{**opts.__dict__, "fps": take.fps, "human_height": take.human_height,
+                              "footing": footing})
     ours = Retargeter(take.config, opts, robot=robot, model=model)
     q0 = take.q0 if take.q0 is not None else robot_model.default_qpos(robot, model)
     ours.reset(q0)
@@ -241,6 +244,7 @@ def run_take(
     n = len(take.positions)
     out = np.empty((n, model.nq))
     out_base = np.empty((n, model.nq))
+    solved: list[np.ndarray | None] = []
     t_ours = t_base = wall_ours = wall_base = 0.0
     cpu, wall = time.thread_time, time.perf_counter
     for f in range(n):
@@ -251,6 +255,7 @@ def run_take(
         t1, w1 = cpu(), wall()
         out[f] = ours.retarget(p, q).qpos
         t2, w2 = cpu(), wall()
+        solved.append(None if ours.solved_targets is None else ours.solved_targets.copy())
         t_base += t1 - t0
         t_ours += t2 - t1
         wall_base += w1 - w0
@@ -261,9 +266,17 @@ def run_take(
     root = take.config.human_root_name
     quality = evaluate(model, entries, targets, out, take.fps, limits, root=root)
     quality_base = evaluate(model, entries, targets, out_base, take.fps, limits, root=root) if base else quality
+    if ours.footing is not None and all(x is not None for x in solved):
+        # the targets on the floor (the stance feet held, the body's height shift): both IKs against them
+        grounded = np.array(solved)
+        mine = evaluate(model, entries, grounded, out, take.fps, limits, root=root)
+        theirs = evaluate(model, entries, grounded, out_base, take.fps, limits, root=root) if base else mine
+        run_extra = {"grounded": {"ours": mine.as_dict(), "baseline": theirs.as_dict()}}
+    else:
+        run_extra = {}
     run = Run(take.name, take.kind, take.fps, n, n / t_ours, n / t_base if base else float("nan"), quality,
               quality_base, ours.stats.failures, base.failures if base else 0, ours.stats.steps / max(n, 1),
-              wall_ours, wall_base if base else float("nan"))
+              wall_ours, wall_base if base else float("nan"), run_extra)
     if take.kind != "robot":  # the known answer's human is the robot mapped back: no floor of its own
         feet = foot_geometry(robot)
         run.ground = robot_ground(model, feet, out, take.positions, take.fps)

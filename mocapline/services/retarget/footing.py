@@ -56,7 +56,8 @@ class FootingSettings:
     floor_window_s: float = 10.0  # live: the floor from this many seconds of the take
     floor_every_s: float = 0.25  # live: how often it is recomputed
     clearance: float = 0.002  # m: stance soles this far above the floor (the IK stops short)
-    stance_gain: float = 4.0  # a stance foot's IK weights times this (the root gives, not the foot)
+    stance_gain: float = 4.0  # a stance foot's IK position weight times this (the root gives, not the foot)
+    stance_rotation_share: float = 0.3  # of that gain on its rotation weight (all of it: jerk above GMR's)
     weight_s: float = 0.05  # time constant of those weights
     near: float = 0.03  # m: a foot's target this close to the floor weighs more, up to stance_gain
 

@@ -160,6 +160,7 @@ class Retargeter:
         self._pitch_qpos = [7 + self.joint_names.index(j) for j in pitch] if pitch is not None else []
         self.footing = self._make_footing() if self.options.footing else None
         self._weight_scale: dict[tuple[int, int], float] = {}  # (table, foot): the stance weights' scale
+        self.solved_targets: np.ndarray | None = None  # the last table's targets of the last frame, as solved
         self.ranges = robot_model.joint_ranges(self.model)
         self._last_good = robot_model.default_qpos(self.robot, self.model)
         self.reset()
@@ -245,10 +246,12 @@ class Retargeter:
         return Footing(foot_geometry(self.robot), layout, self.options.fps)
 
     def _stance_weights(self, targets: dict[int, np.ndarray]) -> None:
-        """A stance foot's entries weigh ``stance_gain`` times more (blended with its hold)."""
+        """A stance foot's entries weigh more (``stance_gain`` on the position, a share of it on the
+        rotation), blended with its hold."""
         footing = self.footing
         assert footing is not None
         gain = footing.settings.stance_gain - 1.0
+        share = footing.settings.stance_rotation_share
         for i in targets:
             for k, (body, sites) in enumerate(footing.tables[i]):
                 scale = 1.0 + gain * footing.stance[k]
@@ -257,7 +260,8 @@ class Retargeter:
                 self._weight_scale[(i, k)] = scale
                 w = self._tables[i].weights
                 for e in ([] if body is None else [body]) + sites:
-                    self.backend.set_weights(i, e, float(w[e, 0]) * scale, float(w[e, 3]) * scale)
+                    self.backend.set_weights(i, e, float(w[e, 0]) * scale,
+                                             float(w[e, 3]) * (1.0 + (scale - 1.0) * share))
 
     def table_entries(self, table: int = -1) -> tuple[MatchEntry, ...]:
         return self._tables[table].entries
@@ -320,6 +324,7 @@ class Retargeter:
                 self._stance_weights(targets)
             for i, poses in targets.items():
                 self.backend.set_targets(i, poses)
+            self.solved_targets = targets.get(len(self._tables) - 1)
             self.velocity_limit.set_reference(self._last_good if self._settled else None, max(1, int(elapsed_frames)))
             if not self._settled:
                 self._place_root(positions, quaternions)
