@@ -26,7 +26,9 @@ Sites on a foot (an Xsens config's toes) move with it rigidly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 import mujoco
@@ -218,22 +220,44 @@ def foot_geometry(robot: RobotDescription) -> FootGeometry:
                         np.array(heights))
 
 
-def _align(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The smallest rotation (w x y z) taking unit vector ``a`` onto ``b``."""
-    w = 1.0 + float(a @ b)
-    if w < 1e-9:  # opposite: half a turn about any axis normal to a
-        axis = np.cross(a, [1.0, 0.0, 0.0]) if abs(a[0]) < 0.9 else np.cross(a, [0.0, 1.0, 0.0])
-        return np.array([0.0, *(axis / np.linalg.norm(axis))])
-    q = np.array([w, *np.cross(a, b)])
-    return q / np.linalg.norm(q)
+def _qmul(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float, float]:
+    aw, ax, ay, az = a
+    bw, bx, by, bz = b
+    return (aw * bw - ax * bx - ay * by - az * bz, aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx, aw * bz + ax * by - ay * bx + az * bw)
+
+
+def _qrot(q: Sequence[float], v: Sequence[float]) -> tuple[float, float, float]:
+    """``v`` turned by unit quaternion ``q`` (w x y z): v + 2w (u x v) + 2 u x (u x v)."""
+    w, x, y, z = q
+    cx, cy, cz = y * v[2] - z * v[1], z * v[0] - x * v[2], x * v[1] - y * v[0]
+    return (v[0] + 2.0 * (w * cx + y * cz - z * cy), v[1] + 2.0 * (w * cy + z * cx - x * cz),
+            v[2] + 2.0 * (w * cz + x * cy - y * cx))
+
+
+def _to_up(a: Sequence[float]) -> tuple[float, float, float, float]:
+    """The smallest rotation taking unit vector ``a`` onto the world's z."""
+    w = 1.0 + a[2]
+    if w < 1e-9:  # upside down: half a turn about x
+        return (0.0, 1.0, 0.0, 0.0)
+    n = math.sqrt(w * w + a[0] * a[0] + a[1] * a[1])
+    return (w / n, a[1] / n, -a[0] / n, 0.0)
+
+
+def _blend(a: list[float], b: list[float], t: float) -> list[float]:
+    """Poses ``a`` -> ``b`` at ``t``: positions linear, rotations normalised-linear (the short way)."""
+    sign = 1.0 if sum(a[i] * b[i] for i in range(4)) >= 0 else -1.0
+    q = [(1 - t) * a[i] + t * sign * b[i] for i in range(4)]
+    n = math.sqrt(sum(x * x for x in q))
+    return [*(x / n for x in q), *((1 - t) * a[i] + t * b[i] for i in range(4, 7))]
 
 
 @dataclass
 class _Foot:
     detector: ContactDetector
     weight: float = 0.0  # 0: the human's foot, 1: locked on the floor
-    lock: np.ndarray = field(default_factory=lambda: np.zeros(2))
-    held: np.ndarray | None = None  # the locked pose (7,) it leaves from
+    lock: tuple[float, float] = (0.0, 0.0)
+    held: list[float] | None = None  # the locked pose (w x y z, x y z) it leaves from
     was: bool = False  # in contact at the previous frame
 
 
@@ -252,6 +276,9 @@ class Footing:
         self.tables = tables
         self.fps = fps
         s = self.settings
+        self._up = [tuple(float(x) for x in u) for u in geometry.up]
+        self._height = [float(h) for h in geometry.height]
+        self._soles = [[tuple(float(x) for x in p) for p in feet] for feet in geometry.soles]
         self.floor_estimate = FloorEstimate(int(s.floor_window_s * fps), int(s.floor_every_s * fps), s.floor_percentile)
         self.plan: np.ndarray | None = None  # offline contacts (F, 2)
         self.plan_floor: float | None = None
@@ -264,7 +291,7 @@ class Footing:
         self.lifted = False
         self.stance = [0.0, 0.0]  # per foot: 0 free, 1 held (smoothstep of the blend)
         self.frame = 0
-        self.previous: np.ndarray | None = None  # the ankles' positions of the previous frame
+        self.previous: list[list[float]] | None = None  # the ankles' positions of the previous frame
         self.floor_estimate.count = 0
         self.floor_estimate.value = None
 
@@ -284,57 +311,61 @@ class Footing:
                 foot.detector.contact = bool(c)
             return bool(row[0]), bool(row[1])
         floor = self.plan_floor if self.plan_floor is not None else self.floor_estimate.update(positions)
-        ankles = positions[FOOT_INDEX]
-        if self.previous is None:
-            speeds = np.zeros(2)
-        else:
-            speeds = np.linalg.norm((ankles[:, :2] - self.previous[:, :2]), axis=1) * self.fps / max(1, elapsed)
-        self.previous = ankles.copy()
-        return (self.feet[0].detector.update(float(ankles[0, 2] - floor), float(speeds[0])),
-                self.feet[1].detector.update(float(ankles[1, 2] - floor), float(speeds[1])))
+        ankles = positions[FOOT_INDEX].tolist()
+        previous = self.previous or ankles
+        self.previous = ankles
+        rate = self.fps / max(1, elapsed)
+        return tuple(  # type: ignore[return-value]
+            self.feet[k].detector.update(ankles[k][2] - floor, rate * math.hypot(ankles[k][0] - previous[k][0],
+                                                                                  ankles[k][1] - previous[k][1]))
+            for k in range(2))
+
+    def _lowest(self, pose: list[float], foot: int) -> float:
+        """The lowest sole point's height of foot ``foot`` at ``pose``: the rotation's third row
+        times each point."""
+        w, x, y, z = pose[:4]
+        r0, r1, r2 = 2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y)
+        return min(r0 * p[0] + r1 * p[1] + r2 * p[2] for p in self._soles[foot]) + pose[6]
 
     def adjust(self, positions: np.ndarray, targets: dict[int, np.ndarray], elapsed: int = 1) -> None:
         """Move the frame's targets (per table index: (n, 7) w x y z, x y z; in place)."""
         contacts = self._contacts(positions, elapsed)
         self.frame += 1
-        s, geo = self.settings, self.geometry
+        s = self.settings
         dt = max(1, elapsed) / self.fps
         last = max(targets)
         raw: list[np.ndarray | None] = [None if body is None else targets[last][body].copy()
                                         for body, _ in self.tables[last]]
         # the body's height: the stance feet's raw targets onto the floor
-        wanted = [geo.height[k] + s.clearance - r[6] for k, r in enumerate(raw) if contacts[k] and r is not None]
+        wanted = [self._height[k] + s.clearance - float(r[6]) for k, r in enumerate(raw)
+                  if contacts[k] and r is not None]
         if wanted:
-            goal = float(np.mean(wanted))
+            goal = sum(wanted) / len(wanted)
             self.lift = goal if not self.lifted else self.lift + (goal - self.lift) * min(1.0, dt / s.lift_s)
             self.lifted = True
-        new: list[np.ndarray | None] = []
+        new: list[list[float] | None] = []
         for k, foot in enumerate(self.feet):
             first = raw[k]
             if first is None:
                 new.append(None)
                 continue
-            free = first.copy()
+            free = [float(x) for x in first]  # plain floats: a few numpy calls would cost more than the sums
             free[6] += self.lift
             step = dt / s.blend_s
             if contacts[k] and not foot.was:  # touchdown: lock where the foot is now
-                held = foot.held[4:6] if foot.held is not None else free[4:6]
-                foot.lock = (1 - foot.weight) * free[4:6] + foot.weight * held
+                hx, hy = (foot.held[4], foot.held[5]) if foot.held is not None else (free[4], free[5])
+                a = foot.weight
+                foot.lock = ((1 - a) * free[4] + a * hx, (1 - a) * free[5] + a * hy)
             foot.was = contacts[k]
             foot.weight = min(1.0, foot.weight + step) if contacts[k] else max(0.0, foot.weight - step)
             if contacts[k]:
-                flat = np.empty(7)
-                flat[:4] = Q.multiply(_align(Q.rotate(free[:4], geo.up[k]), np.array([0.0, 0.0, 1.0])), free[:4])
-                flat[4:6] = foot.lock
-                flat[6] = geo.height[k] + s.clearance
-                foot.held = flat
+                q = _qmul(_to_up(_qrot(free[:4], self._up[k])), free[:4])
+                foot.held = [*q, foot.lock[0], foot.lock[1], self._height[k] + s.clearance]
             pose = free
             w = foot.weight * foot.weight * (3.0 - 2.0 * foot.weight)  # smoothstep
             if w > 0.0 and foot.held is not None:
-                pose = np.empty(7)
-                pose[:4] = Q.slerp(free[:4], foot.held[:4], w)
-                pose[4:] = (1 - w) * free[4:] + w * foot.held[4:]
-            low = geo.lowest(pose[4:], pose[:4], k)
+                pose = _blend(free, foot.held, w)
+            low = self._lowest(pose, k)
             if low < 0.0:
                 pose[6] -= low
             # a foot near the floor weighs more as it nears it, held or not (it must not sink)
@@ -347,10 +378,12 @@ class Footing:
                 moved, before = new[k], raw[k]
                 if moved is None or before is None:
                     continue
-                turn = Q.multiply(moved[:4], Q.conjugate(before[:4]))
-                origin = before[4:] + np.array([0.0, 0.0, self.lift])
                 if body is not None:
                     poses[body] = moved
+                if not sites:
+                    continue
+                turn = Q.multiply(np.array(moved[:4]), Q.conjugate(before[:4]))
+                origin = before[4:] + np.array([0.0, 0.0, self.lift])
                 for site in sites:  # a site on the foot moves with the link
                     poses[site, :4] = Q.multiply(turn, poses[site, :4])
-                    poses[site, 4:] = moved[4:] + Q.rotate(turn, poses[site, 4:] - origin)
+                    poses[site, 4:] = np.array(moved[4:]) + Q.rotate(turn, poses[site, 4:] - origin)
