@@ -61,6 +61,7 @@ class FootingSettings:
     stance_gain: float = 4.0  # a stance foot's IK position weight times this (the root gives, not the foot)
     stance_rotation_share: float = 0.3  # of that gain on its rotation weight (all of it: jerk above GMR's)
     weight_s: float = 0.05  # time constant of those weights
+    soft: float = 0.01  # m: a sole point nearer the floor than this is pushed up smoothly (below it: fully)
     near: float = 0.03  # m: a foot's target this close to the floor weighs more, up to stance_gain
 
     def validate(self) -> None:
@@ -244,6 +245,16 @@ def _to_up(a: Sequence[float]) -> tuple[float, float, float, float]:
     return (w / n, a[1] / n, -a[0] / n, 0.0)
 
 
+def _floor_push(low: float, soft: float) -> float:
+    """How far to raise a foot whose lowest sole point is at ``low``: ``-low`` below ``-soft``,
+    nothing above ``soft``, a quadratic between (a smooth max(0, -low): a kink would be a jerk)."""
+    if low >= soft:
+        return 0.0
+    if low <= -soft:
+        return -low
+    return (soft - low) ** 2 / (4.0 * soft)
+
+
 def _blend(a: list[float], b: list[float], t: float) -> list[float]:
     """Poses ``a`` -> ``b`` at ``t``: positions linear, rotations normalised-linear (the short way)."""
     sign = 1.0 if sum(a[i] * b[i] for i in range(4)) >= 0 else -1.0
@@ -312,8 +323,10 @@ class Footing:
             return bool(row[0]), bool(row[1])
         floor = self.plan_floor if self.plan_floor is not None else self.floor_estimate.update(positions)
         ankles = positions[FOOT_INDEX].tolist()
-        previous = self.previous or ankles
+        previous = self.previous
         self.previous = ankles
+        if previous is None:  # no speed yet: no contact
+            return False, False
         rate = self.fps / max(1, elapsed)
         return tuple(  # type: ignore[return-value]
             self.feet[k].detector.update(ankles[k][2] - floor, rate * math.hypot(ankles[k][0] - previous[k][0],
@@ -366,8 +379,7 @@ class Footing:
             if w > 0.0 and foot.held is not None:
                 pose = _blend(free, foot.held, w)
             low = self._lowest(pose, k)
-            if low < 0.0:
-                pose[6] -= low
+            pose[6] += _floor_push(low, s.soft)
             # a foot near the floor weighs more as it nears it, held or not (it must not sink)
             goal = max(w, min(1.0, max(0.0, 1.0 - low / s.near)))
             self.stance[k] += (goal - self.stance[k]) * min(1.0, dt / s.weight_s)
