@@ -34,7 +34,9 @@ from mocapline.formats.takefile import TakeFileError, TakeKind, default_output, 
 from mocapline.robot import model as robot_model
 from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, detect_bvh_skeleton
+from mocapline.services.retarget.footing import foot_geometry, plan_contacts, stance_floor
 from mocapline.services.retarget.gmr import GmrBaseline
+from mocapline.services.retarget.ground_quality import robot_ground
 from mocapline.services.retarget.ik.options import RetargetOptions
 from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.quality import evaluate
@@ -59,6 +61,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--frames", type=int, default=None, help="number of frames to use (default: to the end)")
     p.add_argument("--baseline", action="store_true", help="also time the GMR-equivalent IK on the same frames")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-footing", action="store_true",
+                   help="do not hold the performer's stance feet on the floor (on by default: contacts found over "
+                        "the whole take, the floor calibrated from it; docs/retarget.md \"Feet on the ground\")")
     return p
 
 
@@ -108,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     height = args.human_height or estimate_height(positions)
     n = motion.frames
-    ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height), robot=robot, model=model)
+    ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height, footing=not args.no_footing),
+                      robot=robot, model=model)
+    if ours.footing is not None:  # offline: the whole take's floor and contacts (look-ahead)
+        floor = stance_floor(positions, ours.footing.settings.floor_percentile)
+        ours.footing.set_plan(plan_contacts(positions, motion.fps, ours.footing.settings, floor), floor)
     qpos = np.empty((n, model.nq))
     failed = np.zeros(n, dtype=bool)
     progress = Progress(n, enabled=not args.no_progress)
@@ -132,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         "ik_failed": int(failed.sum()), "seconds": round(seconds, 3),
         "cpu_seconds": round(cpu_seconds, 3), "frames_per_s": round(n / seconds, 1),
     }
+    feet = foot_geometry(robot)
+    ground = robot_ground(model, feet, qpos, positions, motion.fps)
+    summary.update({"skate_cm_s": round(ground.skate_cm_s, 1), "float_share": round(ground.float_share, 4),
+                    "penetration_max_cm": round(ground.penetration_max_cm, 2)})
     if args.baseline:
         base = GmrBaseline(config, model, robot_model.default_qpos(robot, model), height)
         t0, cpu0 = time.perf_counter(), time.thread_time()
@@ -141,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         summary.update({"baseline_seconds": round(base_s, 3), "speedup": round(base_s / seconds, 1),
                         "cpu_speedup": round(base_cpu / cpu_seconds, 1),
                         "baseline_err_mm": round(bq.err_mm, 1), "baseline_hands_mm": round(bq.hands_mm, 1)})
+        bg = robot_ground(model, feet, base_q, positions, motion.fps)
+        summary.update({"baseline_skate_cm_s": round(bg.skate_cm_s, 1),
+                        "baseline_float_share": round(bg.float_share, 4),
+                        "baseline_penetration_max_cm": round(bg.penetration_max_cm, 2)})
 
     meta = {
         "input": str(args.take), "input_sha256": hashlib.sha256(args.take.read_bytes()).hexdigest(),
