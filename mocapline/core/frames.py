@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from mocapline.core import pb
-from mocapline.core.bodies import GMR_BODIES
+from mocapline.core.bodies import GMR_BODIES, HAND_BODIES
 
 N_BODIES = len(GMR_BODIES)
+N_HAND_BODIES = len(HAND_BODIES)
 
 
 class FrameFieldError(ValueError):
@@ -57,7 +58,8 @@ def _no_rows(width: int) -> Any:
 
 @dataclass(slots=True)
 class HumanFrame:
-    """The 23 GMR bodies of one posture_index: metres, Z-up world, quaternions w x y z."""
+    """The 23 GMR bodies of one posture_index (and the hands' 40 where the source has them): metres,
+    Z-up world, quaternions w x y z."""
 
     posture_index: int
     capture_timestamp_us: int
@@ -70,13 +72,20 @@ class HumanFrame:
     source_port: int = 0
     avatar_index: int = 0  # the performer (Axis avatar_index, Xsens character ID)
     avatar_name: str = ""
-    finger_positions: np.ndarray = _no_rows(3)  # (F, 3) Xsens finger tracking (formats/mxtp02.py)
+    # The hand bodies (core/bodies.py HAND_BODIES, 40) where the source has finger bones (Axis: always;
+    # Xsens: with gloves), else none: ``has_hands``.
+    finger_positions: np.ndarray = _no_rows(3)  # (F, 3)
     finger_quaternions: np.ndarray = _no_rows(4)  # (F, 4)
     prop_character: tuple[int, ...] = ()  # per prop: the character ID it came with
     prop_segment: tuple[int, ...] = ()  # per prop: its segment id
     prop_positions: np.ndarray = _no_rows(3)  # (P, 3)
     prop_quaternions: np.ndarray = _no_rows(4)  # (P, 4)
     human_height: float = 0.0  # m, from the source (Xsens MXTP13 scaling); 0: not known
+
+    @property
+    def has_hands(self) -> bool:
+        """Every hand body is here (a glove-less take, or a source without finger bones, has none)."""
+        return len(self.finger_positions) == N_HAND_BODIES
 
     def body(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         i = GMR_BODIES.index(name)
