@@ -7,14 +7,18 @@ import numpy as np
 import pytest
 
 from mocapline.core.bodies import HAND_BODIES, HAND_BONES
-from mocapline.core.frames import HumanFrame
+from mocapline.core.frames import HumanFrame, RobotFrame
 from mocapline.core.modes import SOURCE_PORTS
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import AxisBvhConfig, encode_datagram
 from mocapline.formats.mxtp02 import encode_mxtp02
 from mocapline.formats.skeleton import SkeletonKind, get_skeleton
+from mocapline.robot.registry import get_robot
 from mocapline.services.capture.core import AxisDecoder, CaptureCore, XsensDecoder
 from mocapline.services.capture.fk import AxisForwardKinematics
+from mocapline.services.retarget.hands import HandModel, HandOptions, HandRetargeter
+from mocapline.services.retarget.ik.retargeter import Retargeter
+from mocapline.services.retarget.service import RetargetService
 from mocapline.tools.emitter.motion import GESTURE_S, GESTURES, gesture_at, pose_channels
 
 RATE = 60.0
@@ -97,3 +101,107 @@ def test_the_emitter_cycles_the_gestures() -> None:
     left = tips_from_wrist(frames["pinch"], "Left")
     assert left == pytest.approx(tips_from_wrist(frames["pinch"], "Right"), abs=1e-9)
     assert len(HAND_BONES) == 20
+
+
+# ---- the hand retargeting (services/retarget/hands.py) ----
+
+@pytest.fixture(scope="module")
+def dex3() -> HandModel:
+    return HandModel(get_robot("g1_dex3"))
+
+
+def held_frames() -> dict[str, HumanFrame]:
+    """A frame of each gesture, once the hands hold it."""
+    held = {g: GESTURE_S * (k + 0.95) for k, g in enumerate(GESTURES) if g != "open" or k == 0}
+    return dict(zip(held, axis_frames(list(held.values())), strict=True))
+
+
+def settled(hands: HandModel, frame: HumanFrame) -> np.ndarray:
+    solver = HandRetargeter(hands)
+    for _ in range(12):
+        q = solver.retarget(frame)
+    return q
+
+
+def closing(hands: HandModel) -> np.ndarray:
+    """Per hand joint, the end of its range a finger closes to (index / middle: the one away from 0)."""
+    return np.where(np.abs(hands.lower) > np.abs(hands.upper), hands.lower, hands.upper)
+
+
+def test_the_dex3_fingers_follow_open_fist_point_and_pinch(dex3: HandModel) -> None:
+    names = dex3.joint_names
+    fingers = np.array(["index" in n or "middle" in n for n in names])
+    index = np.array(["index" in n for n in names])
+    frames = held_frames()
+    q = {g: settled(dex3, f) for g, f in frames.items()}
+    span = dex3.upper - dex3.lower
+    share = (q["fist"] - dex3.rest) / (closing(dex3) - dex3.rest)  # 0 open .. 1 closed
+    assert np.all(share[fingers] > 0.9), dict(zip(names, share.round(2), strict=True))
+    assert np.all(np.abs(q["open"][fingers] - dex3.rest[fingers]) < 0.05 * span[fingers])
+    point = (q["point"] - dex3.rest) / (closing(dex3) - dex3.rest)
+    assert np.all(point[index] < 0.05) and np.all(point[fingers & ~index] > 0.9)
+    pinch = (q["pinch"] - dex3.rest) / (closing(dex3) - dex3.rest)
+    assert np.all((pinch[index] > 0.1) & (pinch[index] < 0.9))
+    for g, pose in q.items():
+        assert np.all((pose >= dex3.lower) & (pose <= dex3.upper)), g
+    # the pinch brings the robot's thumb tip to its index tip
+    tips = {g: dex3.tips_and_jacobian(pose)[0] for g, pose in q.items()}
+    k = len(dex3.fingers)
+    for side in range(2):
+        thumb, first = side * k + dex3.fingers.index("First"), side * k + dex3.fingers.index("Second")
+        gap = {g: np.linalg.norm(t[thumb] - t[first]) for g, t in tips.items()}
+        assert gap["pinch"] < 0.5 * gap["open"] and gap["pinch"] < 0.03, gap
+    # the two hands mirror each other: the right's joints are the left's, signs as their ranges
+    n = dex3.n_left
+    np.testing.assert_allclose(np.abs(q["fist"][:n]), np.abs(q["fist"][n:]), atol=1e-6)
+
+
+def test_the_hands_are_smoothed_with_one_frame_of_delay_and_stay_in_range(dex3: HandModel) -> None:
+    frames = axis_frames([k / RATE for k in range(int(2.2 * GESTURE_S * RATE))])
+    raw = HandRetargeter(dex3, HandOptions(smooth=False))
+    smooth = HandRetargeter(dex3)
+    q_raw = np.array([raw.retarget(f) for f in frames])
+    q = np.array([smooth.retarget(f) for f in frames])
+    padded = np.concatenate([q_raw[:1], q_raw[:1], q_raw])
+    np.testing.assert_allclose(q, 0.25 * padded[:-2] + 0.5 * padded[1:-1] + 0.25 * padded[2:], atol=1e-12)
+    assert np.all((q >= dex3.lower) & (q <= dex3.upper))
+    assert np.ptp(q, axis=0).max() > 1.0  # the fingers moved (open -> fist)
+
+
+def test_a_frame_without_hands_puts_them_at_rest(dex3: HandModel) -> None:
+    frame = held_frames()["fist"]
+    solver = HandRetargeter(dex3)
+    assert np.abs(solver.retarget(frame) - dex3.rest).max() > 0.5
+    bare = HumanFrame(frame.posture_index + 1, 0, frame.positions, frame.quaternions)
+    assert not bare.has_hands
+    np.testing.assert_array_equal(solver.retarget(bare), dex3.rest)
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.frames: list[RobotFrame] = []
+
+    def send(self, payload: bytes, **_: object) -> None:
+        self.frames.append(RobotFrame.from_bytes(payload))
+
+    def send_end(self, *_: object, **__: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("filter_name", ["none", "smooth3"])
+def test_retarget_sends_the_hands_with_the_body(filter_name: str) -> None:
+    robot = get_robot("g1_dex3")
+    sink = _Sink()
+    service = RetargetService(Retargeter(robot=robot), sink, filter=filter_name)  # type: ignore[arg-type]
+    times = [GESTURE_S * 1.95 - k / RATE for k in range(6)][::-1]  # into the fist
+    frames = axis_frames(times)
+    frames[3] = HumanFrame(frames[3].posture_index, 0, frames[3].positions, frames[3].quaternions)  # no hands
+    for f in frames:
+        service.on_frame(f)
+    service.on_end()
+    assert [f.posture_index for f in sink.frames] == [f.posture_index for f in frames]
+    assert all(len(f.hand_joint_pos) == 14 and len(f.joint_pos) == 29 for f in sink.frames)
+    assert [f.has_hands for f in sink.frames] == [True, True, True, False, True, True]
+    hands = service.heartbeat().hands
+    assert hands is not None and (hands.frames, hands.without_hands) == (5, 1)
+    assert RetargetService(Retargeter(), _Sink()).heartbeat().hands is None  # type: ignore[arg-type]

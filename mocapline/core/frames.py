@@ -166,6 +166,8 @@ class RobotFrame:
     avatar_index: int = 0  # the performer, carried from the HumanFrame
     avatar_name: str = ""
     robot_model: str = ""
+    hand_joint_pos: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (h,) the build's hands, or none
+    has_hands: bool = False  # the HumanFrame had hand bodies (else the hands are at rest)
 
     def to_proto(self) -> pb.RobotFrame:
         return pb.RobotFrame(
@@ -181,6 +183,8 @@ class RobotFrame:
             avatar_index=self.avatar_index,
             avatar_name=self.avatar_name,
             robot_model=self.robot_model,
+            hand_joint_pos=self.hand_joint_pos.tolist(),
+            has_hands=self.has_hands,
         )
 
     def to_bytes(self) -> bytes:
@@ -206,6 +210,8 @@ class RobotFrame:
             avatar_index=msg.avatar_index,
             avatar_name=msg.avatar_name,
             robot_model=msg.robot_model,
+            hand_joint_pos=np.array(msg.hand_joint_pos, dtype=np.float64),
+            has_hands=msg.has_hands,
         )
 
     @classmethod

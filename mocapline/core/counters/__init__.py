@@ -35,6 +35,7 @@ from mocapline.core.counters.stages import (
     CapturePerformerCounts,
     FanInInfo,
     FrameIdCounts,
+    HandCounts,
     PathCounts,
     PolicyCounts,
     PropCounts,
@@ -74,7 +75,7 @@ def decode_stage(service: str, data: Any) -> StageCounts:
 __all__ = [
     "SCHEMA_KEY", "SCHEMA_VERSION", "STAGE_TYPES", "AuditorBeat", "CaptureCounts", "CapturePerformerCounts",
     "ConsumerCounts", "CounterSchemaError", "DurableCounts", "FanInInfo", "FanoutCounts", "FanoutTotals",
-    "FrameIdCounts", "LinkReceiverCounts", "LinkSenderCounts", "Metric", "PathCounts", "RetargetCounts",
+    "FrameIdCounts", "HandCounts", "LinkReceiverCounts", "LinkSenderCounts", "Metric", "PathCounts", "RetargetCounts",
     "RetargetPerformerCounts", "RetargetTotals", "RobotConsumerCounts", "SegmentCounts", "StageCounts",
     "StreamerCounts", "StreamerPerformerCounts", "TcpSourceCounts", "UnitCheck", "ViewerCounts",
     "ViewerPerformerCounts", "WorkerInfo", "WorkerShare", "decode", "decode_stage", "durable_counts", "from_parts",

@@ -203,6 +203,18 @@ class RetargetPerformerCounts:
 
 
 @dataclass(frozen=True)
+class HandCounts:
+    """The hand stage of a retarget with a hands build (services/retarget/hands.py): frames whose
+    HumanFrame had hand bodies (``frames``) or none (``without_hands``: the hands at rest), and its
+    cost per frame."""
+
+    frames: int = wire(0)
+    without_hands: int = wire(0)
+    ms_mean: float = wire(0.0)
+    ms_max: float = wire(0.0)
+
+
+@dataclass(frozen=True)
 class WorkerInfo:
     """A retarget worker: its name, its performers and its part in takeovers and handovers."""
 
@@ -241,6 +253,7 @@ class RetargetCounts:
     durable: DurableCounts | None = wire(None, omit_none=True)
     metrics_port: int | None = wire(None, omit_none=True)
     metrics_host: str | None = wire(None, omit_none=True)  # an automatic port's host, when not the default
+    hands: HandCounts | None = wire(None, omit_none=True)  # a build with hands only
 
 
 @dataclass(frozen=True)
