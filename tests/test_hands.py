@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mocapline.bench.hands import _lag, gesture_take, run_hands
 from mocapline.core.bodies import HAND_BODIES, HAND_BONES
 from mocapline.core.frames import HumanFrame, RobotFrame
 from mocapline.core.modes import SOURCE_PORTS
@@ -205,3 +206,13 @@ def test_retarget_sends_the_hands_with_the_body(filter_name: str) -> None:
     hands = service.heartbeat().hands
     assert hands is not None and (hands.frames, hands.without_hands) == (5, 1)
     assert RetargetService(Retargeter(), _Sink()).heartbeat().hands is None  # type: ignore[arg-type]
+
+
+def test_bench_hands_measures_one_frame_of_lag_and_less_jitter(dex3: HandModel) -> None:
+    take = gesture_take(60.0, noise_m=0.002)
+    take.frames = take.frames[: int(2 * GESTURE_S * 60)]
+    raw, q_raw = run_hands(take, dex3, smooth=False)
+    smooth, q = run_hands(take, dex3, smooth=True)
+    assert _lag(q, q_raw) == 1
+    assert smooth.jitter < 0.5 * raw.jitter
+    assert raw.contacts > 0 and raw.tip_mm > 0
