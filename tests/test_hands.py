@@ -3,10 +3,13 @@ gestures (open, fist, pinch, point)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from mocapline.bench.hands import _lag, gesture_take, run_hands
+from mocapline.core import pb
 from mocapline.core.bodies import HAND_BODIES, HAND_BONES
 from mocapline.core.frames import HumanFrame, RobotFrame
 from mocapline.core.modes import SOURCE_PORTS
@@ -21,6 +24,7 @@ from mocapline.services.retarget.hands import HandModel, HandOptions, HandRetarg
 from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.service import RetargetService
 from mocapline.tools.emitter.motion import GESTURE_S, GESTURES, gesture_at, pose_channels
+from mocapline.tools.pipeline.inprocess import InProcessPipeline, emitted_take
 
 RATE = 60.0
 
@@ -216,3 +220,37 @@ def test_bench_hands_measures_one_frame_of_lag_and_less_jitter(dex3: HandModel) 
     assert _lag(q, q_raw) == 1
     assert smooth.jitter < 0.5 * raw.jitter
     assert raw.contacts > 0 and raw.tip_mm > 0
+
+
+@pytest.mark.integration
+def test_the_hands_travel_the_pipeline_in_mocap_frames() -> None:
+    """capture -> retarget -> streamer -> viewer on g1_dex3: every MocapFrame carries both hands'
+    joints for its posture_index, the fingers close into the fist, and the header stays the body's."""
+    pipeline = InProcessPipeline(robot_model="g1_dex3")
+    seen: list[pb.MocapFrame] = []
+    accept = pipeline.validator.accept
+
+    def spy(received: Any) -> pb.MocapFrame | None:
+        assert received.header.joint_count == 29
+        frame = accept(received)
+        if frame is not None:
+            seen.append(frame)
+        return frame
+
+    pipeline.validator.accept = spy  # type: ignore[method-assign]
+    try:
+        pipeline.run(emitted_take(int(1.9 * GESTURE_S * 60)))
+    finally:
+        pipeline.close()
+    assert [f.posture_index for f in seen] == pipeline.applied == list(range(len(seen)))
+    assert len(seen) == int(1.9 * GESTURE_S * 60)
+    assert all(len(f.hand_joint_pos) == 14 and f.has_hands for f in seen)
+    hands = HandModel(get_robot("g1_dex3"))
+    fingers = np.array(["index" in n or "middle" in n for n in hands.joint_names])
+    share = (np.array(seen[-1].hand_joint_pos) - hands.rest) / (closing(hands) - hands.rest)
+    assert np.all(share[fingers] > 0.9)
+    share = (np.array(seen[30].hand_joint_pos) - hands.rest) / (closing(hands) - hands.rest)
+    assert np.all(np.abs(share[fingers]) < 0.05)  # open
+    old = pb.MocapFrame()  # a consumer without the fields reads the rest as before
+    old.ParseFromString(seen[-1].SerializeToString())
+    assert list(old.joint_pos) == list(seen[-1].joint_pos)
