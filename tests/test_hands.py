@@ -11,7 +11,7 @@ import pytest
 from mocapline.bench.hands import _lag, gesture_take, run_hands
 from mocapline.core import pb
 from mocapline.core.bodies import HAND_BODIES, HAND_BONES
-from mocapline.core.frames import HumanFrame, RobotFrame
+from mocapline.core.frames import FrameFieldError, HumanFrame, RobotFrame, check_mocap_frame
 from mocapline.core.modes import SOURCE_PORTS
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import AxisBvhConfig, encode_datagram
@@ -25,6 +25,7 @@ from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.service import RetargetService
 from mocapline.tools.emitter.motion import GESTURE_S, GESTURES, gesture_at, pose_channels
 from mocapline.tools.pipeline.inprocess import InProcessPipeline, emitted_take
+from mocapline.tools.portcheck.port_checks import hands_check
 
 RATE = 60.0
 
@@ -254,3 +255,22 @@ def test_the_hands_travel_the_pipeline_in_mocap_frames() -> None:
     old = pb.MocapFrame()  # a consumer without the fields reads the rest as before
     old.ParseFromString(seen[-1].SerializeToString())
     assert list(old.joint_pos) == list(seen[-1].joint_pos)
+
+
+def test_port_check_and_consumers_hold_the_hands_to_their_build() -> None:
+    from collections import Counter
+
+    assert hands_check(Counter({("g1_dex3", 14): 50, ("g1", 0): 3}))[0]
+    ok, detail = hands_check(Counter({("g1_dex3", 12): 5}))
+    assert not ok and "expected 14" in detail
+    assert not hands_check(Counter({("g1", 14): 1}))[0]
+    msg = pb.MocapFrame(body_pos_w=[0.0] * 3, body_lin_vel_w=[0.0] * 3, body_quat_w=[1.0, 0, 0, 0],
+                        body_ang_vel_w=[0.0] * 3, joint_pos=[0.0] * 29, joint_vel=[0.0] * 29,
+                        left_hand=[0.0] * 7, right_hand=[0.0] * 7, hand_joint_pos=[0.0] * 14, has_hands=True)
+    check_mocap_frame(msg, 29, 14)
+    check_mocap_frame(msg, 29)
+    with pytest.raises(FrameFieldError):
+        check_mocap_frame(msg, 29, 12)
+    del msg.hand_joint_pos[-1]
+    with pytest.raises(FrameFieldError):
+        check_mocap_frame(msg, 29)

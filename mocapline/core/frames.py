@@ -232,19 +232,26 @@ MOCAP_FIELD_LENGTHS: dict[str, int] = {
 MOCAP_JOINT_FIELDS = ("joint_pos", "joint_vel")
 
 
-def check_mocap_frame(msg: pb.MocapFrame, joint_count: int | None = None) -> None:
-    """Raise FrameFieldError unless every repeated field has its length: the fixed ones, and the
-    joints ``joint_count`` each (None: as many as ``joint_pos`` has)."""
+def check_mocap_frame(msg: pb.MocapFrame, joint_count: int | None = None, hand_count: int | None = None) -> None:
+    """Raise FrameFieldError unless every repeated field has its length: the fixed ones, the joints
+    ``joint_count`` each (None: as many as ``joint_pos`` has), and the hands' joints none or
+    ``hand_count`` (None: any even count, two hands of the same joints)."""
     for name, expected in MOCAP_FIELD_LENGTHS.items():
         _check(name, getattr(msg, name), expected)
     joints = len(msg.joint_pos) if joint_count is None else joint_count
     for name in MOCAP_JOINT_FIELDS:
         _check(name, getattr(msg, name), joints)
+    hands = len(msg.hand_joint_pos)
+    if hands and (hands % 2 if hand_count is None else hands != hand_count):
+        raise FrameFieldError(f"hand_joint_pos has {hands} values, expected none or "
+                              f"{'an even count' if hand_count is None else hand_count}")
 
 
-def parse_mocap_frame(data: bytes | memoryview, joint_count: int | None = None) -> pb.MocapFrame:
-    """Decode and length-check a MocapFrame (``joint_count``: the header's, or the robot's);
-    FrameFieldError (reason field_length) or ProtobufDecodeError (reason protobuf) on bad bytes."""
+def parse_mocap_frame(data: bytes | memoryview, joint_count: int | None = None,
+                      hand_count: int | None = None) -> pb.MocapFrame:
+    """Decode and length-check a MocapFrame (``joint_count``: the header's, or the robot's;
+    ``hand_count``: the robot's hand joints, see check_mocap_frame); FrameFieldError (reason
+    field_length) or ProtobufDecodeError (reason protobuf) on bad bytes."""
     msg = _parse(pb.MocapFrame(), data)
-    check_mocap_frame(msg, joint_count)
+    check_mocap_frame(msg, joint_count, hand_count)
     return msg
