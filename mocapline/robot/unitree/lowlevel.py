@@ -9,7 +9,7 @@ to and from CDR through one precomputed byte map. The messages of each family ar
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class Layout:
     def __init__(self, fields: Fields) -> None:
         self.dtype = c_dtype(fields)
         self.size = self.dtype.itemsize
-        fields_by_name = self.dtype.fields or {}
+        fields_by_name: dict[str, Any] = dict(self.dtype.fields or {})
         # the messages with a CRC end in it (LowCmd, LowState); a hand's have none
         self.crc_offset = int(fields_by_name["crc"][1]) if "crc" in fields_by_name else None
         cdr: list[int] = []
