@@ -87,3 +87,44 @@ def test_cyclonedds_serializes_the_idl_to_the_same_bytes() -> None:
     assert len(state.motor_state) == 7 and len(state.press_sensor_state) == 7
     assert [m.q for m in state.motor_state] == pytest.approx(list(Q))
     assert state.imu_state.quaternion == [1.0, 0.0, 0.0, 0.0]
+
+
+# ---- the bridge's hands (services/robot/hands.py) ----
+
+def test_the_bridge_drives_the_hands_safely() -> None:
+    from mocapline.robot.registry import get_robot
+    from mocapline.services.robot.hands import HandDriver
+
+    with pytest.raises(ValueError, match="no Dex3-1 hands"):
+        HandDriver.for_robot(get_robot("g1"), 0.05)
+    driver = HandDriver.for_robot(get_robot("g1_dex3"), 0.05, rate_hz=100.0)
+    assert driver.tick(0.0, "tracking") is None  # no frame yet: nothing sent
+    fist = np.where(np.abs(driver.lower) > np.abs(driver.upper), driver.lower, driver.upper) * 2  # past the ends
+    driver.take(fist, 7)
+    sent = [driver.tick(0.01 * k, "tracking") for k in range(1, 60)]
+    assert all(s is not None for s in sent)
+    qs = []
+    for s in sent:
+        assert s is not None
+        left, right = (read_hand_cmd(x)["motor_cmd"] for x in s.samples)
+        assert np.all(left["kp"] == np.float32(1.5)) and np.all(right["kd"] == np.float32(0.2))
+        assert list(left["mode"]) == [motor_mode(i) for i in range(7)]
+        qs.append(np.concatenate([left["q"], right["q"]]))
+    q = np.array(qs, dtype=np.float64)
+    assert np.all(q >= driver.lower - 1e-6) and np.all(q <= driver.upper + 1e-6)  # within the ranges less the margin
+    assert np.abs(np.diff(q, axis=0)).max() <= 6.0 * 0.01 + 1e-6  # ramps in at the speed limit
+    np.testing.assert_allclose(q[-1], np.clip(fist, driver.lower, driver.upper), atol=1e-6)
+    assert driver.tick(0.595, "tracking") is None  # not due yet, no new target
+    damped = driver.tick(0.7, "damping")
+    assert damped is not None and np.all(read_hand_cmd(damped.samples[0])["motor_cmd"]["kp"] == 0)
+    stopped = driver.tick(0.8, "estop")
+    assert stopped is not None
+    for sample in stopped.samples:
+        motors = read_hand_cmd(sample)["motor_cmd"]
+        assert np.all(motors["kp"] == 0) and np.all(motors["kd"] == 0)
+    # HandState_: the measured hand against the command
+    driver.on_state(0, hand_state(new_hand_state(), q[-1, :7] + 0.01, np.zeros(7), np.zeros(7)))
+    driver.on_state(1, b"\x00\x01\x00\x00short")
+    counts = driver.counts()
+    assert (counts.frames, counts.states_received, counts.states_rejected, counts.last_posture_index) == (1, 1, 1, 7)
+    assert counts.tracking_error_mean_rad == pytest.approx(0.01, abs=1e-4)

@@ -90,6 +90,12 @@ class Hands:
     fingers: tuple[str, ...] = ()
     left_tips: tuple[str, ...] = ()
     right_tips: tuple[str, ...] = ()
+    # The hands' low level (``mocapline robot --hands``, ``mocapline sim``): command and state
+    # topics (left, right) and the gains of every hand motor.
+    cmd_topics: tuple[str, ...] = ()
+    state_topics: tuple[str, ...] = ()
+    kp: float = 0.0
+    kd: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from mocapline.core.counters.stages import (
     RetargetPerformerCounts,
     RetargetTotals,
     RobotCounts,
+    RobotHandCounts,
     SegmentCounts,
     SideLedger,
     SidePathCounts,
@@ -80,5 +81,5 @@ __all__ = [
     "StreamerCounts", "StreamerPerformerCounts", "TcpSourceCounts", "UnitCheck", "ViewerCounts",
     "ViewerPerformerCounts", "WorkerInfo", "WorkerShare", "decode", "decode_stage", "durable_counts", "from_parts",
     "stage_type", "to_json", "wire", "zero", "SideLedger", "SidePathCounts", "Stages", "read_stages", "sum_workers",
-    "as_published", "PolicyCounts", "PropCounts", "RobotCounts", "TrackingError",
+    "as_published", "PolicyCounts", "PropCounts", "RobotCounts", "RobotHandCounts", "TrackingError",
 ]

@@ -215,6 +215,20 @@ class HandCounts:
 
 
 @dataclass(frozen=True)
+class RobotHandCounts:
+    """The bridge's hands (``mocapline robot --hands dex3``, services/robot/hands.py)."""
+
+    kind: str = wire("dex3")
+    frames: int = wire(0)  # frames whose hand joints were taken (as the body reached them)
+    commands_sent: int = wire(0)  # HandCmd_ pairs (left and right)
+    states_received: int = wire(0)  # HandState_ samples read
+    states_rejected: int = wire(0)
+    last_posture_index: int | None = wire(None)
+    tracking_error_mean_rad: float = wire(0.0)  # |measured - commanded| over the last 200 states
+    tracking_error_max_rad: float = wire(0.0)
+
+
+@dataclass(frozen=True)
 class WorkerInfo:
     """A retarget worker: its name, its performers and its part in takeovers and handovers."""
 
@@ -438,6 +452,7 @@ class RobotCounts:
     falls: int = wire(0, metric=Metric("mocapline_robot_falls_total"))  # the policy controller's
     policy: PolicyCounts | None = wire(None, omit_none=True)
     arm_sdk_weight: float | None = wire(None, omit_none=True)  # arm-sdk: the blend weight sent last
+    hands: RobotHandCounts | None = wire(None, omit_none=True)  # --hands dex3
     durable: DurableCounts | None = wire(None, omit_none=True)
     metrics_port: int | None = wire(None, omit_none=True)
     metrics_host: str | None = wire(None, omit_none=True)
