@@ -128,3 +128,26 @@ def test_the_bridge_drives_the_hands_safely() -> None:
     counts = driver.counts()
     assert (counts.frames, counts.states_received, counts.states_rejected, counts.last_posture_index) == (1, 1, 1, 7)
     assert counts.tracking_error_mean_rad == pytest.approx(0.01, abs=1e-4)
+
+
+def test_the_sims_hands_follow_their_hand_commands() -> None:
+    from mocapline.robot.registry import get_robot
+    from mocapline.tools.sim.physics import RobotPhysics
+
+    robot = get_robot("g1_dex3")
+    sim = RobotPhysics(robot, "fixed")
+    assert len(sim.hand_rows) == 2
+    target = np.array([0.3, 0.5, 0.8, -1.0, -1.2, -1.0, -1.2])  # the left hand: thumb, middle, index closing
+    sample = hand_cmd(new_hand_cmd(), target, 1.5, 0.2)
+    assert sim.apply_hand(0, read_hand_cmd(sample))
+    for _ in range(1000):  # 2 s
+        sim.step()
+    left = read_hand_state(sim.hand_state(0))["motor_state"]["q"]
+    right = read_hand_state(sim.hand_state(1))["motor_state"]["q"]
+    assert np.all(np.abs(left - target) < 0.25) and np.all(left / target > 0.45)  # kp 1.5: soft, gravity sags it
+    np.testing.assert_allclose(right, np.zeros(7), atol=0.05)  # no command: held at 0
+    bad = read_hand_cmd(hand_cmd(new_hand_cmd(), np.full(7, np.nan), 1.5, 0.2))
+    assert not sim.apply_hand(1, bad)
+    stopped = read_hand_cmd(hand_cmd(new_hand_cmd(), target, 0.0, 0.0))  # an e-stop's: the hand goes limp
+    assert sim.apply_hand(0, stopped)
+    assert np.all(sim.held_kp[sim.hand_rows[0]] == 0)
