@@ -81,7 +81,7 @@ def drain(robot_link):
 def test_one_robot_frame_per_human_frame_and_end_forwarded(take, links, filter_name) -> None:
     model, cfg, truth, pos, quat = take
     human, robot = links
-    # the known answer is the robot's own poses (off any floor): the IK without footing
+    # the known answer below is the IK's alone: no stance foot held on the floor
     service = RetargetService(Retargeter(cfg, RetargetOptions(footing=False), model=model), robot.push,
                               filter=filter_name)
     frames = human_frames(pos, quat, skip={5})  # index 9373 lost upstream
