@@ -108,7 +108,8 @@ def _tilt_deg(quat: np.ndarray) -> np.ndarray:
 
 def base_figures(samples: list[tuple[int, np.ndarray, np.ndarray]], fall_deg: float = 60.0) -> dict[str, Any]:
     """Seconds upright (of the sim's time, until the base first tilts past ``fall_deg``), the base's
-    path length on the floor, its net heading change and lowest height."""
+    path length on the floor, how far it ended from where it started (on the floor), its net
+    heading change and lowest height."""
     if len(samples) < 2:
         return {}
     ticks = np.array([t for t, _, _ in samples], dtype=np.float64) / 1000.0
@@ -119,16 +120,20 @@ def base_figures(samples: list[tuple[int, np.ndarray, np.ndarray]], fall_deg: fl
     step = np.linalg.norm(np.diff(pos[: end + 1, :2], axis=0), axis=1)
     return {"sim_s": round(float(ticks[-1] - ticks[0]), 2), "upright_s": round(float(ticks[end] - ticks[0]), 2),
             "base_path_m": round(float(step[step < 0.5].sum()), 3),  # a jump (a reset) is no travel
+            "base_offset_m": round(float(np.linalg.norm(pos[end, :2] - pos[0, :2])), 3),
             "base_heading_deg": round(float(np.degrees(_yaw(quat[: end + 1])[-1] - _yaw(quat[:1])[0])), 1),
             "base_min_height_m": round(float(pos[: end + 1, 2].min()), 3)}
 
 
 def reference_figures(clip: Any) -> dict[str, Any]:
-    """The reference root's path length on the floor and heading change over a clip."""
+    """The reference root's path length on the floor, how far it ended from where it started, and its
+    heading change over a clip."""
     root = np.asarray(clip["root_pose"], dtype=np.float64)
     step = np.linalg.norm(np.diff(root[:, :2], axis=0), axis=1)
     yaw = _yaw(root[:, 3:7])
-    return {"ref_path_m": round(float(step.sum()), 3), "ref_heading_deg": round(float(np.degrees(yaw[-1] - yaw[0])), 1)}
+    return {"ref_path_m": round(float(step.sum()), 3),
+            "ref_offset_m": round(float(np.linalg.norm(root[-1, :2] - root[0, :2])), 3),
+            "ref_heading_deg": round(float(np.degrees(yaw[-1] - yaw[0])), 1)}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -418,6 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if r["controller"] == "policy":
             print(f"  {'':<20} free base, {r['clock']}: upright {r.get('upright_s')} of {r.get('sim_s')} s, falls "
                   f"{r['falls']}; base path {r.get('base_path_m')} m vs the reference's {r['ref_path_m']} m, "
+                  f"ended {r.get('base_offset_m')} m from its start vs {r.get('ref_offset_m')} m, "
                   f"heading {r.get('base_heading_deg')} vs {r['ref_heading_deg']} deg; policy {r['policy']}")
     f = result["floor"]
     print(f"  floor (bare DDS publisher, constant LowCmd): rate {f['command_rate_hz']} Hz, period p99 "

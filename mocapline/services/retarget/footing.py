@@ -5,11 +5,12 @@ skates, hovers or sinks. This module knows when a human foot is in contact and m
 foot targets to match before the IK sees them:
 
 - **Contact** (:class:`ContactDetector`, per foot): the human ankle within ``on_height`` of its
-  stance floor and slower than ``on_speed`` horizontally enters contact; above ``off_height`` or
-  faster than ``off_speed`` leaves it (hysteresis). Live it is causal: the speed is the backward
-  difference, so it costs no frame of delay; what it costs is that a lift-off is seen only once
-  the foot has risen or sped up past the off thresholds. Offline (:func:`plan_contacts`) the speed
-  is centred and contacts or gaps shorter than ``min_s`` are removed (look-ahead).
+  stance floor and slower than ``on_speed`` horizontally enters contact; above ``off_height``
+  (or faster than ``off_speed``, by default never: a foot sliding on the floor is the capture's
+  skate) leaves it (hysteresis). Live it is causal: the speed is the backward difference, so it
+  costs no frame of delay; what it costs is that a lift-off is seen only once the ankle has risen
+  past ``off_height``. Offline (:func:`plan_contacts`) the speed is centred and contacts or gaps
+  shorter than ``min_s`` are removed (look-ahead).
 - **Floor** (:class:`FloorEstimate`): the human's stance floor, per take, from the take itself: a
   low percentile of the lower ankle's height (one foot stands whenever a person stands or walks).
   Offline over the whole take, live over a rolling window, recomputed a few times a second.
@@ -19,7 +20,9 @@ foot targets to match before the IK sees them:
   world's; the yaw follows the performer, so a pivot turns the foot in place). Touchdown and
   lift-off blend over ``blend_s``. Every target of the body is shifted by one smoothed height
   ``lift`` so that the stance feet's raw targets reach the floor: the root's height then matches
-  its legs. A target that would put any sole point below the floor is raised to it.
+  its legs. A stance foot, and a free one near the floor, weighs more in the IK (``stance_gain``:
+  the root gives, not the foot). A target that would put a sole point below the floor is raised
+  to it (smoothly near it: a kink is a jerk).
 
 Sites on a foot (an Xsens config's toes) move with it rigidly.
 """
@@ -50,10 +53,11 @@ class FootingSettings:
     on_height: float = 0.025  # m above the stance floor: a human ankle lower may carry weight
     off_height: float = 0.03
     on_speed: float = 1.0  # m/s horizontal (capture jitter alone reads 0.1-0.3 at 120 Hz)
-    off_speed: float = 99.0
+    off_speed: float = math.inf  # speed alone does not end a contact (docs/retarget.md)
     blend_s: float = 0.15  # touchdown and lift-off blends
     lift_s: float = 0.15  # time constant of the body's height shift
     min_s: float = 0.05  # offline: contacts and gaps shorter than this are removed
+    plan_margin: float = 0.005  # m: offline, the contact heights are this much higher (plan_contacts)
     floor_percentile: float = 5.0
     floor_window_s: float = 10.0  # live: the floor from this many seconds of the take
     floor_every_s: float = 0.25  # live: how often it is recomputed
@@ -147,12 +151,17 @@ def _remove_short(flags: np.ndarray, shortest: int) -> np.ndarray:
 
 def plan_contacts(positions: np.ndarray, fps: float, settings: FootingSettings | None = None,
                   floor: float | None = None) -> np.ndarray:
-    """Offline contacts, (F, 2) bool (left, right): the same hysteresis on centred speeds, then
-    contacts and gaps shorter than ``min_s`` removed."""
+    """Offline contacts, (F, 2) bool (left, right): the same hysteresis on centred speeds, the
+    heights ``plan_margin`` higher, then contacts and gaps shorter than ``min_s`` removed.
+
+    The margin: the whole take's floor lies below the live estimate's early values (CMU walk 0.085
+    against 0.101 m in its first second), and a landing foot whose ankle is still 2.5-3 cm over it
+    was left free, its slide counted (the walk's skate 3.7 cm/s offline against 1.1 live; 1.1 with
+    the margin)."""
     s = settings or FootingSettings()
     positions = np.asarray(positions)
     floor = stance_floor(positions, s.floor_percentile) if floor is None else floor
-    heights = positions[:, FOOT_INDEX, 2] - floor
+    heights = positions[:, FOOT_INDEX, 2] - floor - s.plan_margin
     speeds = horizontal_speeds(positions, fps, centred=True)
     out = np.zeros(heights.shape, dtype=bool)
     for k in range(2):
@@ -174,10 +183,6 @@ class FootGeometry:
     soles: np.ndarray  # (2, k, 3) lowest points of each foot's collision geoms, in the link frame
     up: np.ndarray  # (2, 3) the world's z in the link frame, standing
     height: np.ndarray  # (2,) the link origin above its lowest sole point, standing
-
-    def lowest(self, pos: np.ndarray, quat: np.ndarray, foot: int) -> float:
-        """Lowest sole point (world z) of foot ``foot`` at link pose ``pos``, ``quat``."""
-        return float((Q.rotate(quat, self.soles[foot])[:, 2]).min() + pos[2])
 
 
 def _geom_bottoms(model: mujoco.MjModel, data: mujoco.MjData, geom: int) -> np.ndarray:

@@ -9,7 +9,10 @@ Per frame:
    entry's target pose is computed at once (vectorised numpy): positions scaled about the root
    (``human_scale_table`` times ``human_height_assumption / human_height``), rotation offset on
    the right, position offset in the target frame, ground shift (``ground_height`` +
-   ``ground_offset``) on z. Conventions in :mod:`mocapline.services.retarget.config`.
+   ``ground_offset``) on z. Conventions in :mod:`mocapline.services.retarget.config`. Then the
+   feet (:mod:`..footing`, ``footing``, on by default): a foot the performer stands on is held
+   flat on the floor where it touched down, the body shifted to the height its stance legs give,
+   and a stance foot weighs more in the IK.
 2. IK. Differential-IK steps from the previous frame's solution (warm start) until a step lowers
    the cost by less than ``tolerance`` (2 %) of it, at least ``min_iterations`` (2) and at most
    ``iterations`` (8): a slow frame stops after two steps, a fast one gets more (steps a frame
