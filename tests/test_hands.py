@@ -274,3 +274,33 @@ def test_port_check_and_consumers_hold_the_hands_to_their_build() -> None:
     del msg.hand_joint_pos[-1]
     with pytest.raises(FrameFieldError):
         check_mocap_frame(msg, 29)
+
+
+def test_the_viewer_moves_the_hands() -> None:
+    import mujoco
+
+    from mocapline.robot.model import load_full_model
+    from mocapline.services.viewer.apply import FrameApplier, QposWriter, ViewerCounters
+
+    robot = get_robot("g1_dex3")
+    assert robot.hands is not None
+    names = robot.hands.left + robot.hands.right
+    model = load_full_model(robot)
+    data = mujoco.MjData(model)
+    applier = FrameApplier(model, data, QposWriter(model, robot.joint_names, names), ViewerCounters())
+    tip = model.body("left_hand_index_1_link").id
+    hands = HandModel(robot, model)
+    frame = pb.MocapFrame(body_pos_w=[0.0, 0.0, 0.8], body_lin_vel_w=[0.0] * 3, body_quat_w=[1.0, 0, 0, 0],
+                          body_ang_vel_w=[0.0] * 3, joint_pos=[0.0] * 29, joint_vel=[0.0] * 29,
+                          left_hand=[0.0] * 7, right_hand=[0.0] * 7, hand_joint_pos=hands.rest.tolist(), has_hands=True)
+    applier.apply(frame, 0)
+    open_tip = data.xpos[tip].copy()
+    frame.hand_joint_pos[:] = closing(hands).tolist()
+    frame.posture_index = 1
+    applier.apply(frame, 0)
+    assert np.linalg.norm(data.xpos[tip] - open_tip) > 0.02
+    np.testing.assert_allclose(data.qpos[applier.writer.hand_adr], closing(hands), atol=1e-6)
+    # a model without the hands' joints (the IK's) ignores them
+    from mocapline.robot.model import load_ik_model
+
+    assert len(QposWriter(load_ik_model(robot), robot.joint_names, names).hand_adr) == 0
