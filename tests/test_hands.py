@@ -304,3 +304,18 @@ def test_the_viewer_moves_the_hands() -> None:
     from mocapline.robot.model import load_ik_model
 
     assert len(QposWriter(load_ik_model(robot), robot.joint_names, names).hand_adr) == 0
+
+
+def test_a_restarted_retarget_continues_the_hands() -> None:
+    robot = get_robot("g1_dex3")
+    frames = held_frames()
+    first = RetargetService(Retargeter(robot=robot), _Sink())  # type: ignore[arg-type]
+    for _ in range(5):
+        first.on_frame(frames["fist"])
+    state = first.durable_state()
+    again = RetargetService(Retargeter(robot=robot), _Sink())  # type: ignore[arg-type]
+    again.restore(state)
+    track = again.tracks[0]
+    assert track.hands is not None and first.tracks[0].hands is not None
+    np.testing.assert_allclose(track.hands.q, first.tracks[0].hands.q)
+    assert again.counters.hand_frames == 5

@@ -297,6 +297,12 @@ class HandRetargeter:
         self.q = self.hands.rest.copy()
         self._history.clear()
 
+    def resume(self, q: np.ndarray) -> None:
+        """Continue from a stored solution (a restarted retarget): the next solve starts there."""
+        if q.shape == self.q.shape and np.all(np.isfinite(q)):
+            self.q = np.clip(q, self.hands.lower, self.hands.upper)
+            self._history = [self.q.copy()]
+
     def targets(self, frame: HumanFrame) -> HandTargets:
         h, o = self.hands, self.options
         human = self.keypoints.hands(frame.finger_positions, frame.finger_quaternions)
