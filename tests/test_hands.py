@@ -319,3 +319,57 @@ def test_a_restarted_retarget_continues_the_hands() -> None:
     assert track.hands is not None and first.tracks[0].hands is not None
     np.testing.assert_allclose(track.hands.q, first.tracks[0].hands.q)
     assert again.counters.hand_frames == 5
+
+
+class _FakeTopics:
+    """The viewer's DDS for the measured robot: one LowState, the hands' HandState_, no base."""
+
+    def __init__(self, low_state: bytes, hands: list[bytes]) -> None:
+        self.low_state, self.hands = low_state, hands
+
+    def state_reader(self, waitable: bool = True) -> Any:
+        return _Samples([self.low_state])
+
+    def base_reader(self, waitable: bool = True) -> Any:
+        return _Samples([])
+
+    def hand_reader(self, topic: str, state: bool = False) -> Any:
+        assert state and topic.startswith("rt/dex3/")
+        return _Samples([self.hands[0 if "left" in topic else 1]])
+
+    def close(self) -> None:
+        pass
+
+
+class _Samples:
+    def __init__(self, samples: list[bytes]) -> None:
+        self.samples = samples
+
+    def take(self, n: int = 64) -> list[bytes]:
+        out, self.samples = self.samples, []
+        return out
+
+
+def test_the_pages_physics_robot_shows_the_sims_hands() -> None:
+    from mocapline.robot.model import load_full_model
+    from mocapline.robot.unitree.hand import hand_state, new_hand_state
+    from mocapline.robot.unitree.hg import LOW_STATE, new_low_state
+    from mocapline.services.viewer.apply import QposWriter
+    from mocapline.services.viewer.measured import MeasuredRobot
+
+    robot = get_robot("g1_dex3")
+    assert robot.hands is not None
+    model = load_full_model(robot)
+    writer = QposWriter(model, robot.joint_names, robot.hands.left + robot.hands.right)
+    measured = MeasuredRobot(robot, 7, "lo", model, writer.joint_adr, writer.hand_adr)
+    state = new_low_state()
+    LOW_STATE.seal(state)
+    hands = HandModel(robot, model)
+    closed = closing(hands)
+    samples = [hand_state(new_hand_state(), closed[:7], np.zeros(7), np.zeros(7)),
+               hand_state(new_hand_state(), closed[7:], np.zeros(7), np.zeros(7))]
+    measured._dds = _FakeTopics(LOW_STATE.sample(state), samples)
+    measured.poll(True, now=1.0)
+    pose = measured.view(None, now=1.0)
+    assert pose is not None and measured.hand_q is not None
+    np.testing.assert_allclose(measured.data.qpos[writer.hand_adr], closed, atol=1e-6)

@@ -313,7 +313,8 @@ def open_display(stage: Stage, settings: ViewerSettings, model: mujoco.MjModel, 
         loop.web = web
         if settings.robot_domain is not None:
             loop.measured = MeasuredRobot(get_robot(settings.robot_model), settings.robot_domain,
-                                          settings.robot_interface, model, loop.applier.writer.joint_adr)
+                                          settings.robot_interface, model, loop.applier.writer.joint_adr,
+                                          loop.applier.writer.hand_adr)
             stage.exits.callback(loop.measured.close)
         print(f"mocapline viewer: live view at {web.address}", file=sys.stderr, flush=True)
     elif display == "window":
