@@ -46,7 +46,6 @@ from mocapline.robot import model as robot_model
 from mocapline.robot.description import RobotDescription
 
 DISTAL_SHARE = 0.8  # a distal phalanx's length over the bone before it (the thumb's: its proximal)
-SIDES = ("Left", "Right")
 _BONE = {name: i for i, name in enumerate(HAND_BONES)}
 _CYCLE1, _CYCLE2 = [1, 2, 0], [2, 0, 1]  # a x b = a[c1] b[c2] - a[c2] b[c1]
 
