@@ -373,3 +373,34 @@ def test_the_pages_physics_robot_shows_the_sims_hands() -> None:
     pose = measured.view(None, now=1.0)
     assert pose is not None and measured.hand_q is not None
     np.testing.assert_allclose(measured.data.qpos[writer.hand_adr], closed, atol=1e-6)
+
+
+@pytest.mark.parametrize("gloves", [True, False])
+def test_an_xsens_take_with_and_without_gloves(gloves: bool) -> None:
+    """MVN's datagrams (the synthetic streamer) through capture and retarget on g1_dex3: with gloves
+    the fist closes the fingers, without them the hands stay at rest and the frames say so."""
+    from mocapline.tools.emitter.mvn import MvnStreamer, MvnTake
+
+    streamer = MvnStreamer(MvnTake(gloves=gloves))
+    core = CaptureCore(XsensDecoder("m"), [SOURCE_PORTS["xsens"]])
+    times = [GESTURE_S * 1.9 - k / RATE for k in range(8)][::-1]  # the fist, held
+    frames: list[HumanFrame] = []
+    for k, t in enumerate(times):
+        for data in streamer.sample(k, t):
+            frames += core.feed(Datagram(k * 1000, SOURCE_PORTS["xsens"], "127.0.0.1", data), k * 1e-3)
+    frames += core.flush()
+    assert len(frames) == len(times) and all(f.has_hands == gloves for f in frames)
+    robot = get_robot("g1_dex3")
+    sink = _Sink()
+    service = RetargetService(Retargeter("xsens", robot=robot), sink)  # type: ignore[arg-type]
+    for f in frames:
+        service.on_frame(f)
+    hands = HandModel(robot)
+    q = sink.frames[-1].hand_joint_pos
+    fingers = np.array(["index" in n or "middle" in n for n in hands.joint_names])
+    if gloves:
+        assert np.all(((q - hands.rest) / (closing(hands) - hands.rest))[fingers] > 0.8)
+    else:
+        np.testing.assert_array_equal(q, hands.rest)
+    counts = service.heartbeat().hands
+    assert counts is not None and (counts.frames, counts.without_hands) == ((8, 0) if gloves else (0, 8))
