@@ -274,3 +274,133 @@ def test_port_check_and_consumers_hold_the_hands_to_their_build() -> None:
     del msg.hand_joint_pos[-1]
     with pytest.raises(FrameFieldError):
         check_mocap_frame(msg, 29)
+
+
+def test_the_viewer_moves_the_hands() -> None:
+    import mujoco
+
+    from mocapline.robot.model import load_full_model
+    from mocapline.services.viewer.apply import FrameApplier, QposWriter, ViewerCounters
+
+    robot = get_robot("g1_dex3")
+    assert robot.hands is not None
+    names = robot.hands.left + robot.hands.right
+    model = load_full_model(robot)
+    data = mujoco.MjData(model)
+    applier = FrameApplier(model, data, QposWriter(model, robot.joint_names, names), ViewerCounters())
+    tip = model.body("left_hand_index_1_link").id
+    hands = HandModel(robot, model)
+    frame = pb.MocapFrame(body_pos_w=[0.0, 0.0, 0.8], body_lin_vel_w=[0.0] * 3, body_quat_w=[1.0, 0, 0, 0],
+                          body_ang_vel_w=[0.0] * 3, joint_pos=[0.0] * 29, joint_vel=[0.0] * 29,
+                          left_hand=[0.0] * 7, right_hand=[0.0] * 7, hand_joint_pos=hands.rest.tolist(), has_hands=True)
+    applier.apply(frame, 0)
+    open_tip = data.xpos[tip].copy()
+    frame.hand_joint_pos[:] = closing(hands).tolist()
+    frame.posture_index = 1
+    applier.apply(frame, 0)
+    assert np.linalg.norm(data.xpos[tip] - open_tip) > 0.02
+    np.testing.assert_allclose(data.qpos[applier.writer.hand_adr], closing(hands), atol=1e-6)
+    # a model without the hands' joints (the IK's) ignores them
+    from mocapline.robot.model import load_ik_model
+
+    assert len(QposWriter(load_ik_model(robot), robot.joint_names, names).hand_adr) == 0
+
+
+def test_a_restarted_retarget_continues_the_hands() -> None:
+    robot = get_robot("g1_dex3")
+    frames = held_frames()
+    first = RetargetService(Retargeter(robot=robot), _Sink())  # type: ignore[arg-type]
+    for _ in range(5):
+        first.on_frame(frames["fist"])
+    state = first.durable_state()
+    again = RetargetService(Retargeter(robot=robot), _Sink())  # type: ignore[arg-type]
+    again.restore(state)
+    track = again.tracks[0]
+    assert track.hands is not None and first.tracks[0].hands is not None
+    np.testing.assert_allclose(track.hands.q, first.tracks[0].hands.q)
+    assert again.counters.hand_frames == 5
+
+
+class _FakeTopics:
+    """The viewer's DDS for the measured robot: one LowState, the hands' HandState_, no base."""
+
+    def __init__(self, low_state: bytes, hands: list[bytes]) -> None:
+        self.low_state, self.hands = low_state, hands
+
+    def state_reader(self, waitable: bool = True) -> Any:
+        return _Samples([self.low_state])
+
+    def base_reader(self, waitable: bool = True) -> Any:
+        return _Samples([])
+
+    def hand_reader(self, topic: str, state: bool = False) -> Any:
+        assert state and topic.startswith("rt/dex3/")
+        return _Samples([self.hands[0 if "left" in topic else 1]])
+
+    def close(self) -> None:
+        pass
+
+
+class _Samples:
+    def __init__(self, samples: list[bytes]) -> None:
+        self.samples = samples
+
+    def take(self, n: int = 64) -> list[bytes]:
+        out, self.samples = self.samples, []
+        return out
+
+
+def test_the_pages_physics_robot_shows_the_sims_hands() -> None:
+    from mocapline.robot.model import load_full_model
+    from mocapline.robot.unitree.hand import hand_state, new_hand_state
+    from mocapline.robot.unitree.hg import LOW_STATE, new_low_state
+    from mocapline.services.viewer.apply import QposWriter
+    from mocapline.services.viewer.measured import MeasuredRobot
+
+    robot = get_robot("g1_dex3")
+    assert robot.hands is not None
+    model = load_full_model(robot)
+    writer = QposWriter(model, robot.joint_names, robot.hands.left + robot.hands.right)
+    measured = MeasuredRobot(robot, 7, "lo", model, writer.joint_adr, writer.hand_adr)
+    state = new_low_state()
+    LOW_STATE.seal(state)
+    hands = HandModel(robot, model)
+    closed = closing(hands)
+    samples = [hand_state(new_hand_state(), closed[:7], np.zeros(7), np.zeros(7)),
+               hand_state(new_hand_state(), closed[7:], np.zeros(7), np.zeros(7))]
+    measured._dds = _FakeTopics(LOW_STATE.sample(state), samples)
+    measured.poll(True, now=1.0)
+    pose = measured.view(None, now=1.0)
+    assert pose is not None and measured.hand_q is not None
+    np.testing.assert_allclose(measured.data.qpos[writer.hand_adr], closed, atol=1e-6)
+
+
+@pytest.mark.parametrize("gloves", [True, False])
+def test_an_xsens_take_with_and_without_gloves(gloves: bool) -> None:
+    """MVN's datagrams (the synthetic streamer) through capture and retarget on g1_dex3: with gloves
+    the fist closes the fingers, without them the hands stay at rest and the frames say so."""
+    from mocapline.tools.emitter.mvn import MvnStreamer, MvnTake
+
+    streamer = MvnStreamer(MvnTake(gloves=gloves))
+    core = CaptureCore(XsensDecoder("m"), [SOURCE_PORTS["xsens"]])
+    times = [GESTURE_S * 1.9 - k / RATE for k in range(8)][::-1]  # the fist, held
+    frames: list[HumanFrame] = []
+    for k, t in enumerate(times):
+        for data in streamer.sample(k, t):
+            frames += core.feed(Datagram(k * 1000, SOURCE_PORTS["xsens"], "127.0.0.1", data), k * 1e-3)
+    frames += core.flush()
+    assert len(frames) == len(times) and all(f.has_hands == gloves for f in frames)
+    robot = get_robot("g1_dex3")
+    sink = _Sink()
+    service = RetargetService(Retargeter("xsens", robot=robot), sink)  # type: ignore[arg-type]
+    for f in frames:
+        service.on_frame(f)
+    hands = HandModel(robot)
+    q = sink.frames[-1].hand_joint_pos
+    fingers = np.array(["index" in n or "middle" in n for n in hands.joint_names])
+    if gloves:
+        assert np.all(((q - hands.rest) / (closing(hands) - hands.rest))[fingers] > 0.8)
+    else:
+        np.testing.assert_array_equal(q, hands.rest)
+    counts = service.heartbeat().hands
+    assert counts is not None and (counts.frames, counts.without_hands) == ((8, 0) if gloves else (0, 8))

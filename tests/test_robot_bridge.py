@@ -400,6 +400,7 @@ def test_the_hands_through_the_robot_end(tmp_path) -> None:
     hands = finals["robot"]["hands"]
     assert hands["frames"] == frames and hands["commands_sent"] > frames and hands["states_received"] > 0, hands
     assert hands["tracking_error_mean_rad"] < 0.5, hands
+    assert verdict["robot"]["hands"]["frames"] == frames  # the ledger's robot block says so too
     assert all(seen), "HandCmd_ on both hands' topics, read by the IDL type"
     for side, names in enumerate((robot.hands.left, robot.hands.right)):
         last = seen[side][-1]

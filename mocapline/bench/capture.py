@@ -6,10 +6,12 @@ the best round is reported (least disturbed by the rest of the machine), the med
 The floor is ``struct.unpack`` of the same datagrams (header and all floats): no validation, no
 numpy, no FK. ``ratio`` = fps / floor_fps.
 
-``fps`` is capture's own path (CaptureCore: validate, ledger, merge, FK, HumanFrame) draining a
+``fps`` is capture's own path (CaptureCore: validate, ledger, merge, FK with the hands, HumanFrame) draining a
 backlog, which is when throughput matters: the service takes what the FIFO holds (up to 64
 datagrams) and runs the FK of all of them as one batch. ``single_frame_fps`` is the same work one
-datagram at a time, i.e. the per-frame cost when frames trickle in (1 / latency).
+datagram at a time, i.e. the per-frame cost when frames trickle in (1 / latency). ``parse_fk`` is
+parse + FK of the 23 bodies alone, ``parse_fk_hands`` with the 40 hand bodies (``hands_ratio``, side
+by side in the same run).
 """
 
 from __future__ import annotations
@@ -92,6 +94,11 @@ def measure(
             chunk = take[start : start + batch]
             fk.bodies_batch(np.stack([parse_datagram(d, config).channels for d in chunk]))
 
+    def parse_fk_hands() -> None:
+        bodies = fk.bodies_and_hands
+        for datagram in take:
+            bodies(parse_datagram(datagram, config).channels)
+
     def parse_only() -> None:
         for datagram in take:
             parse_datagram(datagram, config)
@@ -118,6 +125,7 @@ def measure(
         "service": service_backlog,
         "single": service_single,
         "parse_fk": parse_fk,
+        "parse_fk_hands": parse_fk_hands,
         "batch": parse_fk_batched,
         "parse": parse_only,
     }
@@ -130,6 +138,8 @@ def measure(
         "ratio": best["service"] / best["floor"],
         "single_frame_fps": best["single"],
         "parse_fk_fps": best["parse_fk"],
+        "parse_fk_hands_fps": best["parse_fk_hands"],
+        "hands_ratio": best["parse_fk_hands"] / best["parse_fk"],
         "fps_median": median["service"],
         "floor_fps_median": median["floor"],
         "batch_fps": best["batch"],
@@ -162,7 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"take: {frames} datagrams, {rounds} rounds, core {cpu}")
         print(f"capture path   {result['fps']:>10.0f} frames/s, draining a backlog (median {result['fps_median']:.0f})")
         print(f"  one by one   {result['single_frame_fps']:>10.0f} frames/s")
-        print(f"parse + FK     {result['parse_fk_fps']:>10.0f} frames/s, single frames, no ledger")
+        print(f"parse + FK     {result['parse_fk_fps']:>10.0f} frames/s, single frames, no ledger, the 23 bodies")
+        print(f"  with hands   {result['parse_fk_hands_fps']:>10.0f} frames/s, + the 40 hand bodies (what capture "
+              f"computes): {result['hands_ratio']:.2f}x")
         floor, floor_median = result["floor_fps"], result["floor_fps_median"]
         print(f"floor (struct) {floor:>10.0f} frames/s (median {floor_median:.0f})")
         print(f"ratio          {result['ratio']:>10.3f}")

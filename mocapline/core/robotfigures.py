@@ -22,9 +22,12 @@ FIGURES: tuple[str, ...] = (
 
 
 def ledger_block(robot: RobotCounts) -> dict[str, Any]:
-    """The bridge's figures as the ledger publishes them (JSON values)."""
+    """The bridge's figures as the ledger publishes them (JSON values); with ``--hands``, ``hands``."""
     published = as_published(robot)
-    return {name: published[name] for name in FIGURES}
+    block = {name: published[name] for name in FIGURES}
+    if published.get("hands") is not None:
+        block["hands"] = published["hands"]
+    return block
 
 
 def _ms(value: Any) -> str:
@@ -47,7 +50,16 @@ def rows(block: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("clamps", ", ".join(f"{reason} {n}" for reason, n in sorted(clamps.items())) or "0"),
         ("latency p50 / p99", f"{_ms(block.get('latency_p50_ms'))} / {_ms(block.get('latency_p99_ms'))}"),
         ("tracking error p99", ", ".join(f"{group} {e['p99']:.3f} rad" for group, e in tracking.items()) or "-"),
+        *_hand_rows(block.get("hands")),
     ]
+
+
+def _hand_rows(hands: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    if not hands:
+        return []
+    error = f"{hands['tracking_error_mean_rad']:.3f} rad (max {hands['tracking_error_max_rad']:.3f})"
+    return [("hands", f"{hands['kind']}: {hands['frames']} frames, {hands['commands_sent']} HandCmd_ pairs, "
+                      f"{hands['states_received']} HandState_, tracking error mean {error}")]
 
 
 def line(block: Mapping[str, Any]) -> str:

@@ -46,7 +46,6 @@ from mocapline.robot import model as robot_model
 from mocapline.robot.description import RobotDescription
 
 DISTAL_SHARE = 0.8  # a distal phalanx's length over the bone before it (the thumb's: its proximal)
-SIDES = ("Left", "Right")
 _BONE = {name: i for i, name in enumerate(HAND_BONES)}
 _CYCLE1, _CYCLE2 = [1, 2, 0], [2, 0, 1]  # a x b = a[c1] b[c2] - a[c2] b[c1]
 
@@ -296,6 +295,12 @@ class HandRetargeter:
     def reset(self) -> None:
         self.q = self.hands.rest.copy()
         self._history.clear()
+
+    def resume(self, q: np.ndarray) -> None:
+        """Continue from a stored solution (a restarted retarget): the next solve starts there."""
+        if q.shape == self.q.shape and np.all(np.isfinite(q)):
+            self.q = np.clip(q, self.hands.lower, self.hands.upper)
+            self._history = [self.q.copy()]
 
     def targets(self, frame: HumanFrame) -> HandTargets:
         h, o = self.hands, self.options

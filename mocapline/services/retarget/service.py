@@ -387,6 +387,7 @@ class RetargetService:
             str(k): {"name": t.name, "segment": t.segment, "last_posture_index": t.last_posture_index,
                      "qpos": None if t.qpos is None else t.qpos.tolist(),
                      "branches": t.retargeter.pole_branches,
+                     "hands_q": None if t.hands is None else t.hands.q.tolist(),
                      "frames_in": t.frames_in, "gmr_processed": t.gmr_processed,
                      "robot_frames_sent": t.robot_frames_sent}
             for k, t in self.tracks.items()
@@ -413,6 +414,8 @@ class RetargetService:
             if saved.get("qpos") is not None:
                 track.qpos = np.asarray(saved["qpos"], dtype=np.float64)
                 track.retargeter.reset(track.qpos, saved.get("branches"))
+            if track.hands is not None and saved.get("hands_q") is not None:
+                track.hands.resume(np.asarray(saved["hands_q"], dtype=np.float64))
 
 
 def status_line(hb: RetargetCounts) -> str:

@@ -140,13 +140,16 @@ class ViewerCounters:
 
 
 class QposWriter:
-    """Maps MocapFrame joint order (the robot's stream order, by name) onto a model's qpos addresses."""
+    """Maps MocapFrame joint order (the robot's stream order, by name) onto a model's qpos addresses,
+    and ``hand_joint_pos`` onto the hands' joints (``hand_names``, where the model has them free)."""
 
-    def __init__(self, model: mujoco.MjModel, joint_names: tuple[str, ...]) -> None:
+    def __init__(self, model: mujoco.MjModel, joint_names: tuple[str, ...], hand_names: tuple[str, ...] = ()) -> None:
         missing = [n for n in joint_names if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n) < 0]
         if missing:
             raise ValueError(f"model lacks joints {missing}")
         self.joint_adr = np.array([model.joint(n).qposadr[0] for n in joint_names], dtype=np.int64)
+        has = all(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n) >= 0 for n in hand_names)
+        self.hand_adr = np.array([model.joint(n).qposadr[0] for n in hand_names] if has else [], dtype=np.int64)
 
     def write(self, qpos: np.ndarray, msg: pb.MocapFrame) -> None:
         qpos[0:3] = msg.body_pos_w
@@ -154,6 +157,8 @@ class QposWriter:
         norm = math.sqrt(w * w + x * x + y * y + z * z)
         qpos[3:7] = (w / norm, x / norm, y / norm, z / norm) if norm > 0 else (1.0, 0.0, 0.0, 0.0)
         qpos[self.joint_adr] = msg.joint_pos
+        if len(self.hand_adr) and len(msg.hand_joint_pos) == len(self.hand_adr):
+            qpos[self.hand_adr] = msg.hand_joint_pos
 
 
 class FrameValidator:

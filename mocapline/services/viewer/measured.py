@@ -58,7 +58,7 @@ class MeasuredRobot:
     each of the robot's joints in stream order, as the viewer's QposWriter maps them)."""
 
     def __init__(self, robot: RobotDescription, domain: int, interface: str, model: mujoco.MjModel,
-                 joint_adr: np.ndarray) -> None:
+                 joint_adr: np.ndarray, hand_adr: np.ndarray | None = None) -> None:
         self.robot = robot
         self.decoder = StateDecoder(robot)
         self.groups = robot.groups
@@ -66,6 +66,12 @@ class MeasuredRobot:
         self.model = model
         self.data = mujoco.MjData(model)
         self.joint_adr = joint_adr
+        # a build with hands whose joints the model has free: the sim's HandState_ moves them too
+        self.hand_adr = hand_adr if hand_adr is not None else np.zeros(0, dtype=np.int64)
+        hands = robot.hands
+        self.hand_topics = hands.state_topics if hands is not None and len(self.hand_adr) else ()
+        self._hand_readers: list[Any] = []
+        self.hand_q: np.ndarray | None = None
         self.counters = MeasuredCounters()
         self.latest: MeasuredState | None = None
         self.latest_at = 0.0
@@ -89,11 +95,13 @@ class MeasuredRobot:
                 self._unwatched_since = self._unwatched_since or now
                 if now - self._unwatched_since >= CLOSE_AFTER_S:
                     self._reader = self._base_reader = None  # their last references: Cyclone deletes the readers
+                    self._hand_readers = []
             return
         self._unwatched_since = None
         if self._reader is None and not self._open():
             return
         self._take_base(now)
+        self._take_hands()
         samples = self._reader.take(256)
         if not samples:
             return
@@ -120,6 +128,22 @@ class MeasuredRobot:
                 self.counters.base_received += 1
                 return
 
+    def _take_hands(self) -> None:
+        from mocapline.robot.unitree.hand import MOTORS, read_hand_state
+        from mocapline.robot.unitree.lowlevel import LayoutError
+
+        for side, reader in enumerate(self._hand_readers):
+            for sample in reversed(reader.take(64)):
+                try:
+                    q = np.array(read_hand_state(sample)["motor_state"]["q"], dtype=np.float64)
+                except (LayoutError, ValueError):
+                    continue
+                if np.all(np.isfinite(q)):
+                    if self.hand_q is None:
+                        self.hand_q = np.zeros(len(self.hand_adr))
+                    self.hand_q[side * MOTORS:(side + 1) * MOTORS] = q
+                    break
+
     def _open(self) -> bool:
         if self.unavailable is not None:
             return False
@@ -130,6 +154,7 @@ class MeasuredRobot:
                 self._dds = LowLevel(dds_settings(self.robot, self.domain, self.interface))
             self._reader = self._dds.state_reader(waitable=False)
             self._base_reader = self._dds.base_reader(waitable=False)
+            self._hand_readers = [self._dds.hand_reader(t, state=True) for t in self.hand_topics]
         except Exception as exc:  # noqa: BLE001 - no cyclonedds, or no such interface: the page goes on without
             self.unavailable = f"{type(exc).__name__}: {exc}"
             log.warning("no measured robot on the page (LowState on DDS domain %d): %s", self.domain,
@@ -160,6 +185,8 @@ class MeasuredRobot:
             if norm > 1e-6:
                 qpos[3:7] = quat / norm
         qpos[self.joint_adr] = self.latest.q
+        if self.hand_q is not None:
+            qpos[self.hand_adr] = self.hand_q
         mujoco.mj_kinematics(self.model, self.data)
         errors = group_errors(self.latest.q, target[1][self.joint_adr], self.groups) if target is not None else None
         return MeasuredPose(target[0] if target is not None else -1, now - self.latest_at, errors,
@@ -167,6 +194,7 @@ class MeasuredRobot:
 
     def close(self) -> None:
         self._reader = self._base_reader = None
+        self._hand_readers = []
         if self._dds is not None:
             self._dds.close()
             self._dds = None

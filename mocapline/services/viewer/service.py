@@ -263,7 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     # gets the meshes from scene.RobotAssets), a small fraction of the memory (docs/benchmarks.md).
     robot = get_robot(settings.robot_model)
     display = choose_display(settings.display)
-    model = load_full_model(robot, scene=True) if display == "window" else load_ik_model(robot)
+    hands = robot.hands.left + robot.hands.right if robot.hands is not None else ()
+    # a build with hands: the model with their joints free (the IK's locks them), so that they move
+    model = (load_full_model(robot, scene=True) if display == "window"
+             else load_full_model(robot) if hands else load_ik_model(robot))
     data = mujoco.MjData(model)
     counters = ViewerCounters()
     reasons = (*LINK_REJECT_REASONS, *PAYLOAD_REJECT_REASONS, "non_finite")
@@ -282,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         links.rx.rejects = counters.rejected
         if links.durable is not None and links.durable.restored is not None:
             counters.restore(links.durable.restored)
-        applier = FrameApplier(model, data, QposWriter(model, robot.joint_names), counters, metrics=stage.metrics,
-                               tracer=stage.tracer)
+        applier = FrameApplier(model, data, QposWriter(model, robot.joint_names, hands), counters,
+                               metrics=stage.metrics, tracer=stage.tracer)
         loop = ViewerLoop(links, data, counters, FrameValidator(counters, robot.name), applier, settings.exit_on_end,
                           period=1.0 / settings.fps if settings.fps > 0 else 0.0,
                           idle_batch_s=settings.idle_batch_ms / 1000, report_applied=settings.report_applied)
@@ -310,7 +313,8 @@ def open_display(stage: Stage, settings: ViewerSettings, model: mujoco.MjModel, 
         loop.web = web
         if settings.robot_domain is not None:
             loop.measured = MeasuredRobot(get_robot(settings.robot_model), settings.robot_domain,
-                                          settings.robot_interface, model, loop.applier.writer.joint_adr)
+                                          settings.robot_interface, model, loop.applier.writer.joint_adr,
+                                          loop.applier.writer.hand_adr)
             stage.exits.callback(loop.measured.close)
         print(f"mocapline viewer: live view at {web.address}", file=sys.stderr, flush=True)
     elif display == "window":

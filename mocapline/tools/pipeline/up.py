@@ -122,7 +122,8 @@ def build_parser() -> EnvArgumentParser:
     add_stack_options(p)
     p.add_argument("--demo", action="store_true",
                    help="also replay the bundled demo take, looping (--source xsens: stream a synthetic MVN take, "
-                        "`mocapline emit --format mvn`, until Ctrl-C)")
+                        "`mocapline emit --format mvn`, until Ctrl-C; --hands dex3: the emitter's live take, whose "
+                        "fingers move)")
     p.add_argument("--no-viewer", action="store_true", help="leave the streamer's port to an external consumer")
     p.add_argument("--display", choices=[d for d in choices(Display) if d != "none"], default="auto",
                    help="viewer display")
@@ -200,10 +201,7 @@ def run(stack: Stack, args: Any, guard: SignalGuard) -> int:
     logs = LogWatch(config.log_dir, (*stack.services, "emit") if args.demo else tuple(stack.services))
     emitter = None
     if args.demo:
-        emitter = Service("emit", ["--format", "mvn", "--frames", "0", "--rate", str(config.input_fps), "--dest",
-                                   f"127.0.0.1:{config.main_port}"] if config.source == "xsens" else
-                          ["--demo", "--loop", "--dest", f"127.0.0.1:{config.main_port}",
-                           f"127.0.0.1:{config.side_port}"])
+        emitter = Service("emit", demo_emitter_args(config))
         stack.services["emit"] = emitter  # stopped with the rest, whatever happens
         stack.start_service(emitter)
     while not guard.stop.wait(1.0):
@@ -246,8 +244,23 @@ def tidy_run_folder(folder: Path, code: int, keep: bool) -> str | None:
     return None
 
 
+def demo_emitter_args(config: StackConfig) -> list[str]:
+    """``up --demo``'s emitter: the bundled recording looping; Xsens: the synthetic MVN take; with
+    the hands, the emitter's live take (its fingers gesture; the recording's are still)."""
+    rate = ["--frames", "0", "--rate", str(config.input_fps)]
+    main, side = f"127.0.0.1:{config.main_port}", f"127.0.0.1:{config.side_port}"
+    hands = config.robot_hands != "none"
+    if config.source == "xsens":
+        return ["--format", "mvn", *rate, "--dest", main, *(["--gloves"] if hands else [])]
+    if hands:
+        return [*rate, "--dest", main, side]
+    return ["--demo", "--loop", "--dest", main, side]
+
+
 def robot_options(args: Any) -> dict[str, Any]:
     if not args.robot:
+        if args.hands != "none":
+            raise ValueError("--hands drives a robot's hands: it needs --robot sim or --robot g1")
         return {}
     sim = args.robot == "sim"
     domain = args.robot_domain if args.robot_domain is not None else (1 if sim else 0)
