@@ -67,7 +67,10 @@ def run_ray(tasks: Sequence[TakeTask], address: str) -> Iterator[TakeResult]:
     except ImportError:
         raise RuntimeError("--ray needs Ray: pip install 'mocapline[cluster]'") from None
     # "local": a one-machine cluster started (and stopped) here; else ADDRESS or "auto"
-    ray.init(address=None if address == "local" else address, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        ray.init(address=None if address == "local" else address, log_to_driver=False, ignore_reinit_error=True)
+    except (ConnectionError, ValueError) as exc:
+        raise RuntimeError(f"--ray {address}: {exc}") from None
     try:
         remote = ray.remote(num_cpus=1)(run_task)
         refs = {remote.remote(t): t for t in tasks}
