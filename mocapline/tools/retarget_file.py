@@ -4,7 +4,8 @@ robot build (``--robot-model``, default the G1).
 What GMR users do with ``bvh_to_robot``, offline: the BVH is read (any rotation orders and channel
 counts, namespaced joints, any frame time; ``mocapline.formats.bvh``), its skeleton is picked by
 ``--skeleton`` (``auto`` detects it from the joint names: Axis Studio, Mixamo, CMU), the performer's
-height is estimated from the take unless ``--human-height`` is given, every frame is retargeted by
+height is estimated from the take standing (or, for a take that never stands straight, from its
+skeleton's legs) unless ``--human-height`` is given, every frame is retargeted by
 the same IK as ``mocapline retarget`` at the take's own rate (the live service's poses, frame by
 frame), and the result is written in the clip contract of ``mocapline export`` (``CLIP.npz``: 50 Hz
 ``time``, ``q``, ``qd``, ``root_pose``, ``body_pos_w`` / ``body_quat_w``, ``joint_names``,
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from mocapline.core.options import EnvArgumentParser
-from mocapline.formats.bvh import BvhError, estimate_height, gmr_bodies, load_bvh
+from mocapline.formats.bvh import BvhError, gmr_bodies, load_bvh, take_height
 from mocapline.formats.takefile import TakeFileError, TakeKind, default_output, detect, refusal
 from mocapline.robot import model as robot_model
 from mocapline.robot.registry import DEFAULT_ROBOT, add_robot_model_argument, get_robot
@@ -40,7 +41,7 @@ from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, det
 from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.ik.options import RetargetOptions
 from mocapline.services.retarget.ik.retargeter import Retargeter
-from mocapline.services.retarget.quality import evaluate
+from mocapline.services.retarget.quality import evaluate, first_frames_error, foot_figures
 from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
 
 PROG = "mocapline retarget-file"
@@ -137,7 +138,8 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
         positions, quaternions = gmr_bodies(motion, skeleton)
     except (BvhError, IKConfigError, TakeFileError) as exc:
         raise RetargetFileError(str(exc)) from None
-    height = settings.human_height or estimate_height(positions)
+    height, height_from = ((settings.human_height, "given") if settings.human_height
+                           else take_height(motion, skeleton, positions))
     n = motion.frames
     ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height), robot=robot, model=model)
     qpos = np.empty((n, model.nq))
@@ -153,15 +155,23 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
     targets = np.array([ours.targets(positions[f], quaternions[f]) for f in range(n)])
     limits = config.velocity_limits(robot_model.joint_names(model))
     quality = evaluate(model, ours.table_entries(), targets, qpos, motion.fps, limits, root=config.human_root_name)
+    entries = ours.table_entries()
+    feet = [(e.robot_frame, e.frame_type) for e in entries if e.human_body in ("LeftFoot", "RightFoot")]
+    foot = foot_figures(model, feet, qpos, robot_model.default_qpos(robot, model), motion.fps) if feet else None
+    first = first_frames_error(model, entries, targets, qpos)
     summary: dict[str, Any] = {
         "take": str(take), "robot_model": robot.name, "skeleton": skeleton.name, "frames": n,
         "source_fps": round(motion.fps, 3),
-        "human_height_m": round(height, 3), "err_mm": round(quality.err_mm, 1),
+        "human_height_m": round(height, 3), "height_from": height_from, "err_mm": round(quality.err_mm, 1),
         "err_p99_mm": round(quality.err_p99_mm, 1),
         "hands_mm": round(quality.hands_mm, 1), "feet_mm": round(quality.feet_mm, 1),
         "pelvis_mm": round(quality.pelvis_mm, 1), "rot_deg": round(quality.rot_deg, 1),
         "limit_contacts": quality.limit_contacts, "jumps": quality.jumps,
         "swings": quality.swings, "velocity_violations": quality.velocity_violations,
+        "first_frame_err_mm": round(first, 1),
+        **({} if foot is None else {"foot_skate_mm_s": round(foot.skate_mm_s, 1),
+                                    "ground_penetration_frames": foot.penetration_frames,
+                                    "ground_penetration_mm": round(foot.penetration_mm, 1)}),
         "ik_failed": int(failed.sum()), "seconds": round(seconds, 3),
         "cpu_seconds": round(cpu_seconds, 3), "frames_per_s": round(n / max(seconds, 1e-9), 1),
     }
