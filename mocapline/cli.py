@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "retarget-dataset": ("mocapline.tools.dataset.cli",
                          "folders of takes as a robot motion dataset (npz, GMR pickle, BeyondMimic csv), resumable, "
                          "on a process pool or Ray"),
+    "skeleton-config": ("mocapline.tools.skeleton_config",
+                        "a starting IK config for a BVH skeleton no shipped config knows (bones mapped by name)"),
     "export": ("mocapline.tools.recorder.export", "a take as a 50 Hz robot reference clip (.npz + .csv)"),
     "replay": ("mocapline.tools.recorder.replay", "a recorded take through the pipeline, offline, deterministic"),
     "record": ("mocapline.tools.recorder.record", "record a live take: datagrams, MocapFrames, config, ledger"),
