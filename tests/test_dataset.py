@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from mocapline.core import quat as Q
-from mocapline.core.paths import ASSETS_DIR
+from mocapline.core.paths import ASSETS_DIR, DEMO_TAKE
 from mocapline.formats.bvh import format_bvh, load_bvh
 from mocapline.formats.trainer import parse_formats, write_beyondmimic_csv, write_gmr_pickle
 from mocapline.tools.dataset.cli import build_parser, discover, plan
@@ -150,6 +150,26 @@ def test_an_unknown_skeleton_is_refused_with_its_unmapped_bones_and_the_command(
     reason = run_task(_task(path)).record["reason"]
     assert "PortUpLeg" in reason or "PortHip" in reason, reason
     assert f"mocapline skeleton-config {path}" in reason
+
+
+def test_progress_is_a_bar_on_a_terminal_and_a_line_per_take_otherwise() -> None:
+    from mocapline.tools.dataset.cli import Progress
+    from mocapline.tools.dataset.task import TakeResult
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    results = [TakeResult({"take": "a", "status": DONE, "frames": 100}),
+               TakeResult({"take": "b", "status": FAILED, "reason": "not a BVH file"})]
+    lines, bar = io.StringIO(), Terminal()
+    for stream in (lines, bar):
+        progress = Progress(2, "auto", stream)
+        for r in results:
+            progress.update(r)
+    assert lines.getvalue().count("\n") == 2 and "b: FAILED: not a BVH file" in lines.getvalue()
+    assert "2/2 takes, 100 frames" in lines.getvalue() and "1 failed" in lines.getvalue()
+    assert bar.getvalue().startswith("\r[") and bar.getvalue().endswith("1 failed\n") and "ETA" in bar.getvalue()
 
 
 # -- the trainer formats, read back by loaders written from their layouts ----------------------
@@ -314,6 +334,8 @@ def test_a_local_ray_cluster_writes_what_the_pool_writes(tmp_path) -> None:
         pytest.skip("the `ray` command is not on PATH")
     src = tmp_path / "takes"
     good, broken = make_folder(src, copies=2)
+    shutil.copyfile(DEMO_TAKE, src / "demo.mlrec")  # a raw-datagram recording, retargeted as export does
+    good += 1
     args = ("--format", "npz,gmr-pkl,beyondmimic-csv", "--progress", "none")
     pool = subprocess.run(_cmd(str(src), "--out", str(tmp_path / "pool"), "--workers", "2", *args),
                           capture_output=True, text=True, env=_env(), timeout=300)
@@ -333,3 +355,36 @@ def test_a_local_ray_cluster_writes_what_the_pool_writes(tmp_path) -> None:
     assert len(made) == 3 * good
     for rel in made:
         assert (tmp_path / "ray" / rel).read_bytes() == (tmp_path / "pool" / rel).read_bytes(), rel
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+@pytest.mark.integration
+def test_a_worker_killed_mid_run_loses_no_take(tmp_path) -> None:
+    """A pool worker killed -9 (the OOM killer, a person) breaks the pool: a new one converts the
+    takes still pending, the one in flight included."""
+    src, out = tmp_path / "takes", tmp_path / "dataset"
+    good, broken = make_folder(src, copies=10)
+    driver = subprocess.Popen(_cmd(str(src), "--out", str(out), "--workers", "2", "--progress", "lines"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    assert driver.stderr is not None and driver.stdout is not None
+    lines = 0
+    while lines < 5:
+        line = driver.stderr.readline()
+        assert line, "the driver ended before a worker was killed"
+        lines += " takes, " in line
+    workers = [c for c in _children(driver.pid) if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
+    assert workers, _children(driver.pid)
+    os.kill(workers[0], signal.SIGKILL)
+    rest, err = driver.communicate(timeout=300)
+    assert driver.returncode == 1, err[-2000:]
+    assert "a worker died" in err
+    summary = json.loads(rest.strip().splitlines()[-1])
+    assert summary["done"] == good and summary["failed"] == len(broken) and summary["converted_now"] == good + len(
+        broken)
+    assert len(_records(out)) == good + len(broken)

@@ -67,7 +67,7 @@ def build_parser() -> EnvArgumentParser:
                    "or take files (.bvh, .mlrec)")
     p.add_argument("--out", "-o", type=Path, required=True, help="the dataset's folder (outputs, manifest, report)")
     add_robot_model_argument(p)
-    p.add_argument("--format", dest="formats", type=_formats, default=("npz",),
+    p.add_argument("--format", dest="formats", type=_formats, default="npz",
                    help=f"output formats, comma-separated: {', '.join(FORMATS)} (default npz)")
     p.add_argument("--skeleton", default="auto",
                    help=f"BVH skeleton: auto (detected per take from its joint names), {', '.join(BVH_SKELETONS)} "

@@ -57,6 +57,9 @@ def run_pool(tasks: Sequence[TakeTask], workers: int) -> Iterator[TakeResult]:
             finally:
                 for f in futures:
                     f.cancel()
+        if pending:
+            print(f"retarget-dataset: a worker died; {len(pending)} take(s) it left go to new workers",
+                  file=sys.stderr)
 
 
 def run_ray(tasks: Sequence[TakeTask], address: str) -> Iterator[TakeResult]:

@@ -1,0 +1,133 @@
+"""`mocapline bench dataset [--json]`: retarget-dataset's frames/s on the bundled takes with 1, 2
+and all workers, on a local Ray cluster beside the pool, and the GMR baseline's in the same run.
+
+The takes: every ``assets/motion/*.bvh``, whole, copied ``--copies`` times under other names into
+a temporary folder. Each engine converts the folder from scratch into a folder of its own, end to
+end as the command does (``retarget-dataset`` in this process: discovery, hashes, the workers'
+start, reading, IK, quality figures, every ``--format``, the manifest): frames/s is the takes'
+source frames over the run's wall time. ``ray`` starts a one-machine cluster (``--ray local``)
+and its start is in its time: the overhead a one-machine user pays against the pool.
+
+The baseline is GMR's algorithm (``mocapline.services.retarget.gmr.GmrBaseline``) run as GMR's
+``bvh_to_robot_dataset.py`` does, one take after the other in one process, on the first
+``--baseline-frames`` frames of each take (IK only: no reading, no writing, which flatters it);
+frames/s by wall time and by its CPU time. "per core" compares the one-worker run with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mocapline.bench.retarget import MOTION_DIR
+from mocapline.formats.bvh import gmr_bodies, load_bvh, take_height
+from mocapline.robot import model as robot_model
+from mocapline.robot.registry import add_robot_model_argument, get_robot
+from mocapline.services.retarget.config import detect_bvh_skeleton
+from mocapline.services.retarget.gmr import GmrBaseline
+from mocapline.tools.dataset import cli as dataset
+from mocapline.tools.dataset.cli import default_workers
+
+
+def _convert(src: Path, out: Path, engine: list[str], formats: str, robot: str) -> dict[str, Any]:
+    argv = [str(src), "--out", str(out), "--format", formats, "--progress", "none", "--robot-model", robot, *engine]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        rc = dataset.main(argv)
+    wall = time.perf_counter() - t0
+    if rc not in (0, 1):
+        raise RuntimeError(f"retarget-dataset {' '.join(engine)} exited {rc}: {stderr.getvalue()[-800:]}")
+    summary = json.loads(stdout.getvalue().strip().splitlines()[-1])
+    return {"takes": summary["done"], "failed": summary["failed"], "frames": summary["frames_now"],
+            "seconds": round(wall, 3), "frames_per_s": round(summary["frames_now"] / wall, 1)}
+
+
+def gmr_baseline(robot_name: str, frames: int) -> dict[str, Any]:
+    robot = get_robot(robot_name)
+    model = robot_model.load_ik_model(robot)
+    total, wall, cpu = 0, 0.0, 0.0
+    for path in sorted(MOTION_DIR.glob("*.bvh")):
+        motion = load_bvh(path).slice(0, frames)
+        config, skeleton = detect_bvh_skeleton(motion, robot=robot, model=model)
+        pos, quat = gmr_bodies(motion, skeleton)
+        base = GmrBaseline(config, model, robot_model.default_qpos(robot, model), take_height(motion, skeleton, pos)[0])
+        t0, c0 = time.perf_counter(), time.thread_time()
+        np.array([base.retarget(pos[f], quat[f]) for f in range(len(pos))])
+        wall += time.perf_counter() - t0
+        cpu += time.thread_time() - c0
+        total += len(pos)
+    return {"frames": total, "seconds": round(wall, 3), "frames_per_s": round(total / wall, 1),
+            "cpu_frames_per_s": round(total / cpu, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="mocapline bench dataset", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_robot_model_argument(p)
+    p.add_argument("--copies", type=int, default=5, help="copies of each bundled take (default 5: 20 takes)")
+    p.add_argument("--format", default="npz,gmr-pkl,beyondmimic-csv", help="the formats each take is written in")
+    p.add_argument("--baseline-frames", type=int, default=150, help="frames of each take the GMR baseline solves")
+    p.add_argument("--no-ray", action="store_true", help="leave the Ray run out")
+    args = p.parse_args(argv)
+    cores = default_workers()
+    counts = sorted({1, 2, cores})
+    root = Path(tempfile.mkdtemp(prefix="mocapline-bench-dataset-"))
+    results: dict[str, Any] = {"cores": cores, "copies": args.copies, "formats": args.format}
+    try:
+        src = root / "takes"
+        for i in range(args.copies):
+            (src / f"copy{i}").mkdir(parents=True)
+            for path in sorted(MOTION_DIR.glob("*.bvh")):
+                shutil.copyfile(path, src / f"copy{i}" / path.name)
+        runs: dict[str, Any] = {}
+        for n in counts:
+            runs[f"pool {n}"] = _convert(src, root / f"pool{n}", ["--workers", str(n)], args.format, args.robot_model)
+        if not args.no_ray:
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                results["ray"] = "not installed (pip install 'mocapline[cluster]')"
+            else:
+                runs["ray local"] = _convert(src, root / "ray", ["--ray", "local"], args.format, args.robot_model)
+        results["runs"] = runs
+        results["gmr"] = gmr_baseline(args.robot_model, args.baseline_frames)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    one = runs["pool 1"]["frames_per_s"]
+    results["ratios"] = {
+        "pool 2 / pool 1": round(runs["pool 2"]["frames_per_s"] / one, 2),
+        **({f"pool {cores} / pool 1": round(runs[f"pool {cores}"]["frames_per_s"] / one, 2)} if cores > 2 else {}),
+        **({"ray local / pool 2 (frames/s)": round(runs["ray local"]["frames_per_s"] / runs["pool 2"]["frames_per_s"],
+                                                   2)} if "ray local" in runs else {}),
+        "pool 1 / gmr (per core)": round(one / results["gmr"]["frames_per_s"], 1),
+        "pool 1 / gmr cpu (per core)": round(one / results["gmr"]["cpu_frames_per_s"], 1),
+    }
+    if args.json:
+        print(json.dumps(results))
+        return 0
+    print(f"retarget-dataset on {args.copies} copies of the bundled takes ({args.format}), {cores} cores")
+    print(f"  {'engine':<12} {'takes':>5} {'frames':>7} {'seconds':>8} {'frames/s':>9}")
+    for name, r in runs.items():
+        print(f"  {name:<12} {r['takes']:>5} {r['frames']:>7} {r['seconds']:>8.2f} {r['frames_per_s']:>9.1f}")
+    g = results["gmr"]
+    print(f"  {'gmr serial':<12} {'':>5} {g['frames']:>7} {g['seconds']:>8.2f} {g['frames_per_s']:>9.1f}"
+          f"   (IK only; {g['cpu_frames_per_s']} frames per CPU second)")
+    for name, value in results["ratios"].items():
+        print(f"  {name}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
