@@ -60,7 +60,7 @@ def _mlrec_clip(task: TakeTask) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
 
 def run_task(task: TakeTask) -> TakeResult:
     """Convert one take (never raises for a bad take: the record says why)."""
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     record: dict[str, Any] = {"take": task.take, "source": task.source, "source_sha256": task.source_sha256,
                               "settings_hash": task.settings_hash, "kind": task.kind}
     try:
@@ -89,4 +89,5 @@ def run_task(task: TakeTask) -> TakeResult:
         reason = f"IK diverged: mean position error {summary['err_mm']} mm > {task.max_err_mm} mm"
     return TakeResult({**record, "status": FAILED if reason else DONE, "reason": reason, "frames": frames,
                        "samples": int(len(clip["time"])), "quality": quality,
-                       "settings": asdict(task.settings), "seconds": round(time.perf_counter() - t0, 3)}, outputs)
+                       "settings": asdict(task.settings), "seconds": round(time.perf_counter() - t0, 3),
+                       "cpu_seconds": round(time.process_time() - cpu0, 3)}, outputs)
