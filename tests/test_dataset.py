@@ -129,6 +129,37 @@ def test_a_rerun_skips_what_is_done_and_redoes_what_changed(tmp_path) -> None:
     assert [t.take for t in todo] == ["b", "c", "d"]
 
 
+def test_takes_are_found_below_their_sources_but_not_in_the_output(tmp_path) -> None:
+    (tmp_path / "src/manifest/deep").mkdir(parents=True)
+    (tmp_path / "src/out").mkdir()
+    for rel in ("a.bvh", "manifest/deep/b.BVH", "c.mlrec", "notes.txt", "out/d.bvh"):
+        (tmp_path / "src" / rel).write_text("x")
+    (tmp_path / "e.bvh").write_text("x")
+    takes, notes = discover([tmp_path / "src", tmp_path / "e.bvh", tmp_path / "missing"], tmp_path / "src/out")
+    assert [(t, k) for t, _, k in takes] == [("a", "bvh"), ("c", "mlrec"), ("manifest/deep/b", "bvh"), ("e", "bvh")]
+    assert notes == [f"{tmp_path / 'missing'}: no such file or folder"]
+    _, notes = discover([tmp_path / "src", tmp_path / "src"])
+    assert len(notes) == 4 and "same output name" in notes[0]
+
+
+def test_a_take_whose_ik_misses_its_targets_is_recorded_as_diverged(tmp_path) -> None:
+    path = tmp_path / "t.bvh"
+    path.write_text(cropped(TAKES[0]))
+    task = TakeTask("t", str(path), "bvh", "sha", "settings", FileSettings(), ("npz", "gmr-pkl"), max_err_mm=1.0)
+    result = run_task(task)
+    assert result.record["status"] == FAILED and result.record["reason"].startswith("IK diverged: mean position error")
+    assert set(result.outputs) == {"t.npz", "t.pkl"}  # written all the same, for a look
+
+
+def test_ray_asked_for_without_ray_is_refused_with_what_to_install(tmp_path, monkeypatch, capsys) -> None:
+    from mocapline.tools.dataset import cli
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    (tmp_path / "a.bvh").write_text(cropped(TAKES[0]))
+    assert cli.main([str(tmp_path / "a.bvh"), "--out", str(tmp_path / "out"), "--ray", "auto"]) == 2
+    assert "pip install 'mocapline[cluster]'" in capsys.readouterr().err
+
+
 def test_formats_are_checked() -> None:
     assert parse_formats("npz, gmr-pkl,npz") == ("npz", "gmr-pkl")
     with pytest.raises(ValueError, match="unknown format.*choose from npz, gmr-pkl, beyondmimic-csv"):

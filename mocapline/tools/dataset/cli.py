@@ -24,6 +24,7 @@ nothing to convert, 130 interrupted (what finished is kept).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -33,7 +34,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from mocapline import __version__
 from mocapline.core.options import EnvArgumentParser, non_negative_int, positive_float, positive_int
 from mocapline.core.paths import IK_CONFIG_DIR, SKELETON_DIR
 from mocapline.formats.trainer import FORMATS, parse_formats
@@ -90,16 +90,19 @@ def build_parser() -> EnvArgumentParser:
     return p
 
 
-def discover(sources: list[Path]) -> tuple[list[tuple[str, Path, str]], list[str]]:
-    """(take id, file, kind) of every take under the sources, and what was left out and why."""
+def discover(sources: list[Path], out: Path | None = None) -> tuple[list[tuple[str, Path, str]], list[str]]:
+    """(take id, file, kind) of every take under the sources (none under ``out``), and what was
+    left out and why."""
     found: dict[str, tuple[str, Path, str]] = {}
     notes = []
+    inside = out.resolve() if out is not None else None
     for src in sources:
         if src.is_file():
             files = [(src, Path(src.name))]
         elif src.is_dir():
             files = [(p, p.relative_to(src)) for p in sorted(src.rglob("*"))
-                     if p.is_file() and p.suffix.lower() in KINDS and "manifest" not in p.parts]
+                     if p.is_file() and p.suffix.lower() in KINDS
+                     and (inside is None or not p.resolve().is_relative_to(inside))]
         else:
             notes.append(f"{src}: no such file or folder")
             continue
@@ -116,6 +119,13 @@ def discover(sources: list[Path]) -> tuple[list[tuple[str, Path, str]], list[str
     return list(found.values()), notes
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("mocapline")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def dataset_settings(args: argparse.Namespace) -> tuple[FileSettings, dict[str, Any], list[Path]]:
     settings = FileSettings(robot_model=args.robot_model, skeleton=args.skeleton, fps=args.fps,
                             human_height=args.human_height, start=args.start, frames=args.frames)
@@ -123,7 +133,7 @@ def dataset_settings(args: argparse.Namespace) -> tuple[FileSettings, dict[str, 
     files = [IK_CONFIG_DIR / name for name in robot.ik_configs.values()] + sorted(SKELETON_DIR.glob("*.json"))
     if Path(args.skeleton).is_file():
         files.append(Path(args.skeleton))
-    described = {**asdict(settings), "formats": list(args.formats), "robot": repr(robot), "version": __version__,
+    described = {**asdict(settings), "formats": list(args.formats), "robot": repr(robot), "version": _version(),
                  "max_err_mm": args.max_err_mm}
     return settings, described, files
 
@@ -195,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     except RetargetFileError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    takes, notes = discover(args.sources)
+    takes, notes = discover(args.sources, args.out)
     for note in notes:
         print(f"{PROG}: {note}", file=sys.stderr)
     if not takes:
