@@ -65,14 +65,14 @@ def commands(block: str) -> list[str]:
 
 
 def test_the_help_texts_say_what_the_readme_says() -> None:
-    """`mocapline --help` listed `bench` as "capture, retarget, e2e" (there are 11) and the
+    """`mocapline --help` listed `bench` as "capture, retarget, e2e" (there were 11) and the
     streamer as "lossless PUSH on tcp 5555" (an acknowledged fan-out); `up --help` called the
     retarget -> streamer link `--robot-port`, while the README calls 5555 the robot port."""
     from mocapline.bench.cli import BENCHMARKS
     from mocapline.cli import COMMANDS
     from mocapline.tools.pipeline.up import build_parser
 
-    assert COMMANDS["bench"][1] == "benchmarks: " + ", ".join(BENCHMARKS) and len(BENCHMARKS) == 11
+    assert COMMANDS["bench"][1] == "benchmarks: " + ", ".join(BENCHMARKS) and len(BENCHMARKS) == 12
     assert "acknowledged fan-out" in COMMANDS["streamer"][1] and "PUSH" not in COMMANDS["streamer"][1]
     options = {o: a for a in build_parser()._actions for o in a.option_strings}
     assert "--robot-port" not in options

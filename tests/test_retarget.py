@@ -25,6 +25,9 @@ from mocapline.services.retarget.ik.smoothing import OneFrameSmoother
 
 C = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
 J = {name: i for i, name in enumerate(rm.G1_JOINT_NAMES)}
+# The known-answer takes are the robot's own poses, many off any floor: the IK alone, without the
+# stance feet held on the floor (footing: tests/test_footing.py)
+NO_FLOOR = RetargetOptions(footing=False)
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +204,7 @@ def test_round_trip_recovers_random_reachable_poses(model, axis, xsens, config_n
     keys[:, 0:2] = keys[0, 0:2] + np.cumsum(rng.uniform(-0.1, 0.1, size=(6, 2)), axis=0)  # a take, not a teleport
     truth = synthetic.interpolate_poses(keys, 30)
     pos, quat = synthetic.human_from_robot(truth, cfg, model=model)
-    rt = Retargeter(cfg, model=model)
+    rt = Retargeter(cfg, NO_FLOOR, model=model)
     got = np.array([rt.retarget(pos[f], quat[f]).qpos for f in range(len(truth))])
     err = body_errors(model, truth, got)
     assert rt.stats.failures == 0
@@ -214,7 +217,7 @@ def test_both_backends_agree(model, axis) -> None:
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
     out = {}
     for backend in ("fast", "mink"):
-        rt = Retargeter(axis, RetargetOptions(backend=backend), model=model)
+        rt = Retargeter(axis, RetargetOptions(backend=backend, footing=False), model=model)
         rt.reset(truth[0])
         out[backend] = np.array([rt.retarget(pos[f], quat[f]).qpos for f in range(len(truth))])
         assert body_errors(model, truth, out[backend]).mean() < 0.002, backend
@@ -265,7 +268,7 @@ def test_joint_and_velocity_limits_hold_on_a_fast_motion(model, axis, backend) -
     true_speed = np.abs(np.diff(truth[:, 7:], axis=0)).max() * fps
     assert true_speed > 20.0  # the motion itself breaks the limit many times over
 
-    rt = Retargeter(cfg, RetargetOptions(fps=fps, backend=backend), model=model)
+    rt = Retargeter(cfg, RetargetOptions(fps=fps, backend=backend, footing=False), model=model)
     rt.reset(truth[0])
     got = np.array([rt.retarget(pos[f], quat[f]).qpos for f in range(len(truth))])
     assert rt.stats.failures == 0
@@ -276,7 +279,8 @@ def test_joint_and_velocity_limits_hold_on_a_fast_motion(model, axis, backend) -
     assert speed.max() > 5.9  # the limit binds: the test would see a violation
 
     # without the velocity limit the same take moves faster: the limit is what held it
-    free = Retargeter(cfg, RetargetOptions(fps=fps, backend=backend, velocity_limit=False), model=model)
+    free = Retargeter(cfg, RetargetOptions(fps=fps, backend=backend, velocity_limit=False, footing=False),
+                      model=model)
     free.reset(truth[0])
     got_free = np.array([free.retarget(pos[f], quat[f]).qpos for f in range(len(truth))])
     assert (np.abs(np.diff(got_free[:, 7:], axis=0)) * fps).max() > 12.0
@@ -302,7 +306,7 @@ def test_elapsed_frames_widen_the_velocity_bound(model, axis) -> None:
 def test_no_solution_found_keeps_the_last_good_pose(model, axis, monkeypatch) -> None:
     truth = synthetic.robot_motion(6, 60.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
-    rt = Retargeter(axis, model=model)
+    rt = Retargeter(axis, NO_FLOOR, model=model)
     good = [rt.retarget(pos[f], quat[f]) for f in range(3)]
     original = rt.backend.step
 

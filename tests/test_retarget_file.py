@@ -29,7 +29,10 @@ def test_a_take_becomes_a_50_hz_clip_with_a_summary(tmp_path, capsys) -> None:
     assert summary["source_fps"] == pytest.approx(120.0)
     assert summary["ik_failed"] == 0 and summary["jumps"] == 0 and summary["swings"] == 0
     assert 0 < summary["err_mm"] < 100 and summary["limit_contacts"] >= 0 and summary["seconds"] > 0
-    assert summary["err_mm"] <= summary["baseline_err_mm"] + 0.05 and summary["speedup"] > 0
+    assert summary["speedup"] > 0
+    # the stance feet held on the floor: a third of the baseline's skate, no sole a centimetre under
+    assert summary["skate_cm_s"] <= summary["baseline_skate_cm_s"] / 3
+    assert summary["penetration_max_cm"] <= 1.0 < summary["baseline_penetration_max_cm"]
     clip = np.load(out)
     assert set(clip.files) == CLIP_KEYS
     assert float(clip["fps"]) == 50.0 and float(clip["source_fps"]) == pytest.approx(120.0)
@@ -42,6 +45,12 @@ def test_a_take_becomes_a_50_hz_clip_with_a_summary(tmp_path, capsys) -> None:
     assert (tmp_path / "clip.csv").read_text().startswith("time,progress,root_x")
     assert json.loads(str(clip["meta"]))["skeleton"] == "cmu_daz"
     assert summary["cpu_seconds"] > 0 and summary["cpu_speedup"] > 0
+    # without them the error is below the baseline's (with them this take's is not: docs/retarget.md)
+    assert main([str(TAKE), "--frames", "120", "--out", str(tmp_path / "free.npz"), "--baseline", "--no-footing",
+                 "--no-progress"]) == 0
+    free = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert free["err_mm"] <= free["baseline_err_mm"] + 0.05
+    assert free["skate_cm_s"] > summary["skate_cm_s"]
 
 
 def test_the_clip_goes_to_the_working_directory_not_beside_the_take(tmp_path, monkeypatch, capsys) -> None:
@@ -85,8 +94,8 @@ def test_adaptive_steps_stop_early_on_slow_motion_and_fixed_steps_do_not() -> No
     truth = synthetic.robot_motion(60, 120.0, model=model)
     pos, quat = synthetic.human_from_robot(truth, axis, model=model)
     steps = {}
-    for name, opts in (("adaptive", RetargetOptions(fps=120.0)),
-                       ("fixed", RetargetOptions(fps=120.0, tolerance=0.0, iterations=4))):
+    for name, opts in (("adaptive", RetargetOptions(fps=120.0, footing=False)),  # the robot's poses: no floor
+                       ("fixed", RetargetOptions(fps=120.0, tolerance=0.0, iterations=4, footing=False))):
         rt = Retargeter(axis, opts, model=model)
         rt.reset(truth[0])
         got = np.array([rt.retarget(pos[f], quat[f]).qpos for f in range(len(truth))])
@@ -142,7 +151,9 @@ def test_a_take_lying_or_upside_down_from_its_first_frame_is_tracked_as_upright(
               Q.multiply(np.broadcast_to(turn, quat.shape), quat))
     errors = []
     for p, q in ((pos, quat), turned):
-        rt = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=estimate_height(pos)), model=model)
+        # footing off: it holds stance feet on a floor, which a lying take has none of; this is the IK's start
+        rt = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=estimate_height(pos), footing=False),
+                        model=model)
         qpos = np.array([rt.retarget(p[f], q[f]).qpos for f in range(len(p))])
         targets = np.array([rt.targets(p[f], q[f]) for f in range(len(p))])
         errors.append(first_frames_error(model, rt.table_entries(), targets, qpos))

@@ -97,10 +97,11 @@ def _assert_ramp_starts_at_the_measured_pose(spy: Spy, since: int, stream_q: np.
     content against every state the spy saw, not by when the spy happened to read it (under load
     those stamps and the damped, drooping arm made a 10 ms look 0.35 rad off). ``stream_q``: where
     a ramp from the stream instead of the robot would have started; it must be far from that."""
-    from mocapline.services.robot.service import g1_limits
+    from mocapline.robot.registry import get_robot
+    from mocapline.services.robot.service import robot_limits
 
     first = next(c for _, c in spy.commands[since:] if c["motor_cmd"]["kp"][20] > 0)["motor_cmd"]["q"][:29]
-    limits = g1_limits(0.05)  # the bridge's --range-margin default
+    limits = robot_limits(get_robot("g1"), 0.05)  # the bridge's --range-margin default
     states = np.array([s["motor_state"]["q"][:29] for _, s in spy.states], dtype=np.float64)
     passed = np.clip(states, limits.lower, limits.upper).astype(np.float32)
     nearest = float(np.min(np.max(np.abs(passed - first), axis=1)))

@@ -1,10 +1,15 @@
+from dataclasses import replace
+from typing import Any
+
 from helpers import published
 
 from mocapline.core.counters import (
     CaptureCounts,
     ConsumerCounts,
     PathCounts,
+    PipelineLedger,
     RetargetCounts,
+    SegmentCounts,
     StreamerCounts,
     ViewerCounts,
     zero,
@@ -23,7 +28,7 @@ from mocapline.core.verdict import (
 from mocapline.services.auditor.audit import audit
 
 
-def counts(**over: object) -> dict:
+def counts(**over: Any) -> PipelineLedger:
     base = dict(
         source_received=3152, source_unique_frames=3151, source_missing_indices=0, source_duplicate_indices=1,
         source_backward_indices=0, rejected_datagrams=0, first_posture_index=9368, last_posture_index=12518,
@@ -31,7 +36,7 @@ def counts(**over: object) -> dict:
         robot_pending=0,
     )
     base.update(over)
-    return base
+    return PipelineLedger(**base)
 
 
 def test_take008_is_conserved() -> None:
@@ -91,10 +96,10 @@ def test_audit_from_service_heartbeats() -> None:
     assert audit(snap)["unique_frames_conserved"] == 0
 
 
-def looped(loops: int, length: int = 1200) -> dict:
+def looped(loops: int, length: int = 1200) -> PipelineLedger:
     """Counts of a take that looped ``loops`` times (each loop a backward jump to index 1000)."""
-    per_segment = [{"segment": k, "first_index": 1000, "last_index": 1000 + length - 1,
-                    "unique_frames": length, "missing_indices": 0} for k in range(loops + 1)]
+    per_segment = [SegmentCounts(k, 1000, 1000 + length - 1, unique_frames=length, missing_indices=0)
+                   for k in range(loops + 1)]
     total = length * (loops + 1)
     return counts(source_received=total, source_unique_frames=total, source_duplicate_indices=0,
                   source_backward_indices=loops, first_posture_index=1000, last_posture_index=1000 + length - 1,
@@ -110,15 +115,17 @@ def test_a_looping_take_is_conserved_segment_by_segment() -> None:
 
 
 def test_a_segment_with_a_gap_is_not_conserved() -> None:
-    c = looped(2)
-    c["per_segment"][1]["missing_indices"] = 3
-    assert not conserved(c)
-    c = looped(2)  # segments that do not add up to the total: a frame counted nowhere
-    c["per_segment"][2]["unique_frames"] -= 1
-    assert not conserved(c)
+    def segment(c: PipelineLedger, k: int, **change: int) -> PipelineLedger:
+        segments = list(c.per_segment or [])
+        segments[k] = replace(segments[k], **change)
+        return replace(c, per_segment=segments)
+
+    assert conserved(looped(2))
+    assert not conserved(segment(looped(2), 1, missing_indices=3))
+    # segments that do not add up to the total: a frame counted nowhere
+    assert not conserved(segment(looped(2), 2, unique_frames=1199))
     c = looped(70)  # capture keeps the latest segments only: the totals still decide
-    c["per_segment"] = c["per_segment"][-64:]
-    assert conserved(c)
+    assert conserved(replace(c, per_segment=(c.per_segment or [])[-64:]))
 
 
 def test_state_mid_take_is_frames_in_flight_not_a_loss() -> None:
@@ -159,8 +166,8 @@ def test_the_robot_bridge_is_a_layer_when_it_runs_and_of_a_performer_only_when_i
 
     robot = zero(RobotCounts, robot_received=6, robot_applied=5, bridge_pending=1, rejected_by_reason={"x": 1})
     stages = Stages(robot=robot)
-    assert pipeline_counts(stage_layers(stages))["robot_applied"] == 5
-    assert "robot_applied" not in pipeline_counts(stage_layers(Stages()))
+    assert pipeline_counts(stage_layers(stages)).robot_applied == 5
+    assert "robot_applied" not in with_verdict(pipeline_counts(stage_layers(Stages())))
     assert performer_layers(stages, "0", alone=True).robot is robot
     assert performer_layers(stages, "0", alone=False).robot is None
     assert stage_layers(stages).link_rejects == {"robot": {"x": 1}}
@@ -188,11 +195,30 @@ def test_the_verdict_says_what_it_covers_and_what_a_departed_consumers_backlog_i
 
 
 def test_a_drained_take_says_which_consumer_it_did_not_reach_and_where_its_frames_are() -> None:
-    gone = {"acknowledges": True, "connected": False, "frames_to_apply": 1135}
-    there = {"acknowledges": True, "connected": True, "frames_to_apply": 3}
-    done = {"acknowledges": True, "connected": False, "frames_to_apply": 0}
+    gone = zero(ConsumerCounts, acknowledges=True, connected=False, frames_to_apply=1135)
+    there = zero(ConsumerCounts, acknowledges=True, connected=True, frames_to_apply=3)
+    done = zero(ConsumerCounts, acknowledges=True, connected=False, frames_to_apply=0)
     said = state(counts(zmq_sent=619, unconfirmed=1135 + 1397, viewer_applied=619,
                         consumers={"viewer": gone, "tap": there, "rec": done}), final=True)
     assert said == ("not conserved: zmq_sent 3151 > viewer_applied 619; tap had 3 frames still to apply; "
                     "viewer gone with 1135 frames to apply, kept for its return in the streamer's log")
     assert state(counts(consumers={"rec": done}), final=True) == "conserved"
+
+
+def test_the_ledger_is_one_record_whose_metadata_says_the_head_and_the_layers() -> None:
+    """Issue 30: the ledger's field names were listed in four tuples beside a dict; now the record
+    (core/counters/ledger.py) is the one list, and the verdict and the gauges derive theirs from it."""
+    from mocapline.core.counters.ledger import CONSUMER_LAYERS, HEAD_FIELDS, LAYER_NAMES
+    from mocapline.core.metrics import LEDGER_GAUGE_FIELDS
+
+    assert LEDGER_GAUGE_FIELDS == HEAD_FIELDS == LEDGER_FIELDS[:-2]
+    assert list(LAYER_NAMES.values()) == ["capture", "retarget", "streamer", "the robot port", "viewer",
+                                          "robot bridge"]
+    assert CONSUMER_LAYERS == ("viewer_applied", "robot_applied")
+    ledger = counts(robot_applied=3151, missing_by_path={BOTH: []})
+    out = with_verdict(ledger)
+    assert list(out)[: len(LEDGER_FIELDS)] == list(LEDGER_FIELDS)
+    assert PipelineLedger.from_published(out) == ledger  # the verdict's own keys left aside
+    assert "robot_applied" not in with_verdict(counts()) and "missing_by_path" not in with_verdict(counts())
+    assert state(replace(ledger, robot_applied=3150), final=True) == (
+        "not conserved: viewer_applied 3151 > robot_applied 3150")

@@ -27,6 +27,13 @@ from mocapline.core.control import HELLO, RESEND, Control
 from mocapline.tools.pipeline.procs import free_tcp_port
 from mocapline.tools.port_player import PortPlayer, joint_frame
 
+try:
+    from mocapline.robot.registry import get_robot
+
+    JOINTS = get_robot().joint_count
+except ImportError:  # f243c4f, before the robot descriptions
+    from mocapline.core.header import G1_JOINT_COUNT as JOINTS  # type: ignore[attr-defined, no-redef]
+
 RATE = 60.0
 BURST = 30
 TAKEN_FLAG = 2  # core/control.TAKEN (absent before flow control)
@@ -55,7 +62,7 @@ def run(seconds: float = 30.0) -> dict[str, Any]:
         [sys.executable, "-m", "mocapline.cli", "viewer", "--display", "web", "--web-port", str(free_tcp_port()),
          "--input", port.endpoint, "--state-dir", str(tmp / "viewer"), "--nats", "", "--fsync", "never",
          "--metrics-port", "0", "--log-level", "WARNING"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    q = np.zeros(29)
+    q = np.zeros(JOINTS)
     frames = [joint_frame(i, q, q, i / RATE) for i in range(int(RATE * (5 + seconds)) + BURST)]
     lead = int(RATE * 5)
     try:

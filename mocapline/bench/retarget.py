@@ -55,7 +55,9 @@ from mocapline.robot.description import RobotDescription
 from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.retarget import synthetic
 from mocapline.services.retarget.config import IKConfig, detect_bvh_skeleton, load_ik_config
+from mocapline.services.retarget.footing import foot_geometry
 from mocapline.services.retarget.gmr import GmrBaseline
+from mocapline.services.retarget.ground_quality import GroundQuality, human_ground, robot_ground
 from mocapline.services.retarget.ik.options import RetargetOptions
 from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.quality import Quality, evaluate
@@ -197,6 +199,9 @@ class Run:
     wall_s: float = float("nan")  # wall-clock seconds (other processes' load included)
     baseline_wall_s: float = float("nan")
     extra: dict = field(default_factory=dict)
+    ground: GroundQuality | None = None  # ours on the floor
+    base_ground: GroundQuality | None = None
+    human_ground: GroundQuality | None = None  # the source's own
 
     @property
     def speedup(self) -> float:
@@ -214,6 +219,9 @@ class Run:
             "ours": self.ours.as_dict(), "baseline": self.base.as_dict(), "ik_failed": self.ik_failed,
             "baseline_failures": self.baseline_failures, "steps_per_frame": round(self.steps_per_frame, 2),
             "wall_speedup": round(self.wall_speedup, 2),
+            **({"ground": {"ours": self.ground.as_dict(), "baseline": self.base_ground.as_dict(),
+                           "human": self.human_ground.as_dict()}}
+               if self.ground and self.base_ground and self.human_ground else {}),
             **self.extra,
         }
 
@@ -225,7 +233,10 @@ def run_take(
     """Both IKs over one take, timed alternately; quality of both against our targets."""
     robot = robot or get_robot()
     opts = options or RetargetOptions()
-    opts = RetargetOptions(**{**opts.__dict__, "fps": take.fps, "human_height": take.human_height})
+    # the known answer is the robot's own poses, off any floor: its IK without footing
+    footing = opts.footing and take.kind != "robot"
+    opts = RetargetOptions(**{**opts.__dict__, "fps": take.fps, "human_height": take.human_height,
+                              "footing": footing})
     ours = Retargeter(take.config, opts, robot=robot, model=model)
     q0 = take.q0 if take.q0 is not None else robot_model.default_qpos(robot, model)
     ours.reset(q0)
@@ -233,6 +244,7 @@ def run_take(
     n = len(take.positions)
     out = np.empty((n, model.nq))
     out_base = np.empty((n, model.nq))
+    solved: list[np.ndarray | None] = []
     t_ours = t_base = wall_ours = wall_base = 0.0
     cpu, wall = time.thread_time, time.perf_counter
     for f in range(n):
@@ -243,6 +255,7 @@ def run_take(
         t1, w1 = cpu(), wall()
         out[f] = ours.retarget(p, q).qpos
         t2, w2 = cpu(), wall()
+        solved.append(None if ours.solved_targets is None else ours.solved_targets.copy())
         t_base += t1 - t0
         t_ours += t2 - t1
         wall_base += w1 - w0
@@ -253,9 +266,23 @@ def run_take(
     root = take.config.human_root_name
     quality = evaluate(model, entries, targets, out, take.fps, limits, root=root)
     quality_base = evaluate(model, entries, targets, out_base, take.fps, limits, root=root) if base else quality
-    return Run(take.name, take.kind, take.fps, n, n / t_ours, n / t_base if base else float("nan"), quality,
-               quality_base, ours.stats.failures, base.failures if base else 0, ours.stats.steps / max(n, 1),
-               wall_ours, wall_base if base else float("nan"))
+    if ours.footing is not None and all(x is not None for x in solved):
+        # the targets on the floor (the stance feet held, the body's height shift): both IKs against them
+        grounded = np.array(solved)
+        mine = evaluate(model, entries, grounded, out, take.fps, limits, root=root)
+        theirs = evaluate(model, entries, grounded, out_base, take.fps, limits, root=root) if base else mine
+        run_extra = {"grounded": {"ours": mine.as_dict(), "baseline": theirs.as_dict()}}
+    else:
+        run_extra = {}
+    run = Run(take.name, take.kind, take.fps, n, n / t_ours, n / t_base if base else float("nan"), quality,
+              quality_base, ours.stats.failures, base.failures if base else 0, ours.stats.steps / max(n, 1),
+              wall_ours, wall_base if base else float("nan"), run_extra)
+    if take.kind != "robot":  # the known answer's human is the robot mapped back: no floor of its own
+        feet = foot_geometry(robot)
+        run.ground = robot_ground(model, feet, out, take.positions, take.fps)
+        run.base_ground = robot_ground(model, feet, out_base, take.positions, take.fps) if base else run.ground
+        run.human_ground = human_ground(take.positions, take.fps)
+    return run
 
 
 def _tracks(r: Run) -> bool:
@@ -323,6 +350,26 @@ def _table(summary: dict, options: RetargetOptions, robot: RobotDescription) -> 
             f"{o['swings']:>2}|{b['swings']:<2} "
             f"{pair(o['limit_contacts'], b['limit_contacts'], 9, 'd')} {viol:>6}"
         )
+    lines += ["", "feet on the ground (robot soles: the feet's collision geoms, floor z = 0; contact: the performer's "
+              "ankle within 2.5 cm of its stance floor);",
+              "each cell: mocapline | baseline | the human source (its ankles against their stance floor)",
+              "skate: cm/s of a foot in contact; slid: m in contact; float: % of frames both feet > 4 cm up; "
+              "pen: cm below the floor, mean / max; travel: m, root / feet",
+              f"{'take':<22} {'Hz':>4} {'skate':>17} {'slid':>16} {'float':>16} {'pen mean':>14} {'pen max':>14} "
+              f"{'travel':>26}"]
+    for r in summary["runs"]:
+        if "ground" not in r:
+            continue
+        g = r["ground"]
+        o, b, h = g["ours"], g["baseline"], g["human"]
+
+        def three(key: str, scale: float = 1.0, width: int = 16, cells: tuple = (o, b, h)) -> str:
+            return "|".join(f"{x[key] * scale:.1f}" for x in cells).rjust(width)
+
+        travel = " ".join(f"{x['root_travel_m']:.2f}/{x['feet_travel_m']:.2f}" for x in (o, b, h))
+        lines.append(f"{r['take']:<22} {r['rate']:>4.0f} {three('skate_cm_s', width=17)} {three('slid_m')} "
+                     f"{three('float_share', 100.0)} {three('penetration_mean_cm', width=14)} "
+                     f"{three('penetration_max_cm', width=14)} {travel:>26}")
     lines += [
         "",
         f"overall: {summary['fps']:.0f} vs {summary['baseline_fps']:.0f} frames/s = {summary['speedup']:.1f}x "
@@ -381,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arm-huber", type=float, default=None,
                         help="rad: mocapline's arm rotation errors beyond it cost linearly (0: quadratic)")
     parser.add_argument("--backend", choices=("fast", "mink"), default="fast")
+    parser.add_argument("--no-footing", action="store_true",
+                        help="mocapline without its stance feet held on the floor (services/retarget/footing.py)")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the stress sweep of overhead raises past the shoulder's gimbal pole, with and "
                              "without the shoulder poles (about 1 min)")
@@ -390,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = sorted(set(kinds) - set(KINDS))
     if bad:
         parser.error(f"unknown takes {bad}: choose from {', '.join(KINDS)}")
-    options = RetargetOptions(backend=args.backend)
+    options = RetargetOptions(backend=args.backend, footing=not args.no_footing)
     for name in ("iterations", "lm_damping", "min_iterations", "tolerance", "arm_huber"):
         if getattr(args, name) is not None:
             setattr(options, name, getattr(args, name))

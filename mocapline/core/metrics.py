@@ -52,7 +52,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import HistogramMetricFamily
 
-from mocapline.core.counters import STAGE_TYPES, StageCounts
+from mocapline.core.counters import HEAD_FIELDS, STAGE_TYPES, StageCounts
 from mocapline.core.counters.codec import Metric, field_metrics, fields_of
 from mocapline.core.header import REJECT_REASONS as HEADER_REJECT_REASONS
 from mocapline.core.options import port_number
@@ -217,12 +217,8 @@ def performer_label(key: str) -> str:
     return key if key.isdigit() and int(key) < MAX_PERFORMER_LABELS else "other"
 
 
-# Ledger fields the auditor exports as mocapline_ledger{field} (the verdict has its own gauge).
-LEDGER_GAUGE_FIELDS: tuple[str, ...] = (
-    "source_received", "source_unique_frames", "source_missing_indices", "source_duplicate_indices",
-    "source_backward_indices", "rejected_datagrams", "first_posture_index", "last_posture_index",
-    "gmr_processed", "motion_generated", "zmq_sent", "viewer_applied", "input_pending", "robot_pending",
-)
+# The auditor exports the ledger's head as mocapline_ledger{field} (the verdict has its own gauge).
+LEDGER_GAUGE_FIELDS: tuple[str, ...] = HEAD_FIELDS
 
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (family, label pairs without the stage)

@@ -44,36 +44,12 @@ from mocapline.core.counters import (
     ViewerPerformerCounts,
     as_published,
 )
+from mocapline.core.counters.ledger import CONSUMER_LAYERS, HEAD_FIELDS, LAYER_NAMES, PipelineLedger
 from mocapline.core.ledger import index_ranges
 from mocapline.core.robotfigures import ledger_block
 
-# The ledger fields capture owns, then the whole ledger in its documented order.
-CAPTURE_FIELDS: tuple[str, ...] = (
-    "source_received",
-    "source_unique_frames",
-    "source_missing_indices",
-    "source_duplicate_indices",
-    "source_backward_indices",
-    "rejected_datagrams",
-    "first_posture_index",
-    "last_posture_index",
-)
-LEDGER_FIELDS: tuple[str, ...] = (
-    *CAPTURE_FIELDS,
-    "gmr_processed",
-    "motion_generated",
-    "zmq_sent",
-    "viewer_applied",
-    "input_pending",
-    "robot_pending",
-    "unique_frames_conserved",
-    "state",
-)
-LAYERS: tuple[str, ...] = ("source_unique_frames", "gmr_processed", "motion_generated", "zmq_sent", "viewer_applied",
-                           "robot_applied")
-CONSUMER_LAYERS = ("viewer_applied", "robot_applied")  # judged only when that consumer is part of the run
-LAYER_NAMES = {"source_unique_frames": "capture", "gmr_processed": "retarget", "motion_generated": "streamer",
-               "zmq_sent": "the robot port", "viewer_applied": "viewer", "robot_applied": "robot bridge"}
+LEDGER_FIELDS: tuple[str, ...] = (*HEAD_FIELDS, "unique_frames_conserved", "state")  # the JSON's head, in order
+LAYERS: tuple[str, ...] = tuple(LAYER_NAMES)
 
 # Where an index missing from the stream was lost, by which paths lack it.
 MAIN_ONLY = "main_only"  # our receiver or host load; merging the side path recovers it
@@ -83,122 +59,115 @@ UNKNOWN = "main_no_side_data"  # missing on main while no side path covered that
 LATE = "late"  # a path had it, but its copy arrived after the merge declared the gap final
 
 
-def on_the_wire(counts: dict[str, Any]) -> int | None:
-    """Frames the streamer handed to the wire, acknowledged (zmq_sent) or not yet (unconfirmed).
-    A consumer applies a frame before its acknowledgement reaches the streamer, so this, not
-    zmq_sent alone, is the count no downstream count exceeds (a streamer's status or the ledger)."""
-    sent = counts.get("zmq_sent")
-    return None if sent is None else sent + (counts.get("unconfirmed") or 0)
-
-
-def _layers(counts: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The layer counts in pipeline order (viewer_applied only when a viewer was part of the run);
-    the streamer's output layer is what went on the wire, acknowledged or not (zmq_sent + unconfirmed)."""
+def _layers(ledger: PipelineLedger) -> list[tuple[str, int | None]]:
+    """The layer counts in pipeline order (a consumer's only when it was part of the run); the
+    streamer's output layer is what went on the wire, acknowledged or not (zmq_sent + unconfirmed)."""
     out = []
     for key in LAYERS:
-        value = on_the_wire(counts) if key == "zmq_sent" else counts.get(key)
+        value = ledger.on_the_wire if key == "zmq_sent" else getattr(ledger, key)
         if key not in CONSUMER_LAYERS or value is not None:
             out.append((key, value))
     return out
 
 
-def segments_complete(counts: dict[str, Any]) -> bool:
+def segments_complete(ledger: PipelineLedger) -> bool:
     """Nothing missing in any segment; where every segment is listed, they add up to the total."""
-    if counts.get("source_missing_indices") != 0:
+    if ledger.source_missing_indices != 0:
         return False
-    per_segment = counts.get("per_segment")
+    per_segment = ledger.per_segment
     if not per_segment:
         return True
-    if any(seg.get("missing_indices") for seg in per_segment):
+    if any(seg.missing_indices for seg in per_segment):
         return False
-    if len(per_segment) == counts.get("segments"):
-        return sum(seg.get("unique_frames", 0) for seg in per_segment) == counts.get("source_unique_frames")
+    if len(per_segment) == ledger.segments:
+        return sum(seg.unique_frames for seg in per_segment) == ledger.source_unique_frames
     return True
 
 
-def conserved(counts: dict[str, Any]) -> bool:
-    stages = [v for _, v in _layers(counts)]
+def conserved(ledger: PipelineLedger) -> bool:
+    stages = [v for _, v in _layers(ledger)]
     return (
         None not in stages
         and len(set(stages)) == 1
-        and segments_complete(counts)
-        and counts.get("input_pending", 0) == 0
-        and counts.get("robot_pending", 0) == 0
+        and segments_complete(ledger)
+        and ledger.input_pending == 0
+        and ledger.robot_pending == 0
     )
 
 
-def in_flight(counts: dict[str, Any]) -> int:
+def in_flight(ledger: PipelineLedger) -> int:
     """Frames taken in by the first layer and not yet through the last."""
-    layers = [v or 0 for _, v in _layers(counts)]
+    layers = [v or 0 for _, v in _layers(ledger)]
     return max(0, layers[0] - layers[-1]) if layers else 0
 
 
-def waiting(counts: dict[str, Any], *, final: bool) -> bool:
+def waiting(ledger: PipelineLedger, *, final: bool) -> bool:
     """A live take that has not received a frame yet: nothing to judge (0 == 0 == ... is no
     verdict), so not ``conserved`` either."""
-    return not final and counts.get("source_received") == 0 and not counts.get("source_unique_frames")
+    return not final and ledger.source_received == 0 and not ledger.source_unique_frames
 
 
-def state(counts: dict[str, Any], *, final: bool) -> str:
+def state(ledger: PipelineLedger, *, final: bool) -> str:
     """The verdict in words (see the module docstring)."""
-    if waiting(counts, final=final):
+    if waiting(ledger, final=final):
         return "waiting for the first frame"
-    if conserved(counts):
+    if conserved(ledger):
         return "conserved"
-    missing = counts.get("source_missing_indices") or 0
+    missing = ledger.source_missing_indices or 0
     if missing:
         return f"not conserved: {missing} posture indices missing at the source"
-    layers = _layers(counts)
+    layers = _layers(ledger)
     if any(v is None for _, v in layers):
         absent = [k for k, v in layers if v is None]
         return f"waiting for {', '.join(absent)}" if not final else f"not conserved: no count for {', '.join(absent)}"
     if final:
         lost = [f"{a} {va} > {b} {vb}" for (a, va), (b, vb) in pairwise(layers) if va != vb]
-        reasons = (lost or ["frames still pending after the drain"]) + [n for n in [consumers_note(counts)] if n]
+        reasons = (lost or ["frames still pending after the drain"]) + [n for n in [consumers_note(ledger)] if n]
         return "not conserved: " + "; ".join(reasons)
-    return f"running, {in_flight(counts)} in flight"
+    return f"running, {in_flight(ledger)} in flight"
 
 
-def covers(counts: dict[str, Any]) -> str:
+def covers(ledger: PipelineLedger) -> str:
     """What the verdict judges, in words: the layers compared, and who is not among them."""
-    return (" -> ".join(LAYER_NAMES[k] for k, _ in _layers(counts)) + "; the robot port's other consumers "
+    return (" -> ".join(LAYER_NAMES[k] for k, _ in _layers(ledger)) + "; the robot port's other consumers "
             "(a tap, your robot) are not judged: their own counts are under consumers")
 
 
-def consumers_behind(counts: dict[str, Any]) -> dict[str, str]:
+def consumers_behind(ledger: PipelineLedger) -> dict[str, str]:
     """Consumers of the robot port that left with frames still waiting for them, in words."""
-    return {name: (f"left with {c['backlog']} frames waiting for it in the streamer's log: not lost, they are "
+    return {name: (f"left with {c.backlog} frames waiting for it in the streamer's log: not lost, they are "
                    "its own when it comes back under that name (until --consumer-backlog evicts it); not part of "
                    "the verdict")
-            for name, c in (counts.get("consumers") or {}).items() if c.get("backlog") and not c.get("connected")}
+            for name, c in ledger.consumers.items() if c.backlog and not c.connected}
 
 
-def consumers_note(counts: dict[str, Any]) -> str:
+def consumers_note(ledger: PipelineLedger) -> str:
     """The robot port's acknowledging consumers a drained take did not reach everywhere: one gone
     (its frames are kept in the streamer's durable log for its return), or one there that had not
     applied all of them when the drain ended (a second Ctrl-C, or no progress for minutes)."""
     notes = []
-    for name, c in sorted((counts.get("consumers") or {}).items()):
-        left = c.get("frames_to_apply") or 0
-        if not c.get("acknowledges") or not left:
+    for name, c in sorted(ledger.consumers.items()):
+        if not c.acknowledges or not c.frames_to_apply:
             continue
-        notes.append(f"{name} had {left} frames still to apply" if c.get("connected") else
+        left = c.frames_to_apply
+        notes.append(f"{name} had {left} frames still to apply" if c.connected else
                      f"{name} gone with {left} frames to apply, kept for its return in the streamer's log")
     return "; ".join(notes)
 
 
-def with_verdict(counts: dict[str, Any], *, final: bool = True) -> dict[str, Any]:
-    """The ledger in its documented field order, with unique_frames_conserved and state filled in."""
-    out = {key: counts.get(key) for key in LEDGER_FIELDS}
-    out["unique_frames_conserved"] = int(conserved(counts) and not waiting(counts, final=final))
-    out["state"] = state(counts, final=final)
-    extra = {k: v for k, v in counts.items() if k not in out}
-    extra["verdict_covers"] = covers(counts)
-    if behind := consumers_behind(counts):
+def with_verdict(ledger: PipelineLedger, *, final: bool = True) -> dict[str, Any]:
+    """The ledger as published (JSON: the head in its documented order, unique_frames_conserved and
+    state, then the details) with what the verdict says about it."""
+    published = as_published(ledger)
+    out = {key: published.pop(key, None) for key in HEAD_FIELDS}
+    out["unique_frames_conserved"] = int(conserved(ledger) and not waiting(ledger, final=final))
+    out["state"] = state(ledger, final=final)
+    extra = {**published, "verdict_covers": covers(ledger)}
+    if behind := consumers_behind(ledger):
         extra["consumers_behind"] = behind
-    produced, sent, pending = (counts.get(k) for k in ("motion_generated", "zmq_sent", "streamer_pending"))
+    produced, sent, pending = ledger.motion_generated, ledger.zmq_sent, ledger.streamer_pending
     if produced is not None and sent is not None and pending is not None:
-        unconfirmed = counts.get("unconfirmed") or 0
+        unconfirmed = ledger.unconfirmed or 0
         extra["output_balanced"] = int(produced == sent + pending + unconfirmed)
         extra["delivery"] = ("acknowledged" if not unconfirmed else
                              f"unconfirmed: {unconfirmed} frames handed to consumers without an acknowledgement")
@@ -253,56 +222,51 @@ def performer_layers(stages: Stages, key: str, alone: bool) -> Layers:
                   whole.link_duplicates if alone else {})
 
 
-def pipeline_counts(layers: Layers) -> dict[str, Any]:
-    """The ledger fields (docs/ledger.md) from the stages' own counters."""
+def pipeline_counts(layers: Layers) -> PipelineLedger:
+    """The ledger (docs/ledger.md) from the stages' own counters."""
     cap, ret, st, view = layers.capture, layers.retarget, layers.streamer, layers.viewer
     whole = cap if isinstance(cap, CaptureCounts) else None
-    counts: dict[str, Any] = {
-        "source_received": cap.source_received if cap else None,
-        "source_unique_frames": cap.source_unique_frames if cap else None,
-        "source_missing_indices": cap.source_missing_indices if cap else None,
-        "source_duplicate_indices": cap.source_duplicate_indices if cap else None,
-        "source_backward_indices": cap.source_backward_indices if cap else None,
-        "rejected_datagrams": whole.rejected_datagrams if whole else None,
-        "first_posture_index": cap.first_posture_index if cap else None,
-        "last_posture_index": cap.last_posture_index if cap else None,
-        "gmr_processed": ret.gmr_processed if ret else None,
-        "motion_generated": st.motion_generated if st else None,
-        "zmq_sent": st.zmq_sent if st else None,
-        "viewer_applied": view.viewer_applied if view else None,
-    }
-    if layers.robot is not None:
-        counts["robot_applied"] = layers.robot.robot_applied
-        counts["robot"] = ledger_block(layers.robot)  # how the bridge kept up (core/robotfigures.py)
-    # Frames between capture's FIFO and the IK: capture's own queue plus those on the wire.
-    counts["input_pending"] = (cap.input_pending if cap else 0) + max(
-        0, (whole.human_frames_sent if whole else 0) - (ret.frames_in if ret else 0))
-    # Robot frames produced but not yet sent on by the streamer.
-    counts["robot_pending"] = max(0, (ret.robot_frames_sent if ret else 0) - (st.frames_in if st else 0)) + (
-        st.pending if st else 0)
-    counts["missing_ranges"] = cap.missing_ranges if cap else []
     # Where every produced frame is (issue 12): acknowledged by a consumer (zmq_sent), handed to the
     # wire without an acknowledgement yet or ever (unconfirmed), or still waiting (pending).
     stream = st if isinstance(st, StreamerCounts) else None
-    counts["unconfirmed"] = None if st is None else stream.unconfirmed if stream else 0
-    counts["streamer_pending"] = st.pending if st else None
-    counts["rejected_by_reason"] = None if cap is None else dict(whole.rejected_by_reason) if whole else {}
-    if whole is not None:  # what capture joined, and the Xsens messages that are not poses
-        counts["split_frames"] = whole.split_frames
-        if whole.props is not None:
-            counts["props"] = as_published(whole.props)
-        if whole.meta_datagrams is not None:
-            counts["meta_datagrams"] = dict(whole.meta_datagrams)
-    counts["link_rejected_by_reason"] = layers.link_rejects
-    counts["link_duplicates"] = layers.link_duplicates
-    counts["cross_path_copies"] = cap.cross_path_copies if cap else None
-    counts["late_frames"] = cap.late_frames if cap else None
-    counts["late_ranges"] = cap.late_ranges if cap else []
-    counts["bridged_frames"] = stream.bridged_frames if stream else None
-    counts["consumers"] = as_published(stream.consumers or {}) if stream else {}
-    counts["segments"] = cap.segments if cap else None
-    counts["per_segment"] = as_published(cap.per_segment) if cap else None
-    return counts
+    return PipelineLedger(
+        source_received=cap.source_received if cap else None,
+        source_unique_frames=cap.source_unique_frames if cap else None,
+        source_missing_indices=cap.source_missing_indices if cap else None,
+        source_duplicate_indices=cap.source_duplicate_indices if cap else None,
+        source_backward_indices=cap.source_backward_indices if cap else None,
+        rejected_datagrams=whole.rejected_datagrams if whole else None,
+        first_posture_index=cap.first_posture_index if cap else None,
+        last_posture_index=cap.last_posture_index if cap else None,
+        gmr_processed=ret.gmr_processed if ret else None,
+        motion_generated=st.motion_generated if st else None,
+        zmq_sent=st.zmq_sent if st else None,
+        viewer_applied=view.viewer_applied if view else None,
+        # capture's own queue plus what is on the wire to the IK
+        input_pending=(cap.input_pending if cap else 0) + max(
+            0, (whole.human_frames_sent if whole else 0) - (ret.frames_in if ret else 0)),
+        robot_pending=max(0, (ret.robot_frames_sent if ret else 0) - (st.frames_in if st else 0)) + (
+            st.pending if st else 0),
+        robot_applied=layers.robot.robot_applied if layers.robot is not None else None,
+        robot=ledger_block(layers.robot) if layers.robot is not None else None,
+        missing_ranges=cap.missing_ranges if cap else [],
+        unconfirmed=None if st is None else stream.unconfirmed if stream else 0,
+        streamer_pending=st.pending if st else None,
+        rejected_by_reason=None if cap is None else dict(whole.rejected_by_reason) if whole else {},
+        # what capture joined, and the Xsens messages that are not poses
+        split_frames=whole.split_frames if whole else None,
+        props=whole.props if whole else None,
+        meta_datagrams=dict(whole.meta_datagrams) if whole and whole.meta_datagrams is not None else None,
+        link_rejected_by_reason=layers.link_rejects,
+        link_duplicates=layers.link_duplicates,
+        cross_path_copies=cap.cross_path_copies if cap else None,
+        late_frames=cap.late_frames if cap else None,
+        late_ranges=cap.late_ranges if cap else [],
+        bridged_frames=stream.bridged_frames if stream else None,
+        consumers=dict(stream.consumers or {}) if stream else {},
+        segments=cap.segments if cap else None,
+        per_segment=list(cap.per_segment) if cap else None,
+    )
 
 
 def stage_rows(stages: Stages) -> list[tuple[str, int | None, int | None, int | None, int | None]]:

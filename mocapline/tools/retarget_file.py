@@ -38,10 +38,12 @@ from mocapline.formats.takefile import TakeFileError, TakeKind, default_output, 
 from mocapline.robot import model as robot_model
 from mocapline.robot.registry import DEFAULT_ROBOT, add_robot_model_argument, get_robot
 from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, detect_bvh_skeleton
+from mocapline.services.retarget.footing import foot_geometry, plan_contacts, stance_floor
 from mocapline.services.retarget.gmr import GmrBaseline
+from mocapline.services.retarget.ground_quality import robot_ground
 from mocapline.services.retarget.ik.options import RetargetOptions
 from mocapline.services.retarget.ik.retargeter import Retargeter
-from mocapline.services.retarget.quality import evaluate, first_frames_error, foot_figures
+from mocapline.services.retarget.quality import evaluate, first_frames_error
 from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
 
 PROG = "mocapline retarget-file"
@@ -63,6 +65,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--frames", type=int, default=None, help="number of frames to use (default: to the end)")
     p.add_argument("--baseline", action="store_true", help="also time the GMR-equivalent IK on the same frames")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-footing", action="store_true",
+                   help="do not hold the performer's stance feet on the floor (on by default: contacts found over "
+                        "the whole take, the floor calibrated from it; docs/retarget.md \"Feet on the ground\")")
     return p
 
 
@@ -104,6 +109,7 @@ class FileSettings:
     human_height: float | None = None
     start: int = 0
     frames: int | None = None
+    footing: bool = True
 
     def validate(self) -> None:
         if not self.fps > 0:
@@ -141,7 +147,11 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
     height, height_from = ((settings.human_height, "given") if settings.human_height
                            else take_height(motion, skeleton, positions))
     n = motion.frames
-    ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height), robot=robot, model=model)
+    ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height, footing=settings.footing),
+                      robot=robot, model=model)
+    if ours.footing is not None:  # offline: the whole take's floor and contacts (look-ahead)
+        floor = stance_floor(positions, ours.footing.settings.floor_percentile)
+        ours.footing.set_plan(plan_contacts(positions, motion.fps, ours.footing.settings, floor), floor)
     qpos = np.empty((n, model.nq))
     failed = np.zeros(n, dtype=bool)
     t0, cpu0 = time.perf_counter(), time.thread_time()
@@ -155,10 +165,9 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
     targets = np.array([ours.targets(positions[f], quaternions[f]) for f in range(n)])
     limits = config.velocity_limits(robot_model.joint_names(model))
     quality = evaluate(model, ours.table_entries(), targets, qpos, motion.fps, limits, root=config.human_root_name)
-    entries = ours.table_entries()
-    feet = [(e.robot_frame, e.frame_type) for e in entries if e.human_body in ("LeftFoot", "RightFoot")]
-    foot = foot_figures(model, feet, qpos, robot_model.default_qpos(robot, model), motion.fps) if feet else None
-    first = first_frames_error(model, entries, targets, qpos)
+    first = first_frames_error(model, ours.table_entries(), targets, qpos)
+    feet = foot_geometry(robot)
+    ground = robot_ground(model, feet, qpos, positions, motion.fps)
     summary: dict[str, Any] = {
         "take": str(take), "robot_model": robot.name, "skeleton": skeleton.name, "frames": n,
         "source_fps": round(motion.fps, 3),
@@ -169,9 +178,8 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
         "limit_contacts": quality.limit_contacts, "jumps": quality.jumps,
         "swings": quality.swings, "velocity_violations": quality.velocity_violations,
         "first_frame_err_mm": round(first, 1),
-        **({} if foot is None else {"foot_skate_mm_s": round(foot.skate_mm_s, 1),
-                                    "ground_penetration_frames": foot.penetration_frames,
-                                    "ground_penetration_mm": round(foot.penetration_mm, 1)}),
+        "skate_cm_s": round(ground.skate_cm_s, 1), "float_share": round(ground.float_share, 4),
+        "penetration_max_cm": round(ground.penetration_max_cm, 2),
         "ik_failed": int(failed.sum()), "seconds": round(seconds, 3),
         "cpu_seconds": round(cpu_seconds, 3), "frames_per_s": round(n / max(seconds, 1e-9), 1),
     }
@@ -184,6 +192,10 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
         summary.update({"baseline_seconds": round(base_s, 3), "speedup": round(base_s / seconds, 1),
                         "cpu_speedup": round(base_cpu / cpu_seconds, 1),
                         "baseline_err_mm": round(bq.err_mm, 1), "baseline_hands_mm": round(bq.hands_mm, 1)})
+        bg = robot_ground(model, feet, base_q, positions, motion.fps)
+        summary.update({"baseline_skate_cm_s": round(bg.skate_cm_s, 1),
+                        "baseline_float_share": round(bg.float_share, 4),
+                        "baseline_penetration_max_cm": round(bg.penetration_max_cm, 2)})
 
     meta = {
         "input": str(take), "input_sha256": hashlib.sha256(take.read_bytes()).hexdigest(),
@@ -199,7 +211,8 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = FileSettings(robot_model=args.robot_model, skeleton=args.skeleton, fps=args.fps,
-                            human_height=args.human_height, start=args.start, frames=args.frames)
+                            human_height=args.human_height, start=args.start, frames=args.frames,
+                            footing=not args.no_footing)
     bar = Progress(0, enabled=not args.no_progress)
 
     def progress(done: int, total: int) -> None:

@@ -17,6 +17,7 @@ from mocapline.core.counters.codec import (
     wire,
     zero,
 )
+from mocapline.core.counters.ledger import HEAD_FIELDS, PipelineLedger
 from mocapline.core.counters.links import (
     ConsumerCounts,
     DurableCounts,
@@ -79,5 +80,5 @@ __all__ = [
     "StreamerCounts", "StreamerPerformerCounts", "TcpSourceCounts", "UnitCheck", "ViewerCounts",
     "ViewerPerformerCounts", "WorkerInfo", "WorkerShare", "decode", "decode_stage", "durable_counts", "from_parts",
     "stage_type", "to_json", "wire", "zero", "SideLedger", "SidePathCounts", "Stages", "read_stages", "sum_workers",
-    "as_published", "PolicyCounts", "PropCounts", "RobotCounts", "TrackingError",
+    "as_published", "PolicyCounts", "PropCounts", "RobotCounts", "TrackingError", "HEAD_FIELDS", "PipelineLedger",
 ]

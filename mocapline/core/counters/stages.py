@@ -325,7 +325,8 @@ class StreamerCounts:
     @property
     def on_the_wire(self) -> int:
         """Frames handed to the wire, acknowledged or not yet: a consumer applies a frame before
-        its acknowledgement arrives, so no downstream count exceeds this (core/verdict.on_the_wire)."""
+        its acknowledgement arrives, so no downstream count exceeds this (the ledger's
+        ``PipelineLedger.on_the_wire``)."""
         return self.zmq_sent + self.unconfirmed
 
 

@@ -13,6 +13,7 @@ is only one performer, whose counts are the stage's.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from mocapline.core.counters import (
@@ -47,7 +48,7 @@ def judge(layers: Layers, side: SideLedger | None, *, final: bool = True) -> dic
     """Verdict plus the dual-path classification of every missing index, for one set of counts.
     ``final``: the counts are a drained take's (unequal layers are then a loss; before that, frames
     in flight)."""
-    counts = pipeline_counts(layers)
+    ledger = pipeline_counts(layers)
     cap = layers.capture
     # capture lists its paths in --ports order: main first
     paths = sorted(cap.paths.values(), key=lambda p: {"main": 0, "side": 1}.get(p.role, 2)) if cap else []
@@ -56,12 +57,10 @@ def judge(layers: Layers, side: SideLedger | None, *, final: bool = True) -> dic
         span = None
         if seen is not None and seen.first_index is not None and seen.last_index is not None:
             span = (seen.first_index, seen.last_index)
-        counts["missing_by_path"] = classify_missing(
-            paths[0].missing_ranges, seen.missing_ranges if seen is not None else None, span,
-            late=cap.late_ranges if cap else [],
-        )
-        counts["merge_on"] = len(paths) > 1
-    return with_verdict(counts, final=final)
+        by_path = classify_missing(paths[0].missing_ranges, seen.missing_ranges if seen is not None else None, span,
+                                   late=cap.late_ranges if cap else [])
+        ledger = replace(ledger, missing_by_path=by_path, merge_on=len(paths) > 1)
+    return with_verdict(ledger, final=final)
 
 
 def with_workers(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

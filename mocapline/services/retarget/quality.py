@@ -166,41 +166,7 @@ def evaluate(
     )
 
 
-CONTACT_M = 0.02  # a foot within this of its standing height is on the ground
-PENETRATION_M = 0.01  # ... and this far below it, through the ground
 FIRST_FRAMES = SKIP_FRAMES
-
-
-@dataclass
-class FootFigures:
-    """The feet against the ground (world z = the take's ground), from the solved poses.
-
-    ``skate_mm_s``: mean horizontal speed of a foot while it is on the ground (a planted foot that
-    slides); ``penetration_frames`` / ``penetration_mm``: frames with a foot more than
-    ``PENETRATION_M`` below its standing height (its height in the robot's standing pose, feet
-    on the ground), and the deepest."""
-
-    skate_mm_s: float
-    penetration_frames: int
-    penetration_mm: float
-
-
-def foot_figures(model: mujoco.MjModel, feet: list[tuple[str, str]], qpos: np.ndarray, rest_qpos: np.ndarray,
-                 fps: float) -> FootFigures:
-    rest, _ = frame_poses(model, feet, rest_qpos[None])
-    rest_z = rest[0, :, 2]
-    pos, _ = frame_poses(model, feet, qpos)
-    z = pos[:, :, 2]
-    contact = z < rest_z + CONTACT_M
-    speed = np.linalg.norm(np.diff(pos[:, :, :2], axis=0), axis=2) * fps * 1000.0
-    planted = contact[1:] & contact[:-1]
-    depth = np.clip(rest_z - z, 0.0, None)
-    through = depth > PENETRATION_M
-    return FootFigures(
-        skate_mm_s=float(speed[planted].mean()) if planted.any() else 0.0,
-        penetration_frames=int(np.count_nonzero(through.any(axis=1))),
-        penetration_mm=float(depth.max() * 1000.0) if len(depth) else 0.0,
-    )
 
 
 def first_frames_error(model: mujoco.MjModel, entries: tuple, targets: np.ndarray, qpos: np.ndarray,

@@ -82,6 +82,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--filter", choices=FILTERS, default="none",
                    help="output filter: smooth3 = centred [1,2,1]/4 over frames, exactly one frame of delay")
     p.add_argument("--no-velocity-limit", action="store_true", help="do not bound joint speed")
+    p.add_argument("--no-footing", action="store_true",
+                   help="do not hold the performer's stance feet on the floor (the robot's feet then follow the "
+                        "human's as they are: sliding, hovering, sinking; docs/retarget.md \"Feet on the ground\")")
     p.add_argument("--backend", choices=BACKENDS, default="fast", help="IK backend (mink = mink.solve_ik, slower)")
     p.add_argument("--max-takes", type=int, default=0,
                    help="exit after forwarding this many END_OF_STREAM markers; 0 = run until stopped")
@@ -397,6 +400,7 @@ class RetargetSettings:
             lm_damping=args.lm_damping,
             fps=args.input_fps,
             velocity_limit=not args.no_velocity_limit,
+            footing=not args.no_footing,
             human_height=args.human_height,
             ground_offset=args.ground_offset,
             backend=args.backend,
@@ -432,7 +436,8 @@ class RetargetSettings:
         values = {f: getattr(self, f) for f in flat}
         values |= {"performer_height": [f"{name}={h!r}" for name, h in self.performer_height.items()],
                    "iterations": o.iterations, "lm_damping": o.lm_damping, "input_fps": o.fps,
-                   "no_velocity_limit": not o.velocity_limit, "human_height": o.human_height,
+                   "no_velocity_limit": not o.velocity_limit, "no_footing": not o.footing,
+                   "human_height": o.human_height,
                    "ground_offset": o.ground_offset, "backend": o.backend}
         stage = self.stage
         if self.worker and stage.state_dir is not None:  # from_args adds the worker's folder

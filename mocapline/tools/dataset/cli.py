@@ -77,6 +77,8 @@ def build_parser() -> EnvArgumentParser:
                    help="performer height in m for every take (default: estimated per take)")
     p.add_argument("--start", type=non_negative_int, default=0, help="first frame of each take")
     p.add_argument("--frames", type=positive_int, default=None, help="frames of each take (default: to the end)")
+    p.add_argument("--no-footing", action="store_true",
+                   help="do not hold the performers' stance feet on the floor (retarget-file --no-footing)")
     p.add_argument("--workers", type=positive_int, default=default_workers(),
                    help="local worker processes (default: the cores this process may use)")
     p.add_argument("--ray", default=None, metavar="ADDRESS",
@@ -128,7 +130,8 @@ def _version() -> str:
 
 def dataset_settings(args: argparse.Namespace) -> tuple[FileSettings, dict[str, Any], list[Path]]:
     settings = FileSettings(robot_model=args.robot_model, skeleton=args.skeleton, fps=args.fps,
-                            human_height=args.human_height, start=args.start, frames=args.frames)
+                            human_height=args.human_height, start=args.start, frames=args.frames,
+                            footing=not args.no_footing)
     robot = get_robot(args.robot_model)
     files = [IK_CONFIG_DIR / name for name in robot.ik_configs.values()] + sorted(SKELETON_DIR.glob("*.json"))
     if Path(args.skeleton).is_file():

@@ -14,8 +14,8 @@ import numpy as np
 from mocapline.tools.dataset.manifest import DONE, FAILED, write_atomic
 
 FIGURES = ("err_mm", "err_p99_mm", "hands_mm", "feet_mm", "pelvis_mm", "rot_deg", "limit_contacts",
-           "velocity_violations", "jumps", "swings", "ik_failed", "first_frame_err_mm", "foot_skate_mm_s",
-           "ground_penetration_frames", "ground_penetration_mm")
+           "velocity_violations", "jumps", "swings", "ik_failed", "first_frame_err_mm", "skate_cm_s",
+           "float_share", "penetration_max_cm")
 WORST = 10
 
 

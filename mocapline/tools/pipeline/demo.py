@@ -21,9 +21,11 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from mocapline.core.counters import PipelineLedger
 from mocapline.core.modes import Source, Transport
 from mocapline.core.options import (
     EnvArgumentParser,
@@ -149,9 +151,9 @@ def unconsumed_output(ledger: dict[str, Any]) -> dict[str, Any] | None:
     waiting = ledger.get("streamer_pending") or 0
     if ledger.get("viewer_applied") is not None or not waiting:
         return None
-    counts = {**ledger, "unconfirmed": (ledger.get("unconfirmed") or 0) + waiting,
-              "robot_pending": max(0, (ledger.get("robot_pending") or 0) - waiting)}
-    if not conserved(counts):
+    counts = PipelineLedger.from_published(ledger)
+    if not conserved(replace(counts, unconfirmed=(counts.unconfirmed or 0) + waiting,
+                             robot_pending=max(0, counts.robot_pending - waiting))):
         return None
     return {**ledger, "unique_frames_conserved": 1,
             "state": f"conserved through the streamer; its output was not consumed ({waiting} frames wait in "

@@ -19,9 +19,8 @@ import sys
 from typing import Any
 
 from mocapline.core.bus import DEFAULT_URL, request
-from mocapline.core.counters import read_stages
+from mocapline.core.counters import PipelineLedger, read_stages
 from mocapline.core.options import EnvArgumentParser
-from mocapline.core.verdict import on_the_wire
 from mocapline.services.auditor.audit import audit
 from mocapline.tools.pipeline.console import print_ledger, snapshot
 
@@ -38,7 +37,8 @@ def readable(ledger: dict[str, Any]) -> dict[str, Any]:
     unconfirmed = ledger.get("unconfirmed") or 0
     if not unconfirmed or ledger.get("zmq_sent") is None:
         return ledger
-    return {**ledger, "zmq_sent": f"{on_the_wire(ledger)} on the wire ({ledger['zmq_sent']} acknowledged, "
+    wire = PipelineLedger.from_published(ledger).on_the_wire
+    return {**ledger, "zmq_sent": f"{wire} on the wire ({ledger['zmq_sent']} acknowledged, "
                                   f"{unconfirmed} not yet)"}
 
 

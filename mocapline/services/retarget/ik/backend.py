@@ -60,6 +60,10 @@ class IKBackend(Protocol):
 
     def set_targets(self, table: int, poses: np.ndarray) -> None: ...
 
+    def set_weights(self, table: int, entry: int, position: float, rotation: float) -> None:
+        """One entry's position and rotation weights from now on (a stance foot's, ``footing``)."""
+        ...
+
     def step(self, table: int, final_share: float = 0.0) -> tuple[float, float | None]:
         """One step on ``table``; the weighted cost before and after it. ``final_share`` > 0: a
         backend may make this the frame's last step, taken without evaluating the cost after it

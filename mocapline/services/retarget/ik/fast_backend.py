@@ -102,6 +102,12 @@ class FastBackend:
     def begin_frame(self, settled: bool) -> None:
         self._lm = self.lm_damping if settled else min(self.lm_damping, SETTLE_LM_DAMPING)
 
+    def set_weights(self, table: int, entry: int, position: float, rotation: float) -> None:
+        t = self._tables[table]  # an arm's rotation rows are reweighted from arm_base at every step
+        t.w[entry, :3] = position
+        t.w[entry, 3:] = rotation
+        self._cached = None
+
     def set_targets(self, table: int, poses: np.ndarray) -> None:
         t = self._tables[table]
         t.target_pos[:] = poses[:, 4:]

@@ -74,6 +74,11 @@ class MinkBackend:
             for task in tasks:
                 task.lm_damping = lm
 
+    def set_weights(self, table: int, entry: int, position: float, rotation: float) -> None:
+        task = self.tasks[table][entry]
+        task.set_position_cost(position)
+        task.set_orientation_cost(rotation)
+
     def set_targets(self, table: int, poses: np.ndarray) -> None:
         for task, pose in zip(self.tasks[table], poses, strict=True):
             task.set_target(mink.SE3(wxyz_xyz=pose))

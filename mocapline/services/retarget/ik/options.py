@@ -47,6 +47,7 @@ class RetargetOptions:
     human_height: float | None = None
     ground_offset: float = 0.0
     backend: str = "fast"
+    footing: bool = True  # stance feet held on the floor (``services/retarget/footing.py``)
 
     def validate(self) -> None:
         if self.iterations < 1:
@@ -73,5 +74,6 @@ class RetargetOptions:
                  f"{self.min_iterations}-{self.iterations} steps/frame until the cost drops < {self.tolerance:g}")
         extra = (f", arm rotation Huber {self.arm_huber:g} rad" if self.arm_huber else "") + (
             f", posture {self.posture_weight:g}" if self.posture_weight else "") + (
-            ", shoulders keep their branch at the gimbal pole" if self.shoulder_poles else "")
+            ", shoulders keep their branch at the gimbal pole" if self.shoulder_poles else "") + (
+            ", stance feet held on the floor" if self.footing else "")
         return f"{steps}, lm_damping {self.lm_damping}, solver damping {self.solver_damping}{extra}"

@@ -69,6 +69,7 @@ from mocapline.robot.description import RobotDescription
 from mocapline.robot.registry import get_robot
 
 from ..config import IKConfig, MatchEntry, load_ik_config
+from ..footing import Footing, foot_geometry
 from ..shoulder_pole import ShoulderPoles
 from .backend import COST_FLOOR, NUMERIC_FAILURES, IKBackend, Posture
 from .fast_backend import FastBackend
@@ -157,6 +158,9 @@ class Retargeter:
         self.poles = (ShoulderPoles.for_config(self.model, config, pitch, self.robot.torso_body)
                       if self.options.shoulder_poles and pitch is not None else None)
         self._pitch_qpos = [7 + self.joint_names.index(j) for j in pitch] if pitch is not None else []
+        self.footing = self._make_footing() if self.options.footing else None
+        self._weight_scale: dict[tuple[int, int], float] = {}  # (table, foot): the stance weights' scale
+        self.solved_targets: np.ndarray | None = None  # the last table's targets of the last frame, as solved
         self.ranges = robot_model.joint_ranges(self.model)
         self._last_good = robot_model.default_qpos(self.robot, self.model)
         self.reset()
@@ -190,6 +194,8 @@ class Retargeter:
         self.velocity_limit.set_reference(None)
         if self.poles is not None:
             self.poles.reset(branches)
+        if self.footing is not None:
+            self.footing.reset()
 
     @property
     def qpos(self) -> np.ndarray:
@@ -220,6 +226,42 @@ class Retargeter:
                     q[0:3] = pose[4:]
                     self.backend.set_qpos(q)
                     return
+
+    def _make_footing(self) -> Footing | None:
+        """The feet's entries of each table (the foot link's, and those of sites on it)."""
+        feet = self.robot.feet
+        m = self.model
+        layout: list[list[tuple[int | None, list[int]]]] = []
+        for table in self._tables:
+            per_foot: list[tuple[int | None, list[int]]] = []
+            for foot in feet:
+                body = next((i for i, e in enumerate(table.entries)
+                             if e.frame_type == "body" and e.robot_frame == foot), None)
+                sites = [i for i, e in enumerate(table.entries) if e.frame_type == "site"
+                         and m.body(int(m.site_bodyid[m.site(e.robot_frame).id])).name == foot]
+                per_foot.append((body, sites))
+            layout.append(per_foot)
+        if all(body is None for per_foot in layout for body, _ in per_foot):
+            return None
+        return Footing(foot_geometry(self.robot), layout, self.options.fps)
+
+    def _stance_weights(self, targets: dict[int, np.ndarray]) -> None:
+        """A stance foot's entries weigh more (``stance_gain`` on the position, a share of it on the
+        rotation), blended with its hold."""
+        footing = self.footing
+        assert footing is not None
+        gain = footing.settings.stance_gain - 1.0
+        share = footing.settings.stance_rotation_share
+        for i in targets:
+            for k, (body, sites) in enumerate(footing.tables[i]):
+                scale = 1.0 + gain * footing.stance[k]
+                if self._weight_scale.get((i, k)) == scale:
+                    continue
+                self._weight_scale[(i, k)] = scale
+                w = self._tables[i].weights
+                for e in ([] if body is None else [body]) + sites:
+                    self.backend.set_weights(i, e, float(w[e, 0]) * scale,
+                                             float(w[e, 3]) * (1.0 + (scale - 1.0) * share))
 
     def table_entries(self, table: int = -1) -> tuple[MatchEntry, ...]:
         return self._tables[table].entries
@@ -275,8 +317,14 @@ class Retargeter:
             if not math.isfinite(used_positions.sum()):  # one check: NaN and inf propagate
                 raise FloatingPointError("non-finite human body position")
             schedule = self._schedules[self._settled]
-            for i in self._schedule_tables[self._settled]:
-                self.backend.set_targets(i, self._tables[i].targets(used_positions, quaternions, self.ground))
+            targets = {i: self._tables[i].targets(used_positions, quaternions, self.ground)
+                       for i in self._schedule_tables[self._settled]}
+            if self.footing is not None:
+                self.footing.adjust(positions, targets, max(1, int(elapsed_frames)))
+                self._stance_weights(targets)
+            for i, poses in targets.items():
+                self.backend.set_targets(i, poses)
+            self.solved_targets = targets.get(len(self._tables) - 1)
             self.velocity_limit.set_reference(self._last_good if self._settled else None, max(1, int(elapsed_frames)))
             if not self._settled:
                 self._place_root(positions, quaternions)
