@@ -123,7 +123,7 @@ def test_a_take_that_starts_in_a_deep_crouch_is_tracked_from_its_first_frame() -
     from mocapline.tools.retarget_file import FileSettings, convert
 
     mid = convert(CROUCH, FileSettings(start=202, frames=30)).summary
-    # the clip never stands: its height comes from its skeleton (from the motion: 0.98 m, 148 mm off)
+    # the clip never stands: its height comes from its skeleton (from the motion: 0.98 m, 170 mm off)
     assert mid["height_from"] == "skeleton" and 1.6 < mid["human_height_m"] < 1.8
     assert mid["first_frame_err_mm"] < mid["err_mm"] + 10.0 and mid["err_mm"] < 100.0, mid
     whole = convert(CROUCH, FileSettings(start=150, frames=82)).summary
