@@ -364,7 +364,7 @@ def test_a_local_ray_cluster_writes_what_the_pool_writes(tmp_path) -> None:
     if shutil.which("ray") is None:
         pytest.skip("the `ray` command is not on PATH")
     src = tmp_path / "takes"
-    good, broken = make_folder(src, copies=2)
+    good, broken = make_folder(src, copies=50)  # 200 takes and the broken files
     shutil.copyfile(DEMO_TAKE, src / "demo.mlrec")  # a raw-datagram recording, retargeted as export does
     good += 1
     args = ("--format", "npz,gmr-pkl,beyondmimic-csv", "--progress", "none")
