@@ -41,7 +41,7 @@ def test_recording_to_json_lines(tmp_path: Path) -> None:
     lines = run_inspect(str(path), "--port", "7014")
     frames, ledger = lines[:-1], lines[-1]["ledger"]
     assert [f["posture_index"] for f in frames] == [9368, 9369, 9370, 9372]
-    assert list(frames[0]) == ["posture_index", "avatar_index", "avatar_name", "bodies"]
+    assert list(frames[0]) == ["posture_index", "avatar_index", "avatar_name", "bodies", "fingers"]
     assert list(frames[0]["bodies"]) == list(GMR_BODIES)
     hips = frames[0]["bodies"]["Hips"]
     assert len(hips["pos"]) == 3 and len(hips["quat"]) == 4

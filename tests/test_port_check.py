@@ -165,5 +165,5 @@ def test_port_mode_passes_our_port(tmp_path) -> None:
         log.close()
         ctx.term()
     assert [(r.name, r.passed) for r in results] == [(n, True) for n in
-                                                     ("handshake", "frames", "resume", "keep_alive", "rewind",
+                                                     ("handshake", "frames", "hands", "resume", "keep_alive", "rewind",
                                                       "v1_peer")], [r.detail for r in results]

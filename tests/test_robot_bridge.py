@@ -354,3 +354,58 @@ def test_the_policy_controller_applies_every_frame_and_a_kill_9_restart_takes_ov
     _assert_ramp_starts_at_the_measured_pose(spy, killed_at)
     stiff = [c["motor_cmd"] for _, c in spy.commands if c["motor_cmd"]["kp"][20] > 0]
     np.testing.assert_allclose(stiff[-1]["kp"][:29], policy.kp)
+
+
+def test_the_hands_through_the_robot_end(tmp_path) -> None:
+    """`mocapline up --robot sim --robot-model g1_dex3 --hands dex3` as the stack runs it, on the
+    emitter's finger gestures: every frame applied with its hands, HandCmd_ on both hands' topics
+    read by a subscriber of the IDL type (cyclonedds' own deserializer), the sim's hands closing
+    into the fist, their tracking error reported."""
+    from cyclonedds.sub import DataReader
+    from cyclonedds.topic import Topic
+
+    from mocapline.robot.registry import get_robot
+    from mocapline.robot.unitree.dds import LowLevel, dds_settings
+    from mocapline.robot.unitree.idl_hg import HandCmd_
+    from mocapline.tools.emitter.emitter import TakePlan, emit_take
+    from mocapline.tools.emitter.motion import GESTURE_S
+    from mocapline.tools.pipeline.stack import Stack, local_config
+
+    robot = get_robot("g1_dex3")
+    config = local_config(robot="sim", robot_domain=private_domain(), robot_interface="lo", robot_model="g1_dex3",
+                          robot_hands="dex3", state_dir=tmp_path / "state", log_dir=tmp_path / "logs")
+    stack = Stack(config)
+    ll = LowLevel(dds_settings(robot, config.robot_domain, "lo"))  # the loopback domain's config
+    participant = ll.participant
+    readers = [DataReader(participant, Topic(participant, t, HandCmd_)) for t in ("rt/dex3/left/cmd",
+                                                                                "rt/dex3/right/cmd")]
+    seen: list[list[HandCmd_]] = [[], []]
+    frames = int(1.9 * GESTURE_S * 60)  # open, then the fist held
+    try:
+        stack.start()
+        stack.wait_ready(timeout=120)
+        emit_take(TakePlan(frames=frames, first_index=100), [("127.0.0.1", config.main_port)], rate_hz=60)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            for side, reader in enumerate(readers):
+                seen[side] += reader.take(N=256)
+            time.sleep(0.05)
+        finals = stack.drain()
+        verdict = stack.verdict(finals)
+        end = stack.stop_robot_end()
+    finally:
+        stack.stop()
+        ll.close()
+    assert finals["robot"]["robot_applied"] == frames and verdict["state"] == "conserved", verdict
+    hands = finals["robot"]["hands"]
+    assert hands["frames"] == frames and hands["commands_sent"] > frames and hands["states_received"] > 0, hands
+    assert hands["tracking_error_mean_rad"] < 0.5, hands
+    assert all(seen), "HandCmd_ on both hands' topics, read by the IDL type"
+    for side, names in enumerate((robot.hands.left, robot.hands.right)):
+        last = seen[side][-1]
+        assert len(last.motor_cmd) == 7 and [m.mode for m in last.motor_cmd] == list(range(0x10, 0x17))
+        q = dict(zip(names, (m.q for m in last.motor_cmd), strict=True))
+        for finger in ("index", "middle"):  # the fist: every finger joint near the end it closes to
+            assert all(abs(q[n]) > 1.0 for n in names if finger in n), q
+    assert end is not None and end.sim is not None
+    assert end.sim.hand_commands_applied > 0 and end.sim.hand_states_published > 0, end.sim

@@ -20,6 +20,9 @@ from mocapline.services.robot.service import RobotLoop, RobotSettings
 UNITREE_TYPE_IDS = {
     "LowCmd_": ("6569fc15f0d47aa8600b9e91fbbc", "42b0283aa7e1bb592ec898a0dbed"),
     "LowState_": ("2f38296b52aa0230b92d378b1e39", "2be9706c9587e8d8afd8bfc6de7b"),
+    # the Dex3-1's (issue 33, the same checkout)
+    "HandCmd_": ("a63e17e228e67d276dfe71d6f156", "5c45f9f8b1e1c279a659521332b0"),
+    "HandState_": ("699eb3270c7d7788ed03bebe16b9", "b9f2806966060fc0f913a47b8ab9"),
 }
 
 

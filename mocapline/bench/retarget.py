@@ -47,6 +47,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
+from mocapline.bench.hands import hand_bench, hand_table
 from mocapline.core import quat as Q
 from mocapline.core.paths import ASSETS_DIR, DEMO_TAKE
 from mocapline.formats.bvh import gmr_bodies, load_bvh, take_height
@@ -64,6 +65,7 @@ from mocapline.services.retarget.quality import Quality, evaluate
 
 MOTION_DIR = ASSETS_DIR / "motion"
 KINDS = ("real", "demo", "robot", "human")
+HANDS = "hands"  # the hand stage's takes (a build with hands)
 SYNTHETIC_FRAMES_S = 8.0  # seconds of each synthetic take
 
 
@@ -415,8 +417,10 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_robot_model_argument(parser)
-    parser.add_argument("--takes", default=",".join(KINDS),
-                        help=f"kinds of take, comma separated (default {','.join(KINDS)})")
+    parser.add_argument("--takes", default=None,
+                        help=f"kinds of take, comma separated: {', '.join((*KINDS, HANDS))} (default "
+                             f"{','.join(KINDS)}, and {HANDS} on a build with hands: the hand stage, "
+                             "mocapline/bench/hands.py)")
     parser.add_argument("--frames", type=int, default=None,
                         help="cut every run to this many frames (default: whole takes)")
     parser.add_argument("--iterations", type=int, default=None, help="mocapline's cap on IK steps per frame")
@@ -435,10 +439,15 @@ def main(argv: list[str] | None = None) -> int:
                              "without the shoulder poles (about 1 min)")
     args = parser.parse_args(argv)
 
-    kinds = tuple(k.strip() for k in args.takes.split(",") if k.strip())
-    bad = sorted(set(kinds) - set(KINDS))
+    robot = get_robot(args.robot_model)
+    with_hands = robot.hands is not None and bool(robot.hands.fingers)
+    given = args.takes if args.takes is not None else ",".join((*KINDS, HANDS) if with_hands else KINDS)
+    kinds = tuple(k.strip() for k in given.split(",") if k.strip())
+    bad = sorted(set(kinds) - {*KINDS, HANDS})
     if bad:
-        parser.error(f"unknown takes {bad}: choose from {', '.join(KINDS)}")
+        parser.error(f"unknown takes {bad}: choose from {', '.join((*KINDS, HANDS))}")
+    if HANDS in kinds and not with_hands:
+        parser.error(f"--takes {HANDS}: robot model {robot.name!r} has no hands to retarget (try g1_dex3)")
     options = RetargetOptions(backend=args.backend, footing=not args.no_footing)
     for name in ("iterations", "lm_damping", "min_iterations", "tolerance", "arm_huber"):
         if getattr(args, name) is not None:
@@ -447,16 +456,26 @@ def main(argv: list[str] | None = None) -> int:
         options.validate()
     except ValueError as exc:
         parser.error(str(exc))
-    robot = get_robot(args.robot_model)
     model = robot_model.load_ik_model(robot)
     if args.overhead:
         _overhead(model, options, args.json, robot)
         return 0
-    runs = [run_take(t, model, options, robot=robot) for t in take_set(model, kinds, args.frames, robot)]
-    summary = _summary(runs)
+    body_kinds = tuple(k for k in kinds if k != HANDS)
+    summary: dict = {}
+    if body_kinds:
+        summary = _summary([run_take(t, model, options, robot=robot)
+                            for t in take_set(model, body_kinds, args.frames, robot)])
     summary["settings"] = {"robot_model": robot.name, "backend": options.backend, "options": options.describe(),
                            "frames": args.frames}
-    print(json.dumps(summary) if args.json else _table(summary, options, robot))
+    if HANDS in kinds:
+        summary["hands"] = hand_bench(robot)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    lines = _table(summary, options, robot).splitlines() if body_kinds else []
+    if HANDS in kinds:
+        lines += hand_table(summary["hands"], robot)
+    print("\n".join(lines))
     return 0
 
 

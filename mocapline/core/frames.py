@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from mocapline.core import pb
-from mocapline.core.bodies import GMR_BODIES
+from mocapline.core.bodies import GMR_BODIES, HAND_BODIES
 
 N_BODIES = len(GMR_BODIES)
+N_HAND_BODIES = len(HAND_BODIES)
 
 
 class FrameFieldError(ValueError):
@@ -57,7 +58,8 @@ def _no_rows(width: int) -> Any:
 
 @dataclass(slots=True)
 class HumanFrame:
-    """The 23 GMR bodies of one posture_index: metres, Z-up world, quaternions w x y z."""
+    """The 23 GMR bodies of one posture_index (and the hands' 40 where the source has them): metres,
+    Z-up world, quaternions w x y z."""
 
     posture_index: int
     capture_timestamp_us: int
@@ -70,13 +72,20 @@ class HumanFrame:
     source_port: int = 0
     avatar_index: int = 0  # the performer (Axis avatar_index, Xsens character ID)
     avatar_name: str = ""
-    finger_positions: np.ndarray = _no_rows(3)  # (F, 3) Xsens finger tracking (formats/mxtp02.py)
+    # The hand bodies (core/bodies.py HAND_BODIES, 40) where the source has finger bones (Axis: always;
+    # Xsens: with gloves), else none: ``has_hands``.
+    finger_positions: np.ndarray = _no_rows(3)  # (F, 3)
     finger_quaternions: np.ndarray = _no_rows(4)  # (F, 4)
     prop_character: tuple[int, ...] = ()  # per prop: the character ID it came with
     prop_segment: tuple[int, ...] = ()  # per prop: its segment id
     prop_positions: np.ndarray = _no_rows(3)  # (P, 3)
     prop_quaternions: np.ndarray = _no_rows(4)  # (P, 4)
     human_height: float = 0.0  # m, from the source (Xsens MXTP13 scaling); 0: not known
+
+    @property
+    def has_hands(self) -> bool:
+        """Every hand body is here (a glove-less take, or a source without finger bones, has none)."""
+        return len(self.finger_positions) == N_HAND_BODIES
 
     def body(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         i = GMR_BODIES.index(name)
@@ -157,6 +166,8 @@ class RobotFrame:
     avatar_index: int = 0  # the performer, carried from the HumanFrame
     avatar_name: str = ""
     robot_model: str = ""
+    hand_joint_pos: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (h,) the build's hands, or none
+    has_hands: bool = False  # the HumanFrame had hand bodies (else the hands are at rest)
 
     def to_proto(self) -> pb.RobotFrame:
         return pb.RobotFrame(
@@ -172,6 +183,8 @@ class RobotFrame:
             avatar_index=self.avatar_index,
             avatar_name=self.avatar_name,
             robot_model=self.robot_model,
+            hand_joint_pos=self.hand_joint_pos.tolist(),
+            has_hands=self.has_hands,
         )
 
     def to_bytes(self) -> bytes:
@@ -197,6 +210,8 @@ class RobotFrame:
             avatar_index=msg.avatar_index,
             avatar_name=msg.avatar_name,
             robot_model=msg.robot_model,
+            hand_joint_pos=np.array(msg.hand_joint_pos, dtype=np.float64),
+            has_hands=msg.has_hands,
         )
 
     @classmethod
@@ -217,19 +232,26 @@ MOCAP_FIELD_LENGTHS: dict[str, int] = {
 MOCAP_JOINT_FIELDS = ("joint_pos", "joint_vel")
 
 
-def check_mocap_frame(msg: pb.MocapFrame, joint_count: int | None = None) -> None:
-    """Raise FrameFieldError unless every repeated field has its length: the fixed ones, and the
-    joints ``joint_count`` each (None: as many as ``joint_pos`` has)."""
+def check_mocap_frame(msg: pb.MocapFrame, joint_count: int | None = None, hand_count: int | None = None) -> None:
+    """Raise FrameFieldError unless every repeated field has its length: the fixed ones, the joints
+    ``joint_count`` each (None: as many as ``joint_pos`` has), and the hands' joints none or
+    ``hand_count`` (None: any even count, two hands of the same joints)."""
     for name, expected in MOCAP_FIELD_LENGTHS.items():
         _check(name, getattr(msg, name), expected)
     joints = len(msg.joint_pos) if joint_count is None else joint_count
     for name in MOCAP_JOINT_FIELDS:
         _check(name, getattr(msg, name), joints)
+    hands = len(msg.hand_joint_pos)
+    if hands and (hands % 2 if hand_count is None else hands != hand_count):
+        raise FrameFieldError(f"hand_joint_pos has {hands} values, expected none or "
+                              f"{'an even count' if hand_count is None else hand_count}")
 
 
-def parse_mocap_frame(data: bytes | memoryview, joint_count: int | None = None) -> pb.MocapFrame:
-    """Decode and length-check a MocapFrame (``joint_count``: the header's, or the robot's);
-    FrameFieldError (reason field_length) or ProtobufDecodeError (reason protobuf) on bad bytes."""
+def parse_mocap_frame(data: bytes | memoryview, joint_count: int | None = None,
+                      hand_count: int | None = None) -> pb.MocapFrame:
+    """Decode and length-check a MocapFrame (``joint_count``: the header's, or the robot's;
+    ``hand_count``: the robot's hand joints, see check_mocap_frame); FrameFieldError (reason
+    field_length) or ProtobufDecodeError (reason protobuf) on bad bytes."""
     msg = _parse(pb.MocapFrame(), data)
-    check_mocap_frame(msg, joint_count)
+    check_mocap_frame(msg, joint_count, hand_count)
     return msg

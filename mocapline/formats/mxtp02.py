@@ -33,7 +33,7 @@ from typing import Literal
 
 import numpy as np
 
-from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX
+from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX, HAND_BODIES
 
 HEADER = struct.Struct(">6sIBBIBBBB2sH")
 ITEM = struct.Struct(">i7f")
@@ -80,10 +80,8 @@ XSENS_TO_GMR: dict[str, str] = {
     "LeftFoot": "LeftFoot",
     "LeftToe": "LeftToe",
 }
-# MVN's hand model (finger tracking), per hand: carpus, thumb MC/PP/DP, four fingers MC/PP/MP/DP.
-_HAND = ("Carpus", "FirstMC", "FirstPP", "FirstDP",
-         *(f"{finger}{bone}" for finger in ("Second", "Third", "Fourth", "Fifth") for bone in ("MC", "PP", "MP", "DP")))
-FINGER_SEGMENTS: tuple[str, ...] = tuple(f"{side}{bone}" for side in ("Left", "Right") for bone in _HAND)
+# MVN's hand model (finger tracking): the HumanFrame's hand bodies (core/bodies.py).
+FINGER_SEGMENTS: tuple[str, ...] = HAND_BODIES
 # GMR body row -> 0-based Xsens segment index.
 _GMR_TO_XSENS = {body: segment for segment, body in XSENS_TO_GMR.items()}
 _SEGMENT_FOR_BODY = np.array([XSENS_SEGMENTS.index(_GMR_TO_XSENS[body]) for body in GMR_BODIES])

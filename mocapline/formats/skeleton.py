@@ -11,7 +11,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from mocapline.core.bodies import GMR_BODIES
+from mocapline.core.bodies import GMR_BODIES, HAND_BODIES
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,16 @@ _STAND_INS: dict[SkeletonKind, dict[str, str]] = {
 }
 
 
+# Per hand body (HAND_BONES), the Axis bone (without the side) it is read from.
+_AXIS_HAND: dict[str, str] = {
+    "Carpus": "Hand", "FirstMC": "HandThumb1", "FirstPP": "HandThumb2", "FirstDP": "HandThumb3",
+    **{f"{mvn}{bone}": f"{axis}{n}"
+       for mvn, name in (("Second", "Index"), ("Third", "Middle"), ("Fourth", "Ring"), ("Fifth", "Pinky"))
+       for bone, axis, n in (("MC", f"InHand{name}", ""), ("PP", f"Hand{name}", "1"),
+                             ("MP", f"Hand{name}", "2"), ("DP", f"Hand{name}", "3"))},
+}
+
+
 @dataclass(frozen=True)
 class Skeleton:
     kind: SkeletonKind
@@ -189,6 +199,18 @@ class Skeleton:
             source = body if body in names else stand_ins.get(body)
             out.append(names.index(source) if source in names else None)
         return tuple(out)
+
+
+    def hand_source_bones(self) -> tuple[int, ...] | None:
+        """For each of HAND_BODIES, the stream bone it is read from: the carpus is the hand, the
+        thumb's three bones its MC / PP / DP, each finger's in-hand bone its MC and its three bones
+        the phalanges. None for a skeleton without every finger bone (both Axis skeletons have them)."""
+        names = self.names
+        wanted = [side + _AXIS_HAND[body[len(side):]]
+                  for body in HAND_BODIES for side in ("Left", "Right") if body.startswith(side)]
+        if not set(wanted) <= set(names):
+            return None
+        return tuple(names.index(name) for name in wanted)
 
 
 SKELETONS: dict[SkeletonKind, Skeleton] = {

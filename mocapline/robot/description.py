@@ -81,8 +81,21 @@ class Hands:
     """Hand joints in the model, driven by a hand stage of their own (not in the body's stream)."""
 
     kind: str  # dex3 | inspire
-    left: tuple[str, ...]
+    left: tuple[str, ...]  # joints, in the hand's motor order
     right: tuple[str, ...]
+    # The retargeting (services/retarget/hands.py): each robot finger follows one human finger
+    # (core/bodies.py HAND_BONES' finger names: First = thumb, Second = index, ..., Fifth = little);
+    # ``*_tips`` are the fingers' last links, in the order of ``fingers``. The fingers named Second
+    # and Third (index and middle) set the palm's frame, so a hand has both.
+    fingers: tuple[str, ...] = ()
+    left_tips: tuple[str, ...] = ()
+    right_tips: tuple[str, ...] = ()
+    # The hands' low level (``mocapline robot --hands``, ``mocapline sim``): command and state
+    # topics (left, right) and the gains of every hand motor.
+    cmd_topics: tuple[str, ...] = ()
+    state_topics: tuple[str, ...] = ()
+    kp: float = 0.0
+    kd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -236,6 +249,11 @@ def parse_description(raw: dict[str, Any]) -> RobotDescription:
                    if not (isinstance(j, dict) and j.get("name") in locked))
     sites = {k: _table(Site, v, f"{name}: ik_sites.{k}") for k, v in dict(raw.get("ik_sites", {})).items()}
     hands = _table(Hands, raw["hands"], f"{name}: [hands]") if "hands" in raw else None
+    if hands is not None and hands.fingers and not (
+            len(hands.left_tips) == len(hands.right_tips) == len(hands.fingers)
+            and {"Second", "Third"} <= set(hands.fingers)):
+        raise RobotDescriptionError(f"{name}: [hands]: left_tips and right_tips need one link per finger of "
+                                    f"fingers {list(hands.fingers)}, which names Second and Third (the palm's frame)")
     template = None
     if "ik_template" in raw:
         t = raw["ik_template"]

@@ -203,6 +203,32 @@ class RetargetPerformerCounts:
 
 
 @dataclass(frozen=True)
+class HandCounts:
+    """The hand stage of a retarget with a hands build (services/retarget/hands.py): frames whose
+    HumanFrame had hand bodies (``frames``) or none (``without_hands``: the hands at rest), and its
+    cost per frame."""
+
+    frames: int = wire(0)
+    without_hands: int = wire(0)
+    ms_mean: float = wire(0.0)
+    ms_max: float = wire(0.0)
+
+
+@dataclass(frozen=True)
+class RobotHandCounts:
+    """The bridge's hands (``mocapline robot --hands dex3``, services/robot/hands.py)."""
+
+    kind: str = wire("dex3")
+    frames: int = wire(0)  # frames whose hand joints were taken (as the body reached them)
+    commands_sent: int = wire(0)  # HandCmd_ pairs (left and right)
+    states_received: int = wire(0)  # HandState_ samples read
+    states_rejected: int = wire(0)
+    last_posture_index: int | None = wire(None)
+    tracking_error_mean_rad: float = wire(0.0)  # |measured - commanded| over the last 200 states
+    tracking_error_max_rad: float = wire(0.0)
+
+
+@dataclass(frozen=True)
 class WorkerInfo:
     """A retarget worker: its name, its performers and its part in takeovers and handovers."""
 
@@ -241,6 +267,7 @@ class RetargetCounts:
     durable: DurableCounts | None = wire(None, omit_none=True)
     metrics_port: int | None = wire(None, omit_none=True)
     metrics_host: str | None = wire(None, omit_none=True)  # an automatic port's host, when not the default
+    hands: HandCounts | None = wire(None, omit_none=True)  # a build with hands only
 
 
 @dataclass(frozen=True)
@@ -426,6 +453,7 @@ class RobotCounts:
     falls: int = wire(0, metric=Metric("mocapline_robot_falls_total"))  # the policy controller's
     policy: PolicyCounts | None = wire(None, omit_none=True)
     arm_sdk_weight: float | None = wire(None, omit_none=True)  # arm-sdk: the blend weight sent last
+    hands: RobotHandCounts | None = wire(None, omit_none=True)  # --hands dex3
     durable: DurableCounts | None = wire(None, omit_none=True)
     metrics_port: int | None = wire(None, omit_none=True)
     metrics_host: str | None = wire(None, omit_none=True)

@@ -155,6 +155,21 @@ class LowLevel:
     def base_reader(self, waitable: bool = True) -> RawReader:
         return RawReader(self.participant, DataReader(self.participant, self._base_topic(), qos=self.qos), waitable)
 
+    def _hand_topic(self, name: str, state: bool) -> Topic:
+        from mocapline.robot.unitree.idl_hg import HandCmd_, HandState_
+
+        if name not in self._topics:
+            self._topics[name] = Topic(self.participant, name, HandState_ if state else HandCmd_)
+        return self._topics[name]
+
+    def hand_writer(self, topic: str, state: bool = False) -> RawWriter:
+        """A hand's HandCmd_ (the bridge) or, ``state``, HandState_ (the sim) writer (:mod:`.hand`)."""
+        return RawWriter(DataWriter(self.participant, self._hand_topic(topic, state), qos=self.qos))
+
+    def hand_reader(self, topic: str, state: bool = False) -> RawReader:
+        return RawReader(self.participant, DataReader(self.participant, self._hand_topic(topic, state), qos=self.qos),
+                         waitable=False)
+
     def close(self) -> None:
         self.participant = None  # type: ignore[assignment]
         self.domain = None

@@ -10,7 +10,7 @@ the same CDR in one numpy step (:mod:`.hg`); ``tests/test_unitree_lowlevel.py`` 
 from dataclasses import dataclass
 
 from cyclonedds.idl import IdlStruct
-from cyclonedds.idl.types import array, float32, int16, uint8, uint32
+from cyclonedds.idl.types import array, float32, int16, sequence, uint8, uint32
 
 # No `from __future__ import annotations`: cyclonedds reads these annotations as objects.
 PREFIX = "unitree_hg.msg.dds_."
@@ -70,3 +70,30 @@ class LowState_(IdlStruct, typename=PREFIX + "LowState_"):  # noqa: N801
     wireless_remote: array[uint8, 40]
     reserve: array[uint32, 4]
     crc: uint32
+
+
+@dataclass
+class PressSensorState_(IdlStruct, typename=PREFIX + "PressSensorState_"):  # noqa: N801
+    pressure: array[float32, 12]
+    temperature: array[float32, 12]
+    lost: uint32
+    reserve: uint32
+
+
+@dataclass
+class HandCmd_(IdlStruct, typename=PREFIX + "HandCmd_"):  # noqa: N801 - Dex3-1, rt/dex3/{left,right}/cmd
+    motor_cmd: sequence[MotorCmd_]
+    reserve: array[uint32, 4]
+
+
+@dataclass
+class HandState_(IdlStruct, typename=PREFIX + "HandState_"):  # noqa: N801 - rt/dex3/{left,right}/state
+    motor_state: sequence[MotorState_]
+    press_sensor_state: sequence[PressSensorState_]
+    imu_state: IMUState_
+    power_v: float32
+    power_a: float32
+    system_v: float32
+    device_v: float32
+    error: array[uint32, 2]
+    reserve: array[uint32, 2]

@@ -9,7 +9,7 @@ to and from CDR through one precomputed byte map. The messages of each family ar
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -55,7 +55,9 @@ class Layout:
     def __init__(self, fields: Fields) -> None:
         self.dtype = c_dtype(fields)
         self.size = self.dtype.itemsize
-        self.crc_offset = int(self.dtype.fields["crc"][1])  # type: ignore[index]
+        fields_by_name: dict[str, Any] = dict(self.dtype.fields or {})
+        # the messages with a CRC end in it (LowCmd, LowState); a hand's have none
+        self.crc_offset = int(fields_by_name["crc"][1]) if "crc" in fields_by_name else None
         cdr: list[int] = []
         _cdr_walk(fields, self.dtype, 0, 0, cdr)
         self.cdr_size = len(cdr)
@@ -75,6 +77,8 @@ class Layout:
 
     def crc(self, record: np.ndarray) -> int:
         """The CRC over every word before the ``crc`` field (each family's last word)."""
+        if self.crc_offset is None:
+            raise ValueError("this message has no crc field")
         return crc32_words(self.c_bytes(record)[: self.crc_offset])
 
     def seal(self, record: np.ndarray) -> None:

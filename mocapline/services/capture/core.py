@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mocapline.core.bodies import GMR_BODY_INDEX
-from mocapline.core.frames import HumanFrame
+from mocapline.core.frames import N_BODIES, HumanFrame
 from mocapline.core.ledger import combine, index_ranges
 from mocapline.core.udp import Datagram
 from mocapline.formats.axis_bvh import AxisBvhConfig, BvhReject, parse_datagram
@@ -79,7 +79,9 @@ class Decoder(Protocol):
 
     def assembler(self) -> Assembler: ...
 
-    def bodies(self, decoded: Any) -> tuple[np.ndarray, np.ndarray]: ...
+    def bodies(self, decoded: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The GMR bodies, followed by the hand bodies where the decoder computes them (Axis)."""
+        ...
 
     def bodies_batch(self, decoded: list[Any]) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -118,10 +120,10 @@ class AxisDecoder:
         return AxisSplitAssembler(self.config)
 
     def bodies(self, decoded: Any) -> tuple[np.ndarray, np.ndarray]:
-        return self.fk.bodies(decoded.channels)
+        return self.fk.bodies_and_hands(decoded.channels)
 
     def bodies_batch(self, decoded: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-        return self.fk.bodies_batch(np.stack([d.channels for d in decoded]))
+        return self.fk.bodies_and_hands_batch(np.stack([d.channels for d in decoded]))
 
 
 class XsensDecoder:
@@ -435,8 +437,8 @@ class CaptureCore:
             frame = HumanFrame(
                 posture_index=index,
                 capture_timestamp_us=dgram.recv_ns // 1000,
-                positions=all_pos[k],
-                quaternions=all_quat[k],
+                positions=all_pos[k, :N_BODIES],
+                quaternions=all_quat[k, :N_BODIES],
                 source=self.decoder.source,
                 segment=performer.merger.segment,
                 session_id=self.session_id,
@@ -446,6 +448,8 @@ class CaptureCore:
             )
             if isinstance(decoded, XsensFrame):
                 self._xsens_extras(frame, decoded)
+            elif all_pos.shape[1] > N_BODIES:
+                frame.finger_positions, frame.finger_quaternions = all_pos[k, N_BODIES:], all_quat[k, N_BODIES:]
             out.append(frame)
         self.counters.frames_out += len(out)
         return out

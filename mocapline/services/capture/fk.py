@@ -20,7 +20,9 @@ Python loop:
    the column of 4 q q^T with the largest diagonal entry (Shepperd's method, well conditioned
    for every rotation), w >= 0.
 
-``bodies`` only evaluates the bones the 23 GMR bodies need (21 of 59 on Axis Studio).
+``bodies`` only evaluates the bones the 23 GMR bodies need (21 of 59 on Axis Studio);
+``bodies_and_hands`` adds the 40 hand bodies (core/bodies.py HAND_BODIES: 61 of 59 + the identity
+row, the same sequence of operations, one more pointer jump).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import math
 
 import numpy as np
 
-from mocapline.core.bodies import GMR_BODIES
+from mocapline.core.bodies import GMR_BODIES, HAND_BODIES
 from mocapline.formats.axis_bvh import ROTATION_ORDERS
 from mocapline.formats.skeleton import Skeleton, SkeletonKind, get_skeleton
 
@@ -39,6 +41,7 @@ logger = logging.getLogger(__name__)
 Y_UP_TO_Z_UP = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
 CM_TO_M = 0.01
 N_BODIES = len(GMR_BODIES)
+N_WITH_HANDS = N_BODIES + len(HAND_BODIES)
 
 _AXIS = {"X": 0, "Y": 1, "Z": 2}
 _EULER_TERMS = [(i, j, k) for i in range(3) for j in range(3) for k in range(3)]
@@ -266,6 +269,15 @@ class AxisForwardKinematics:
             [i for i, s in enumerate(sources) if s is None], dtype=np.int64
         )
         self._all = _Chain(skeleton, order, list(range(self.n_bones)))
+        hand_bones = skeleton.hand_source_bones()
+        self.has_hands = hand_bones is not None
+        self._with_hands, self._with_hands_rows = self._bodies, self._body_rows
+        if hand_bones is not None:
+            with_hands = _ancestors_closure(skeleton.parents, {s for s in sources if s is not None} | set(hand_bones))
+            self._with_hands = _Chain(skeleton, order, with_hands)
+            row = {bone: i for i, bone in enumerate(with_hands)}
+            self._with_hands_rows = np.array([row[s] if s is not None else len(with_hands) for s in sources]
+                                             + [row[b] for b in hand_bones])
 
     def _check(self, channels: np.ndarray, batched: bool) -> np.ndarray:
         channels = np.asarray(channels, dtype=np.float64)
@@ -275,16 +287,18 @@ class AxisForwardKinematics:
             raise ValueError(f"channels shape {channels.shape}, expected {expected}")
         return channels
 
-    def _bodies_from(self, channels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _bodies_from(self, channels: np.ndarray, hands: bool = False) -> tuple[np.ndarray, np.ndarray]:
         batch = channels.shape[:-2]
-        transforms = self._bodies.global_transforms(channels)
+        chain, body_rows = (self._with_hands, self._with_hands_rows) if hands else (self._bodies, self._body_rows)
+        transforms = chain.global_transforms(channels)
         if batch:
-            selected = transforms.reshape(batch + (-1, 16))[:, self._body_rows]
+            selected = transforms.reshape(batch + (-1, 16))[:, body_rows]
         else:
-            selected = transforms.reshape(-1, 16)[self._body_rows]
+            selected = transforms.reshape(-1, 16)[body_rows]
         rows = (selected @ _OUTPUT_MAP).reshape(-1, 19)
-        positions = rows[:, :3].copy().reshape(batch + (N_BODIES, 3))
-        quaternions = _quaternions_from_outer(rows, 3).reshape(batch + (N_BODIES, 4))
+        n = len(body_rows)
+        positions = rows[:, :3].copy().reshape(batch + (n, 3))
+        quaternions = _quaternions_from_outer(rows, 3).reshape(batch + (n, 4))
         if self._missing_rows.size:
             positions[..., self._missing_rows, :] = 0.0
             quaternions[..., self._missing_rows, :] = (1.0, 0.0, 0.0, 0.0)
@@ -298,6 +312,15 @@ class AxisForwardKinematics:
     def bodies_batch(self, channels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(F, n_bones, 6) -> positions (F, 23, 3) and quaternions (F, 23, 4)."""
         return self._bodies_from(self._check(channels, batched=True))
+
+    def bodies_and_hands(self, channels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(n_bones, 6) -> positions (63, 3) and quaternions (63, 4): GMR_BODIES then HAND_BODIES
+        (only the 23 bodies for a skeleton without finger bones: ``has_hands``)."""
+        return self._bodies_from(self._check(channels, batched=False), hands=True)
+
+    def bodies_and_hands_batch(self, channels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(F, n_bones, 6) -> positions (F, 63, 3) and quaternions (F, 63, 4)."""
+        return self._bodies_from(self._check(channels, batched=True), hands=True)
 
     def all_bones(self, channels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(n_bones, 6) -> every bone's global position (n_bones, 3) in m and rotation matrix

@@ -21,7 +21,9 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
-from mocapline.core.counters import FrameIdCounts, RetargetCounts, RetargetPerformerCounts, from_parts
+import numpy as np
+
+from mocapline.core.counters import FrameIdCounts, HandCounts, RetargetCounts, RetargetPerformerCounts, from_parts
 from mocapline.core.frames import HumanFrame
 from mocapline.core.header import MessageType
 from mocapline.core.ledger import SequenceLedger
@@ -37,6 +39,7 @@ from mocapline.core.transport import FrameSink
 from mocapline.robot.registry import add_robot_model_argument
 
 from .config import DEFAULT_CONFIG, shipped_names
+from .hands import HandModel, HandOptions, HandRetargeter
 from .ik.options import BACKENDS, DEFAULT_FPS, DEFAULT_ITERATIONS, DEFAULT_LM_DAMPING, RetargetOptions
 from .ik.retargeter import Retargeter, robot_frame_from
 from .ik.smoothing import OneFrameSmoother
@@ -121,6 +124,10 @@ class RetargetCounters:
     ik_ms_total: float = 0.0
     ik_ms_max: float = 0.0
     last_error: str = ""
+    hand_frames: int = 0  # frames whose hands were retargeted (the HumanFrame had hand bodies)
+    hand_frames_without: int = 0  # frames of a hands build without hand bodies: the hands at rest
+    hand_ms_total: float = 0.0
+    hand_ms_max: float = 0.0
     input_frame_ids: SequenceLedger = field(default_factory=SequenceLedger)
 
     @property
@@ -131,8 +138,13 @@ class RetargetCounters:
         """Every counter but the input ledger, as a dict (asdict copied the ledger each frame to drop it)."""
         return {name: getattr(self, name) for name in _SCALAR_FIELDS}
 
+    def hand_counts(self) -> HandCounts:
+        n = self.hand_frames + self.hand_frames_without
+        return HandCounts(frames=self.hand_frames, without_hands=self.hand_frames_without,
+                          ms_mean=round(self.hand_ms_total / n, 4) if n else 0.0, ms_max=round(self.hand_ms_max, 4))
+
     def snapshot(self, pending: int, rejects: dict[str, int],
-                 performers: dict[str, RetargetPerformerCounts]) -> RetargetCounts:
+                 performers: dict[str, RetargetPerformerCounts], hands: bool = False) -> RetargetCounts:
         return RetargetCounts(
             frames_in=self.frames_in, gmr_processed=self.gmr_processed, robot_frames_sent=self.robot_frames_sent,
             ik_failed=self.ik_failed, decode_errors=self.decode_errors, ends_forwarded=self.ends_forwarded,
@@ -141,6 +153,7 @@ class RetargetCounters:
             last_error=self.last_error, ik_ms_mean=round(self.ik_ms_mean, 4), pending=pending,
             rejected_by_reason=dict(rejects), performers=performers,
             input_link=from_parts(FrameIdCounts, self.input_frame_ids.as_dict("frame_id_")),
+            hands=self.hand_counts() if hands else None,
         )
 
 
@@ -155,6 +168,7 @@ class PerformerTrack:
     retargeter: Retargeter
     smoother: OneFrameSmoother | None = None
     name: str = ""
+    hands: HandRetargeter | None = None
     last_posture_index: int | None = None
     segment: int | None = None
     qpos: Any = None  # the last pose solved (durable state: a restart starts from it)
@@ -198,6 +212,9 @@ class RetargetService:
         self.counters = RetargetCounters()
         self.ended = False  # an END_OF_STREAM was forwarded and no frame came after it
         self.tracks: dict[int, PerformerTrack] = {}
+        hands = retargeter.robot.hands
+        # the hands build's hands, one model for every performer (each its own HandRetargeter)
+        self.hand_model = HandModel(retargeter.robot) if hands is not None and hands.fingers else None
 
     def track(self, avatar_index: int, name: str = "") -> PerformerTrack:
         track = self.tracks.get(avatar_index)
@@ -207,7 +224,10 @@ class RetargetService:
                                                                  model=base.model)
             retargeter.set_human_height(self.heights.get(name, self.default_height))
             smoother = OneFrameSmoother() if self.filter == "smooth3" else None
-            track = self.tracks[avatar_index] = PerformerTrack(retargeter, smoother, name)
+            # under smooth3 the hands go through the body's filter (centred, its one frame)
+            hands = (HandRetargeter(self.hand_model, HandOptions(smooth=smoother is None))
+                     if self.hand_model is not None else None)
+            track = self.tracks[avatar_index] = PerformerTrack(retargeter, smoother, name, hands)
         return track
 
     def _scale_from_source(self, track: PerformerTrack, frame: HumanFrame) -> None:
@@ -270,10 +290,13 @@ class RetargetService:
         if result.ik_failed:
             c.ik_failed += 1
             c.last_error = result.error
+        qpos = result.qpos
+        if track.hands is not None:
+            qpos = np.concatenate([qpos, self._hands(track.hands, frame)])
         if track.smoother is None:
-            self._send(robot_frame_from(frame, result.qpos, result.ik_failed, self.retargeter.robot.name), t_in_ns)
+            self._send(self._robot_frame(frame, qpos, result.ik_failed), t_in_ns)
         else:
-            ready = track.smoother.push(result.qpos, (frame, result.ik_failed, t_in_ns))
+            ready = track.smoother.push(qpos, (frame, result.ik_failed, t_in_ns))
             if ready is not None:
                 self._send_held(ready)
         if span is not None:
@@ -281,9 +304,32 @@ class RetargetService:
                 span.set_attribute("mocapline.ik_failed", True)
             span.end()
 
+    def _hands(self, hands: HandRetargeter, frame: HumanFrame) -> np.ndarray:
+        c = self.counters
+        t0 = time.perf_counter()
+        q = hands.retarget(frame)
+        ms = (time.perf_counter() - t0) * 1000.0
+        c.hand_ms_total += ms
+        c.hand_ms_max = max(c.hand_ms_max, ms)
+        if frame.has_hands:
+            c.hand_frames += 1
+        else:
+            c.hand_frames_without += 1
+        return q
+
+    def _robot_frame(self, frame: HumanFrame, qpos: np.ndarray, failed: bool) -> Any:
+        """The RobotFrame of ``qpos``: the body's, followed by the hands' joints on a hands build."""
+        if self.hand_model is None:
+            return robot_frame_from(frame, qpos, failed, self.retargeter.robot.name)
+        n = len(self.hand_model.rest)
+        out = robot_frame_from(frame, qpos[:-n], failed, self.retargeter.robot.name)
+        out.hand_joint_pos = np.array(qpos[-n:], dtype=np.float64)
+        out.has_hands = frame.has_hands
+        return out
+
     def _send_held(self, ready: tuple[Any, Any]) -> None:
         qpos, (frame, failed, t_in_ns) = ready
-        self._send(robot_frame_from(frame, qpos, failed, self.retargeter.robot.name), t_in_ns)
+        self._send(self._robot_frame(frame, qpos, failed), t_in_ns)
 
     def _send(self, robot_frame: Any, t_in_ns: int) -> None:
         self.sender.send(robot_frame.to_bytes(), capture_timestamp_us=robot_frame.capture_timestamp_us)
@@ -302,6 +348,8 @@ class RetargetService:
     def _new_take(self, track: PerformerTrack) -> None:
         self._flush(track)
         track.retargeter.reset()
+        if track.hands is not None:
+            track.hands.reset()
         self.counters.takes += 1
 
     def on_end(self) -> None:
@@ -327,7 +375,8 @@ class RetargetService:
 
     def heartbeat(self, rejects: dict[str, int] | None = None) -> RetargetCounts:
         return self.counters.snapshot(self.pending, rejects or {},
-                                      {str(k): t.counts() for k, t in self.tracks.items()})
+                                      {str(k): t.counts() for k, t in self.tracks.items()},
+                                      hands=self.hand_model is not None)
 
     def durable_state(self) -> dict[str, Any]:
         """What a restarted retarget needs: the counters, and per performer the take's position,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mocapline.core.counters import PolicyCounts, RobotCounts, TrackingError
+from mocapline.core.counters import PolicyCounts, RobotCounts, RobotHandCounts, TrackingError
 from mocapline.robot.description import RobotDescription
 
 WINDOW_TICKS = 5000  # the percentiles are over the last 10 s at 500 Hz
@@ -128,7 +128,8 @@ class RobotCounters:
         return self._stats
 
     def record(self, now: float, *, bridge_pending: int, lag_s: float, ended: bool, controller: str = "pd",
-               policy: PolicyCounts | None = None, arm_sdk_weight: float | None = None) -> RobotCounts:
+               policy: PolicyCounts | None = None, arm_sdk_weight: float | None = None,
+               hands: RobotHandCounts | None = None) -> RobotCounts:
         """The heartbeat: these counts with the bridge's timeline state and its controller's own."""
         stats = self.stats()
         return RobotCounts(
@@ -161,4 +162,5 @@ class RobotCounters:
             falls=self.falls,
             policy=policy,
             arm_sdk_weight=arm_sdk_weight,
+            hands=hands,
         )

@@ -52,6 +52,7 @@ from mocapline.services.robot.controller import (
     RobotController,
 )
 from mocapline.services.robot.counters import RobotCounters
+from mocapline.services.robot.hands import HAND_KINDS, HandDriver
 from mocapline.services.robot.policy.description import policy_names
 from mocapline.services.robot.safety import Limits, SafetyFilter
 from mocapline.services.robot.timeline import StreamFrame
@@ -119,6 +120,10 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--damping-kd", type=positive_float, default=2.0, help="kd while damping (kp 0)")
     p.add_argument("--rest-after-end", action="store_true",
                    help="END_OF_STREAM: ramp to the rest pose (arms down) instead of holding the last target")
+    p.add_argument("--hands", choices=HAND_KINDS, default="none",
+                   help="dex3: the stream's hand joints as HandCmd_ on the build's hand topics (rt/dex3/{left,right}/"
+                        "cmd; --robot-model g1_dex3), read HandState_; none: the body only")
+    p.add_argument("--hand-rate", type=positive_float, default=100.0, help="HandCmd_ per second and hand")
     p.add_argument("--estop-damp-s", type=non_negative_float, default=0.5,
                    help="an e-stop (NATS `estop`, SIGINT, SIGTERM) damps this long, then the process exits")
     add_curve_client_options(p)
@@ -141,6 +146,8 @@ class RobotSettings:
     policy: str
     policy_description: str
     range_margin: float
+    hands: str
+    hand_rate: float
     estop_damp_s: float
     curve_client_key: str
     curve_server_public: str
@@ -168,7 +175,7 @@ class RobotLoop:
     """The stage handler: one control tick per ``step``."""
 
     def __init__(self, settings: RobotSettings, links: Links, controller: RobotController, counters: RobotCounters,
-                 dds: Any) -> None:
+                 dds: Any, hands: HandDriver | None = None) -> None:
         from mocapline.robot.unitree.family import family
         from mocapline.robot.unitree.state import StateDecoder
 
@@ -199,6 +206,11 @@ class RobotLoop:
         self.done_upto = -1  # durable: the last input frame_id processed (applied, or passed over)
         self.estop_until: float | None = None
         self.ended = False
+        self.hands = hands
+        if hands is not None:
+            assert robot.hands is not None
+            self.hand_writers = [dds.hand_writer(t) for t in robot.hands.cmd_topics]
+            self.hand_readers = [dds.hand_reader(t, state=True) for t in robot.hands.state_topics]
         self.rx = links.durable.rx if links.durable is not None else None
         if self.rx is not None:
             self.done_upto = self.rx.last
@@ -228,6 +240,10 @@ class RobotLoop:
             self.counters.lowstate_received += 1
             if not newest.sealed:
                 self.counters.lowstate_unsealed += 1
+        if self.hands is not None:
+            for side, reader in enumerate(self.hand_readers):
+                for hand in reader.take(16):
+                    self.hands.on_state(side, hand)
         if newest is not None:
             self.mode_machine = newest.mode_machine
             self.state_tick = newest.tick
@@ -265,14 +281,18 @@ class RobotLoop:
             return
         q = np.array(m.joint_pos, dtype=np.float64)
         dq = np.array(m.joint_vel, dtype=np.float64)
-        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq)) and math.isfinite(m.source_time_s)):
+        hands = None
+        if self.hands is not None and len(m.hand_joint_pos) == self.hands.joints:
+            hands = np.array(m.hand_joint_pos, dtype=np.float64)
+        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(dq)) and math.isfinite(m.source_time_s)
+                and (hands is None or np.all(np.isfinite(hands)))):
             self._reject(frame_id, "non_finite")
             return
         self.counters.robot_received += 1
         root = np.array([*m.body_pos_w, *m.body_quat_w], dtype=np.float64)
         self.controller.on_frame(StreamFrame(frame_id, m.source_time_s, q, dq, m.capture_timestamp_us,
                                              m.posture_index, time.time_ns(),
-                                             root=root if np.all(np.isfinite(root)) else None))
+                                             root=root if np.all(np.isfinite(root)) else None, hands=hands))
 
     def _reject(self, frame_id: int, reason: str) -> None:
         self.counters.rejected[reason] += 1
@@ -359,8 +379,19 @@ class RobotLoop:
                 c.robot_applied += 1
                 c.last_posture_index = frame.posture_index
                 self.ended = False
+                if self.hands is not None and frame.hands is not None:
+                    self.hands.take(frame.hands, frame.posture_index)
             self.done_upto = frame.frame_id
             self.links.done(frame.frame_id, c.durable_state())
+        self._send_hands(now)
+
+    def _send_hands(self, now: float) -> None:
+        if self.hands is None:
+            return
+        out = self.hands.tick(now, self.controller.state)
+        if out is not None:
+            for writer, sample in zip(self.hand_writers, out.samples, strict=True):
+                writer.write(sample)
 
     # --- the stage's other duties ---
 
@@ -376,7 +407,8 @@ class RobotLoop:
         policy = PolicyCounts(name=self.settings.policy_description, **figures(now)) if figures else None
         return self.counters.record(now, bridge_pending=self.controller.timeline.pending(),
                                     lag_s=round(self.controller.timeline.lag_s, 4), ended=self.ended,
-                                    controller=self.controller.name, policy=policy, arm_sdk_weight=self.weight)
+                                    controller=self.controller.name, policy=policy, arm_sdk_weight=self.weight,
+                                    hands=self.hands.counts() if self.hands is not None else None)
 
     def reset(self) -> None:
         keep = self.counters.clamps
@@ -470,9 +502,15 @@ def main(argv: list[str] | None = None) -> int:
             controller = make_controller(settings, robot, SafetyFilter(limits), counters)
         except ValueError as exc:
             return stage.fail(str(exc))
+        hands = None
+        if settings.hands != "none":
+            try:
+                hands = HandDriver.for_robot(robot, settings.range_margin, settings.hand_rate)
+            except ValueError as exc:
+                return stage.fail(str(exc))
         dds = LowLevel(dds_settings(robot, settings.domain, settings.interface))
         stage.exits.callback(dds.close)
-        loop = RobotLoop(settings, links, controller, counters, dds)
+        loop = RobotLoop(settings, links, controller, counters, dds, hands)
         # a command every 2 ms: the bridge asks to be scheduled before the pipeline's batch work
         log.info("scheduling priority %s", raise_priority())
         log.info("driving the %s on DDS domain %d (%s, %s) at %.0f Hz, controller %s on %s, joints %s", robot.title,

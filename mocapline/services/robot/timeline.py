@@ -39,6 +39,7 @@ class StreamFrame:
     other: bool = False  # another performer's frame (q None): passed over
     root: np.ndarray | None = None  # (7,) root position and orientation (w x y z), world
     segment_start: bool = False  # the playback jumped to it (a gap or a new segment): no difference across
+    hands: np.ndarray | None = None  # the hands' joints (MocapFrame.hand_joint_pos), with --hands
 
 
 @dataclass

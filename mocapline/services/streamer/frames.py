@@ -1,4 +1,5 @@
-"""Build the MocapFrame (docs/protocol.md) from an interpolated robot sample, hands included.
+"""Build the MocapFrame (docs/protocol.md) from an interpolated robot sample, hands included (the
+wrists' poses; on a build with hands also their joints, ``hand_joint_pos``).
 
 left_hand / right_hand are the world poses (position, quaternion w x y z) of the robot's wrists
 (its description's ``wrists``: the G1's wrist-yaw links, where the hands are mounted; a site at the
@@ -65,6 +66,8 @@ class MocapFrameBuilder:
         avatar_index: int = 0,
         avatar_name: str = "",
         bridged: bool = False,
+        hand_joint_pos: np.ndarray | None = None,
+        has_hands: bool = False,
     ) -> pb.MocapFrame:
         left, right = self.hands(root_pos, root_quat, joint_pos)
         return pb.MocapFrame(
@@ -88,4 +91,6 @@ class MocapFrameBuilder:
             avatar_name=avatar_name,
             bridged=bridged,
             robot_model=self.robot.name,
+            hand_joint_pos=[] if hand_joint_pos is None else hand_joint_pos.tolist(),
+            has_hands=has_hands,
         )

@@ -76,6 +76,8 @@ class MotionSample:
     take: int = 0
     bridged: bool = False  # stands in for the missing index ``bridged_index``
     bridged_index: int = -1
+    hand_joint_pos: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (h,) a build with hands
+    has_hands: bool = False
 
     # the names MocapFrame uses
     @property
@@ -89,6 +91,9 @@ class MotionSample:
     @property
     def posture_index_last(self) -> int:
         return self.source_last
+
+
+_NO_HANDS = np.zeros(0)
 
 
 @dataclass
@@ -167,6 +172,8 @@ class MotionStreamInterpolator:
             traceparent=str(getattr(frame, "traceparent", "")),
             segment=int(getattr(frame, "segment", 0)),
             session_id=str(getattr(frame, "session_id", "")),
+            hand_joint_pos=np.asarray(getattr(frame, "hand_joint_pos", ()), dtype=np.float64),
+            has_hands=bool(getattr(frame, "has_hands", False)),
         )
 
     def push_values(
@@ -221,6 +228,7 @@ class MotionStreamInterpolator:
             t = self._next_k * self._out_step
             if t > cur.ticks:
                 break
+            hands = cur.meta.get("hand_joint_pos", _NO_HANDS)
             if t == cur.ticks or prev is None:
                 pos, quat, joints = cur.root_pos.copy(), cur.root_quat.copy(), cur.joint_pos.copy()
                 first = cur.posture_index if self._uncovered is None else self._uncovered
@@ -232,6 +240,9 @@ class MotionStreamInterpolator:
                 quat = Q.slerp(prev.root_quat, cur.root_quat, u)
                 first = prev.posture_index if self._uncovered is None else min(prev.posture_index, self._uncovered)
                 failed = bool(cur.meta.get("ik_failed", False) or prev.meta.get("ik_failed", False))
+                before = prev.meta.get("hand_joint_pos", _NO_HANDS)
+                if len(before) == len(hands):
+                    hands = (1.0 - u) * before + u * hands
             # the first index at or after this sample's time; before cur's, it is one that never arrived
             nominal = cur.posture_index
             if self._first_index is not None:
@@ -258,6 +269,8 @@ class MotionStreamInterpolator:
                     take=self.stats.takes,
                     bridged=bridged,
                     bridged_index=nominal if bridged else -1,
+                    hand_joint_pos=hands,
+                    has_hands=bool(cur.meta.get("has_hands", False)),
                 )
             )
             self._next_index += 1

@@ -200,6 +200,8 @@ class Streamer:
                 avatar_index=avatar_index,
                 avatar_name=performer.name,
                 bridged=s.bridged,
+                hand_joint_pos=s.hand_joint_pos,
+                has_hands=s.has_hands,
             )
             self.outbox.append((msg.SerializeToString(), s.capture_timestamp_us, t_in_ns, s.posture_index,
                                 span if k == last else None, avatar_index))

@@ -36,7 +36,7 @@ import numpy as np
 from mocapline.core import quat
 from mocapline.core.bodies import GMR_BODIES, GMR_BODY_INDEX
 from mocapline.core.options import EnvArgumentParser, flags_given, non_negative_int, positive_float
-from mocapline.formats.mxtp02 import FINGER_SEGMENTS, N_SEGMENTS, XSENS_SEGMENTS, XSENS_TO_GMR, encode_mxtp02
+from mocapline.formats.mxtp02 import N_SEGMENTS, XSENS_SEGMENTS, XSENS_TO_GMR, encode_mxtp02
 from mocapline.formats.mxtp_meta import ScalePoint, encode_meta, encode_scaling
 from mocapline.formats.skeleton import SkeletonKind, get_skeleton
 from mocapline.services.capture.fk import AxisForwardKinematics, matrices_to_quaternions
@@ -51,12 +51,6 @@ N_POSE_ARMS = {"LeftArm": -90.0, "RightArm": 90.0}  # degrees about the Axis for
 TOE_OFFSET = np.array([0.14, 0.0, -0.05])  # ball of the foot from the ankle, MVN foot frame, m at 1.727 m
 PROP_GRIP = np.array([0.0, 0.0, -0.12])  # a held prop's origin from the hand, MVN hand frame, m
 META_EVERY_S = 1.0
-# Per MVN hand bone (mxtp02.FINGER_SEGMENTS without the side), the Axis bone without the side.
-_AXIS_HAND = {"Carpus": "Hand", "FirstMC": "HandThumb1", "FirstPP": "HandThumb2", "FirstDP": "HandThumb3",
-              **{f"{mvn}{bone}": f"{axis}{n}"
-                 for mvn, name in (("Second", "Index"), ("Third", "Middle"), ("Fourth", "Ring"), ("Fifth", "Pinky"))
-                 for bone, axis, n in (("MC", f"InHand{name}", ""), ("PP", f"Hand{name}", "1"),
-                                       ("MP", f"Hand{name}", "2"), ("DP", f"Hand{name}", "3"))}}
 # Flags only the Axis mode reads: given under --format mvn they are refused (and the MVN ones under axis).
 AXIS_ONLY = ("tcp_listen", "tcp_hold_s", "tcp_cut", "garbage", "rotation_order", "skeleton", "legacy_header",
              "version", "split", "split_every", "lose_head", "lose_tail", "no_displacement", "with_reference",
@@ -67,7 +61,7 @@ MVN_ONLY = ("gloves", "props", "names", "height")
 @dataclass(frozen=True)
 class MvnPose:
     """One performer's sample: body (23, 3) / (23, 4) in GMR_BODIES order, fingers (40, ...) in
-    FINGER_SEGMENTS order; metres, Z-up, quaternions w x y z."""
+    HAND_BODIES order; metres, Z-up, quaternions w x y z."""
 
     positions: np.ndarray
     quaternions: np.ndarray
@@ -86,8 +80,9 @@ class MvnBody:
         names = self.skeleton.names
         sources = self.skeleton.gmr_source_bones()
         self.body_bones = np.array([s if s is not None else 0 for s in sources])
-        self.finger_bones = np.array([names.index(f"{side}{_AXIS_HAND[bone]}") for side, bone in
-                                      (_split_side(s) for s in FINGER_SEGMENTS)])
+        hand_bones = self.skeleton.hand_source_bones()
+        assert hand_bones is not None, "the Axis Studio skeleton has every finger bone"
+        self.finger_bones = np.array(hand_bones)
         self.spine2, self.neck = names.index("Spine2"), names.index("Neck")
         n_pose = self._channels_at_rest()
         for bone, angle in N_POSE_ARMS.items():
@@ -130,11 +125,6 @@ class MvnBody:
                   *(ScalePoint(XSENS_SEGMENTS.index(f"{side}Foot") + 1, 0, f"p{side}HeelFloor", 0, (0.0, 0.0, -heels))
                     for side in ("Right", "Left")))
         return encode_scaling(character_id, segments, points)  # type: ignore[arg-type]
-
-
-def _split_side(segment: str) -> tuple[str, str]:
-    side = "Left" if segment.startswith("Left") else "Right"
-    return side, segment.removeprefix(side)
 
 
 @dataclass

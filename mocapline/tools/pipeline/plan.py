@@ -75,6 +75,7 @@ class StackConfig:
     robot_base: str = "band"  # sim: band | fixed | free (on its feet: --controller policy)
     robot_controller: str = "pd"  # the bridge's --controller: pd | policy | arm-sdk
     robot_policy: str = ""  # --controller policy: the ONNX file
+    robot_hands: str = "none"  # the bridge's --hands: none | dex3
     # lockstep: the sim steps once per command and the bridge ticks on its LowState (simulated time,
     # whatever the machine's load; the stream then plays at 1x of it); realtime: both on wall time
     robot_clock: str = "realtime"
@@ -180,6 +181,7 @@ def robot_end(c: StackConfig) -> list[Planned]:
                                           vendor_controller="stand" if c.robot_controller == "arm-sdk" else "none")))
     parser = robot_parser()  # the extra flags over the declared defaults, not this process's MOCAPLINE_* variables
     planned = ["--controller", c.robot_controller, *(["--policy", c.robot_policy] if c.robot_policy else []),
+               *(["--hands", c.robot_hands] if c.robot_hands != "none" else []),
                *(["--clock", "lowstate", "--max-speed", "1"] if lockstep else []),
                *(["--no-bias"] if c.robot_base == "free" and c.robot_controller == "pd" else [])]
     robot = RobotSettings.from_args(parser.parse_args([*planned, *c.robot_args], namespace=declared_defaults(parser)))

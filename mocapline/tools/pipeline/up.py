@@ -25,6 +25,7 @@ from mocapline.core.segmentlog import FSYNC_POLICIES
 from mocapline.formats.axis_bvh import add_axis_options
 from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.capture.tcp import parse_endpoint
+from mocapline.services.robot.hands import HAND_KINDS
 from mocapline.tools.pipeline.console import DrainDisplay, LiveConsole, LogWatch, print_ledger, snapshot
 from mocapline.tools.pipeline.interrupt import Interrupted, Phase, SignalGuard
 from mocapline.tools.pipeline.procs import Service
@@ -147,6 +148,8 @@ def build_parser() -> EnvArgumentParser:
                         "vendor's balance)")
     p.add_argument("--policy", default="",
                    help="--controller policy: the ONNX file (TWIST2's checkpoint: docs/robot.md)")
+    p.add_argument("--hands", choices=HAND_KINDS, default="none",
+                   help="--robot: dex3 drives the Dex3-1 hands too (HandCmd_; --robot-model g1_dex3), none: the body")
     p.add_argument("--robot-clock", choices=("realtime", "lockstep"), default="realtime",
                    help="--robot sim: realtime (wall time), or lockstep (the sim steps per command, the bridge ticks "
                         "on its LowState: simulated time on a loaded machine)")
@@ -253,7 +256,7 @@ def robot_options(args: Any) -> dict[str, Any]:
         raise ValueError("--controller policy needs --policy FILE.onnx (TWIST2's checkpoint: docs/robot.md)")
     return {"robot": "real" if args.robot == "g1" else args.robot, "robot_domain": domain, "robot_interface": interface,
             "robot_base": args.base, "robot_controller": args.controller, "robot_policy": args.policy,
-            "robot_clock": args.robot_clock}
+            "robot_clock": args.robot_clock, "robot_hands": args.hands}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,7 @@ JSON line on stdout: ``{"frame_id": 12, "posture_index": 10012}``, and END_OF_ST
 ``{"frame_id": 13, "end": true}`` (``mocapline tap`` prints these; other lines are ignored).
 
 ``--port ENDPOINT`` connects to a running port as a consumer (it needs frames flowing, e.g.
-``mocapline up --demo``) and checks its side: the handshake, the frames, a resume, a keep-alive,
+``mocapline up --demo``) and checks its side: the handshake, the frames, the hands, a resume, a keep-alive,
 a rewind and an older peer. One line per case, PASS or FAIL with what was seen; exit status 1 if
 any failed. docs/protocol.md, "Conformance kit".
 """

@@ -8,7 +8,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import zmq
 
@@ -23,8 +23,10 @@ from mocapline.core.control import (
     decode_control,
     encode_control,
 )
+from mocapline.core.frames import FrameFieldError, ProtobufDecodeError, parse_mocap_frame
 from mocapline.core.header import MessageType
 from mocapline.core.transport import validate_message
+from mocapline.robot.registry import RobotDescriptionError, get_robot
 from mocapline.tools.portcheck.consumer_cases import CaseResult
 
 WAIT_S = 10.0
@@ -35,6 +37,7 @@ class Seen:
     welcome: Control | None
     frame_ids: list[int]
     rejects: Counter[str]
+    hands: Counter[tuple[str, int]] = field(default_factory=Counter)  # (robot_model, hand joints): frames
 
 
 class Peer:
@@ -72,6 +75,12 @@ class Peer:
                 if got.header.epoch != int.from_bytes(self.epoch[:2], "little") and self.epoch != NO_EPOCH:
                     seen.rejects["header_epoch"] += 1
                 seen.frame_ids.append(got.header.frame_id)
+                try:
+                    msg = parse_mocap_frame(got.payload, got.header.joint_count)
+                except (FrameFieldError, ProtobufDecodeError) as exc:
+                    seen.rejects[exc.reason] += 1
+                    continue
+                seen.hands[(msg.robot_model, len(msg.hand_joint_pos))] += 1
         return seen
 
     def close(self) -> None:
@@ -88,6 +97,24 @@ def shown(msg: Control | None) -> str:
 
 def consecutive(ids: list[int], start: int) -> bool:
     return ids == list(range(start, start + len(ids)))
+
+
+def hands_check(hands: Counter[tuple[str, int]]) -> tuple[bool, str]:
+    """Every frame's hand joints are none or its build's (``[hands]`` of the robot_model it names)."""
+    wrong = []
+    for (model, count), frames in sorted(hands.items()):
+        try:
+            robot_hands = get_robot(model).hands if model else None
+        except RobotDescriptionError:
+            wrong.append(f"{frames} frames of an unknown robot_model {model!r}")
+            continue
+        expected = len(robot_hands.left) + len(robot_hands.right) if robot_hands is not None else 0
+        if count not in (0, expected):
+            wrong.append(f"{frames} frames of {model or 'g1'} with {count} hand joints, expected {expected}")
+    if wrong:
+        return False, "; ".join(wrong)
+    return True, ", ".join(f"{frames} frames of {model or 'g1'} with {count or 'no'} hand joints"
+                           for (model, count), frames in sorted(hands.items()))
 
 
 def check_port(endpoint: str, name: str = "port-check",
@@ -116,6 +143,7 @@ def check_port(endpoint: str, name: str = "port-check",
         if not result("frames", ok, f"{len(seen.frame_ids)} frames from {w.seq}, rejects {dict(seen.rejects)}"
                       if seen.frame_ids else "no frames within 10 s (is a take running?)"):
             return results
+        result("hands", *hands_check(seen.hands))
         last = seen.frame_ids[-1]
         peer.control(ACK, last)
         peer.close()

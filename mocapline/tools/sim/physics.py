@@ -6,7 +6,9 @@ bit (MuJoCo is deterministic on one machine).
 Motor law, per enabled motor (``mode`` not 0; a disabled one gives no torque):
 ``tau + kp (q* - q) + kd (dq* - dq)``, clipped to the joint's torque limit (the model's). One
 physics step (2 ms) per LowState. Joints of the model the body's stream does not carry (the
-Dex3-1 hands of ``g1_dex3``) are held at 0 by a soft PD of the sim's own.
+Dex3-1 hands of ``g1_dex3``) are held at 0 by a soft PD of the sim's own, until a hand's HandCmd_
+comes (``apply_hand``: its motors' law, kp (q* - q) - kd dq, a disabled motor limp); ``hand_state``
+is the HandState_ a hand reports.
 
 The vendor's arm interface (``apply_arm``, the description's ``low_level.arm_sdk_topic``): while
 no LowCmd has come (the robot is not in its low-level mode) a stand-in for the vendor's own
@@ -145,6 +147,12 @@ class RobotPhysics:
         held = tuple(n for n in joint_names(self.model) if n not in robot.joint_names)
         self.held_qadr, self.held_vadr = qpos_addresses(self.model, held)
         self.held_ctrl = np.array([self.model.actuator(n).id for n in held], dtype=np.intp)
+        self.held_q, self.held_kp, self.held_kd = np.zeros(len(held)), np.full(len(held), HOLD_KP), \
+            np.full(len(held), HOLD_KD)
+        hands = robot.hands
+        # per hand, its joints' rows among the held ones (the description's motor order)
+        self.hand_rows = [np.array([held.index(n) for n in side], dtype=np.intp)
+                          for side in ((hands.left, hands.right) if hands is not None and hands.cmd_topics else ())]
         self.pelvis = self.model.body(robot.root_body).id
         self.band_body = self.model.body(robot.torso_body).id
         self.band_anchor = band_anchor(robot, self.model)
@@ -197,6 +205,26 @@ class RobotPhysics:
         self.command = self.vendor_command.blend(arm, self.arm_weight, self.robot.upper)
         return True
 
+    def apply_hand(self, side: int, cmd: np.ndarray) -> bool:
+        """A hand's HandCmd_ record (:mod:`mocapline.robot.unitree.hand`) as its motors' law until
+        the next; False (ignored) when a value is not finite."""
+        motors = cmd["motor_cmd"]
+        q, kp, kd = (motors[k].astype(np.float64) for k in ("q", "kp", "kd"))
+        if not np.all(np.isfinite(np.concatenate([q, kp, kd]))):
+            return False
+        enabled = (motors["mode"] >> 4 & 0x07) != 0
+        rows = self.hand_rows[side]
+        self.held_q[rows], self.held_kp[rows], self.held_kd[rows] = q, np.where(enabled, kp, 0.0), \
+            np.where(enabled, kd, 0.0)
+        return True
+
+    def hand_state(self, side: int) -> bytes:
+        from mocapline.robot.unitree.hand import hand_state, new_hand_state
+
+        rows = self.hand_rows[side]
+        return hand_state(new_hand_state(), self.data.qpos[self.held_qadr[rows]], self.data.qvel[self.held_vadr[rows]],
+                          self.data.ctrl[self.held_ctrl[rows]])
+
     def torques(self) -> np.ndarray:
         c = self.command
         q = self.data.qpos[self.qadr]
@@ -208,7 +236,8 @@ class RobotPhysics:
         d = self.data
         d.ctrl[self.ctrl] = self.torques()
         if self.held_ctrl.size:
-            d.ctrl[self.held_ctrl] = -HOLD_KP * d.qpos[self.held_qadr] - HOLD_KD * d.qvel[self.held_vadr]
+            d.ctrl[self.held_ctrl] = (self.held_kp * (self.held_q - d.qpos[self.held_qadr])
+                                      - self.held_kd * d.qvel[self.held_vadr])
         if self.base == "band":
             d.xfrc_applied[self.band_body, 0:3] = band_force(self.band_anchor, d.qpos[0:3], d.qvel[0:3])
         mujoco.mj_step(self.model, self.data)

@@ -19,6 +19,9 @@ Beside LowState it publishes the base's pose on mocapline's own topic (``mocapli
 :mod:`mocapline.robot.unitree.base`) for the web page and the benches. With ``--vendor-controller
 stand`` a stand-in for the robot's own controller holds the stand pose until the first LowCmd,
 and takes the vendor's arm interface (rt/arm_sdk) blended in by its weight, as the robot does.
+A build with hands (``g1_dex3``) also takes each hand's HandCmd_ (``rt/dex3/{left,right}/cmd``, the
+newest valid one before each step) and publishes its HandState_ (``rt/dex3/{left,right}/state``) with
+every 5th LowState (100 Hz); ``hand_commands_received`` / ``_applied`` / ``hand_states_published``.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ log = logging.getLogger("mocapline.sim")
 MAX_CATCHUP_STEPS = 10
 READER_DEPTH = 64  # realtime: LowCmds kept between two steps (at 500 Hz, 1-2 come in a 2 ms step)
 LOCKSTEP_IDLE_S = 0.05
+HAND_STATE_EVERY = 5  # HandState_ with every 5th LowState: 100 Hz, the hands' command rate
 
 
 def build_parser() -> EnvArgumentParser:
@@ -107,6 +111,9 @@ class SimCounters:
     arm_sdk_received: int = 0
     arm_sdk_applied: int = 0  # blended into the vendor's stand-in (not in low-level mode)
     arm_sdk_weight: float = 0.0  # the newest weight applied
+    hand_commands_received: int = 0  # HandCmd_ (a build with hands), both hands
+    hand_commands_applied: int = 0
+    hand_states_published: int = 0
 
     def reject(self, reason: str) -> None:
         self.rejected_by_reason[reason] = self.rejected_by_reason.get(reason, 0) + 1
@@ -158,6 +165,10 @@ class SimLoop:
         self.base = self.dds.base_writer()
         topic = robot.low_level.arm_sdk_topic
         self.arm = self.dds.command_reader(topic) if topic else None
+        hands = robot.hands
+        topics = (hands.cmd_topics, hands.state_topics) if hands is not None and self.sim.hand_rows else ((), ())
+        self.hand_cmds = [self.dds.hand_reader(t) for t in topics[0]]
+        self.hand_states = [self.dds.hand_writer(t, state=True) for t in topics[1]]
         self.counters = SimCounters()
         self.next_tick = time.monotonic()
 
@@ -186,12 +197,32 @@ class SimLoop:
                 if self.lockstep:
                     self.step_and_publish()
 
+    def take_hands(self) -> None:
+        """Each hand's newest valid HandCmd_ is its law from the next step on."""
+        from mocapline.robot.unitree.hand import read_hand_cmd
+        from mocapline.robot.unitree.lowlevel import LayoutError
+
+        c = self.counters
+        for side, reader in enumerate(self.hand_cmds):
+            for sample in reader.take(64):
+                c.hand_commands_received += 1
+                try:
+                    cmd = read_hand_cmd(sample)
+                except (LayoutError, ValueError):
+                    c.reject("hand_cmd")
+                    continue
+                if self.sim.apply_hand(side, cmd):
+                    c.hand_commands_applied += 1
+                else:
+                    c.reject("hand_non_finite")
+
     def take_commands(self, limit: int) -> None:
         """Lockstep: a step per valid command. Realtime: every waiting command is taken and
         checked, the newest valid one is the law for the next step, the others are superseded."""
         from mocapline.robot.unitree.lowlevel import LayoutError
 
         c = self.counters
+        self.take_hands()
         valid = 0
         for sample in self.commands.take(limit):
             c.commands_received += 1
@@ -221,6 +252,10 @@ class SimLoop:
         velocity = d.qvel[0:3] if self.sim.base != "fixed" else np.zeros(3)
         self.base.write(base_state(int(state["tick"]), d.xpos[pelvis], d.xquat[pelvis], velocity))
         self.counters.states_published += 1
+        if self.hand_states and self.counters.states_published % HAND_STATE_EVERY == 0:
+            for side, writer in enumerate(self.hand_states):
+                writer.write(self.sim.hand_state(side))
+            self.counters.hand_states_published += 1
 
     def step_and_publish(self) -> None:
         self.sim.step()
