@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import wait_until
 
 from mocapline.core import quat as Q
 from mocapline.core.paths import ASSETS_DIR, DEMO_TAKE
@@ -419,3 +420,48 @@ def test_a_worker_killed_mid_run_loses_no_take(tmp_path) -> None:
     assert summary["done"] == good and summary["failed"] == len(broken) and summary["converted_now"] == good + len(
         broken)
     assert len(_records(out)) == good + len(broken)
+
+
+def _session_processes(sid: int, marker: str) -> list[int]:
+    """Processes of session ``sid`` whose command line holds ``marker``."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(proc.name)) == sid and marker in (proc / "cmdline").read_text():
+                out.append(int(proc.name))
+        except (OSError, ProcessLookupError):
+            continue
+    return out
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_a_ray_worker_killed_mid_run_loses_no_take(tmp_path) -> None:
+    """Ray runs a task again whose worker died: every take is done, once."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'mocapline[cluster]')")
+    if shutil.which("ray") is None:
+        pytest.skip("the `ray` command is not on PATH")
+    src, out = tmp_path / "takes", tmp_path / "dataset"
+    good, broken = make_folder(src, copies=15)
+    env = _ray_env()
+    head, address, temp = _ray_head(env)
+    try:
+        driver = subprocess.Popen(_cmd(str(src), "--out", str(out), "--ray", address, "--progress", "lines"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert driver.stderr is not None
+        lines = 0
+        while lines < 5:
+            line = driver.stderr.readline()
+            assert line, "the driver ended before a worker was killed"
+            lines += " takes, " in line
+        busy = wait_until(lambda: _session_processes(head.pid, "ray::run_task"), 30, what="a worker converting a take")
+        os.kill(busy[0], signal.SIGKILL)  # a worker in the middle of a take
+        rest, err = driver.communicate(timeout=300)
+    finally:
+        _stop(head, temp)
+    assert driver.returncode == 1, err[-3000:]
+    summary = json.loads(rest.strip().splitlines()[-1])
+    assert summary["done"] == good and summary["failed"] == len(broken), summary
+    assert summary["converted_now"] == good + len(broken) and len(_records(out)) == good + len(broken)
