@@ -123,10 +123,10 @@ def test_a_rerun_skips_what_is_done_and_redoes_what_changed(tmp_path) -> None:
     takes, notes = discover([src])
     assert [t[0] for t in takes] == ["a", "b", "c", "d"] and not notes
     args = build_parser().parse_args([str(src), "--out", str(tmp_path / "out")])
-    todo, kept = plan(m, takes, FileSettings(), {}, "S", ("npz",), args)
+    todo, kept = plan(m, takes, FileSettings(), "S", ("npz",), args)
     assert [t.take for t in todo] == ["b", "c"] and [r["take"] for r in kept] == ["a", "d"]
     args.retry_failed = True
-    todo, _ = plan(m, takes, FileSettings(), {}, "S", ("npz",), args)
+    todo, _ = plan(m, takes, FileSettings(), "S", ("npz",), args)
     assert [t.take for t in todo] == ["b", "c", "d"]
 
 

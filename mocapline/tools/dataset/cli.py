@@ -29,7 +29,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
@@ -176,8 +175,8 @@ class Progress:
         self.stream.flush()
 
 
-def plan(manifest: Manifest, takes: list[tuple[str, Path, str]], settings: FileSettings, described: dict[str, Any],
-         shash: str, formats: tuple[str, ...], args: argparse.Namespace) -> tuple[list[TakeTask], list[dict[str, Any]]]:
+def plan(manifest: Manifest, takes: list[tuple[str, Path, str]], settings: FileSettings, shash: str,
+         formats: tuple[str, ...], args: argparse.Namespace) -> tuple[list[TakeTask], list[dict[str, Any]]]:
     """The tasks to run and the records of the takes kept as they are."""
     todo, kept = [], []
     for take_id, path, kind in takes:
@@ -192,12 +191,6 @@ def plan(manifest: Manifest, takes: list[tuple[str, Path, str]], settings: FileS
             continue
         todo.append(TakeTask(take_id, str(path), kind, digest, shash, settings, formats, args.max_err_mm))
     return todo, kept
-
-
-def _results(todo: list[TakeTask], args: argparse.Namespace) -> Iterator[TakeResult]:
-    if args.ray:
-        return run_ray(todo, args.ray)
-    return run_pool(todo, min(args.workers, max(len(todo), 1)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,16 +212,17 @@ def main(argv: list[str] | None = None) -> int:
     manifest.folder.mkdir(exist_ok=True)
     cleaned = manifest.clean_temporaries()
     shash = settings_hash(described, files)
-    todo, kept = plan(manifest, takes, settings, described, shash, args.formats, args)
+    todo, kept = plan(manifest, takes, settings, shash, args.formats, args)
+    workers = min(args.workers, max(len(todo), 1))
     print(f"{PROG}: {len(takes)} takes: {len(kept)} already converted, {len(todo)} to convert on "
-          f"{'Ray at ' + args.ray if args.ray else f'{min(args.workers, max(len(todo), 1))} worker(s)'}"
+          f"{'Ray at ' + args.ray if args.ray else f'{workers} worker(s)'}"
           + (f"; removed {cleaned} temporary file(s) of an interrupted run" if cleaned else ""), file=sys.stderr)
     progress = Progress(len(todo), args.progress if todo else "none")
     converted: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     interrupted = False
     try:
-        for result in _results(todo, args):
+        for result in run_ray(todo, args.ray) if args.ray else run_pool(todo, workers):
             manifest.commit(result.record, result.outputs)
             converted.append(result.record)
             progress.update(result)
@@ -240,9 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - t0
     current = {take_id for take_id, _, _ in takes}
     records = [r for r in manifest.records() if r["take"] in current]
-    summary = report.summarise(records, converted, seconds, engine=f"ray {args.ray}" if args.ray else
-                               f"pool {min(args.workers, max(len(todo), 1))}")
-    manifest.write_summary({"summary": summary, "settings": described, "settings_hash": shash})
+    summary = report.summarise(records, converted, seconds, engine=f"ray {args.ray}" if args.ray else f"pool {workers}")
+    manifest.write_summary(records, {"summary": summary, "settings": described, "settings_hash": shash})
     summary.update(report.write_reports(args.out, records))
     report.print_table(records, summary, sys.stderr)
     print(json.dumps(summary))

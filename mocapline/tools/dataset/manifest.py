@@ -122,9 +122,9 @@ class Manifest:
     def records(self) -> list[dict[str, Any]]:
         return [json.loads(p.read_text()) for p in sorted(self.folder.glob("*.json"))] if self.folder.is_dir() else []
 
-    def write_summary(self, extra: Mapping[str, Any]) -> Path:
-        """``manifest.json``: the run's figures and every record, by take."""
-        records = self.records()
+    def write_summary(self, records: list[dict[str, Any]], extra: Mapping[str, Any]) -> Path:
+        """``manifest.json``: the run's figures and the records of the takes it found, by take
+        (the records of takes no longer under the sources stay in ``manifest/``)."""
         body = {**extra, "takes": {r["take"]: r for r in records}}
         path = self.root / MANIFEST
         write_atomic(path, json.dumps(body, indent=1, sort_keys=True).encode())
