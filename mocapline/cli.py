@@ -35,6 +35,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("mocapline.tools.pipeline.status", "ask a running pipeline for its ledger and verdict"),
     "bench": ("mocapline.bench.cli", "benchmarks: " + ", ".join(BENCHMARKS)),
     "retarget-file": ("mocapline.tools.retarget_file", "a BVH take (Axis, CMU, Mixamo) as a robot reference clip"),
+    "retarget-dataset": ("mocapline.tools.dataset.cli",
+                         "folders of takes as a robot motion dataset (npz, GMR pickle, BeyondMimic csv), resumable, "
+                         "on a process pool or Ray"),
+    "skeleton-config": ("mocapline.tools.skeleton_config",
+                        "a starting IK config for a BVH skeleton no shipped config knows (bones mapped by name)"),
     "export": ("mocapline.tools.recorder.export", "a take as a 50 Hz robot reference clip (.npz + .csv)"),
     "replay": ("mocapline.tools.recorder.replay", "a recorded take through the pipeline, offline, deterministic"),
     "record": ("mocapline.tools.recorder.record", "record a live take: datagrams, MocapFrames, config, ledger"),

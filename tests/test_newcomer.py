@@ -72,7 +72,7 @@ def test_the_help_texts_say_what_the_readme_says() -> None:
     from mocapline.cli import COMMANDS
     from mocapline.tools.pipeline.up import build_parser
 
-    assert COMMANDS["bench"][1] == "benchmarks: " + ", ".join(BENCHMARKS) and len(BENCHMARKS) == 12
+    assert COMMANDS["bench"][1] == "benchmarks: " + ", ".join(BENCHMARKS) and len(BENCHMARKS) == 13
     assert "acknowledged fan-out" in COMMANDS["streamer"][1] and "PUSH" not in COMMANDS["streamer"][1]
     options = {o: a for a in build_parser()._actions for o in a.option_strings}
     assert "--robot-port" not in options

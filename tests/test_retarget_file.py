@@ -111,3 +111,50 @@ def test_options_are_validated() -> None:
                 dict(arm_huber=-1.0)):
         with pytest.raises(ValueError):
             RetargetOptions(**bad).validate()
+
+
+CROUCH = ASSETS_DIR / "motion" / "cmu_131_01_crouch.bvh"
+
+
+def test_a_take_that_starts_in_a_deep_crouch_is_tracked_from_its_first_frame() -> None:
+    """GMR's most reported failure is a clip collapsed from a bad first frame. Started at the
+    crouch take's lowest hips (frame 202, hips 0.50 m) the first frames are as close to their
+    targets as the rest of the take, and as close as the same frames reached from the start."""
+    from mocapline.tools.retarget_file import FileSettings, convert
+
+    mid = convert(CROUCH, FileSettings(start=202, frames=30)).summary
+    # the clip never stands: its height comes from its skeleton (from the motion: 0.98 m, 170 mm off)
+    assert mid["height_from"] == "skeleton" and 1.6 < mid["human_height_m"] < 1.8
+    assert mid["first_frame_err_mm"] < mid["err_mm"] + 10.0 and mid["err_mm"] < 100.0, mid
+    whole = convert(CROUCH, FileSettings(start=150, frames=82)).summary
+    assert mid["err_mm"] < whole["err_mm"] + 10.0
+
+
+@pytest.mark.parametrize("axis, degrees", [((1.0, 0.0, 0.0), 90.0), ((0.0, 1.0, 0.0), 90.0), ((1.0, 0.0, 0.0), 180.0)])
+def test_a_take_lying_or_upside_down_from_its_first_frame_is_tracked_as_upright(axis, degrees) -> None:
+    """The whole take turned about its first hips position (lying on its back or side, upside
+    down): the root is placed on its target before the first solve, so the joints track it as
+    they track the upright take."""
+    from mocapline.core import quat as Q
+    from mocapline.core.bodies import GMR_BODY_INDEX
+    from mocapline.formats.bvh import estimate_height, gmr_bodies, load_bvh
+    from mocapline.services.retarget.config import detect_bvh_skeleton
+    from mocapline.services.retarget.quality import first_frames_error
+
+    model = robot_model.load_ik_model()
+    motion = load_bvh(ASSETS_DIR / "motion" / "cmu_131_02_walk.bvh").slice(0, 12)
+    config, skeleton = detect_bvh_skeleton(motion, model=model)
+    pos, quat = gmr_bodies(motion, skeleton)
+    turn = Q.from_axis_angle(np.array(axis), np.radians(degrees))
+    centre = pos[0, GMR_BODY_INDEX["Hips"]].copy()
+    turned = (Q.rotate(np.broadcast_to(turn, (*pos.shape[:-1], 4)), pos - centre) + centre,
+              Q.multiply(np.broadcast_to(turn, quat.shape), quat))
+    errors = []
+    for p, q in ((pos, quat), turned):
+        # footing off: it holds stance feet on a floor, which a lying take has none of; this is the IK's start
+        rt = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=estimate_height(pos), footing=False),
+                        model=model)
+        qpos = np.array([rt.retarget(p[f], q[f]).qpos for f in range(len(p))])
+        targets = np.array([rt.targets(p[f], q[f]) for f in range(len(p))])
+        errors.append(first_frames_error(model, rt.table_entries(), targets, qpos))
+    assert errors[1] < errors[0] + 5.0, errors

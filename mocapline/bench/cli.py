@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "cost": ("mocapline.bench.cost", "CPU per frame of each process beside its stage's kernel, overhead, profile"),
     "metrics": ("mocapline.bench.metrics", "per-frame cost of the Prometheus metrics vs prometheus-client's own"),
     "load": ("mocapline.bench.load", "up --demo beside a load (suite, busy, fsync, starved viewer...): conserved?"),
+    "dataset": ("mocapline.bench.dataset", "retarget-dataset frames/s: 1, 2, all workers, Ray beside the pool, vs GMR"),
     "lowcmd": ("mocapline.bench.lowcmd", "one LowCmd onto DDS and one LowState off it, ours vs cyclonedds' serializer"),
 }
 

@@ -50,7 +50,7 @@ import numpy as np
 from mocapline.bench.hands import hand_bench, hand_table
 from mocapline.core import quat as Q
 from mocapline.core.paths import ASSETS_DIR, DEMO_TAKE
-from mocapline.formats.bvh import estimate_height, gmr_bodies, load_bvh
+from mocapline.formats.bvh import gmr_bodies, load_bvh, take_height
 from mocapline.robot import model as robot_model
 from mocapline.robot.description import RobotDescription
 from mocapline.robot.registry import add_robot_model_argument, get_robot
@@ -124,7 +124,7 @@ def real_takes(model: mujoco.MjModel, directory: Path = MOTION_DIR,
         motion = load_bvh(path)
         config, skeleton = detect_bvh_skeleton(motion, robot=robot, model=model)
         pos, quat = gmr_bodies(motion, skeleton)
-        out.append(Take(path.stem, "real", motion.fps, pos, quat, config, estimate_height(pos)))
+        out.append(Take(path.stem, "real", motion.fps, pos, quat, config, take_height(motion, skeleton, pos)[0]))
     return out
 
 

@@ -479,3 +479,37 @@ def estimate_height(positions: np.ndarray) -> float:
     hips = positions[:, GMR_BODY_INDEX["Hips"], 2]
     ankles = np.minimum(positions[:, GMR_BODY_INDEX["LeftFoot"], 2], positions[:, GMR_BODY_INDEX["RightFoot"], 2])
     return float(np.percentile(hips - ankles, 95)) / HIP_ABOVE_ANKLE_PER_HEIGHT
+
+
+# A take whose standing estimate is below this share of its skeleton's leg measure never stands
+# straight (crouched, kneeling, lying, a clip cut from the middle of a crouch).
+STANDING_SHARE = 0.85
+
+
+def skeleton_height(motion: BvhMotion, skeleton: SkeletonMap) -> float | None:
+    """A performer's height (m) from the skeleton's bone lengths (the zero pose: thigh + shin, the
+    longer leg), scaled like the reference human; None without both legs mapped. Blind to what
+    the take does, unlike :func:`estimate_height`."""
+    zero = BvhMotion(motion.joints, motion.frame_time, np.zeros((1, motion.values.shape[1])))
+    pos, _ = zero.forward_kinematics()
+    legs = []
+    for side in ("Left", "Right"):
+        ids = [motion.find(skeleton.joints.get(side + part, "")) for part in ("UpLeg", "Leg", "Foot")]
+        if any(i is None for i in ids):
+            continue
+        hip, knee, ankle = (pos[0, i] for i in ids)
+        legs.append(float(np.linalg.norm(knee - hip) + np.linalg.norm(ankle - knee)) * skeleton.unit_m)
+    return max(legs) / HIP_ABOVE_ANKLE_PER_HEIGHT if legs and max(legs) > 0 else None
+
+
+def take_height(motion: BvhMotion, skeleton: SkeletonMap, positions: np.ndarray) -> tuple[float, str]:
+    """The performer's height and where it came from: the take standing (:func:`estimate_height`),
+    unless that is below ``STANDING_SHARE`` of the skeleton's leg measure, i.e. the take never
+    stands straight; then the skeleton's (:func:`skeleton_height`). A clip cut from a deep crouch
+    gave 0.98 m from the motion (1.79 m from its whole take), and every target too short: 170 mm
+    mean error instead of 82."""
+    moving = estimate_height(positions)
+    bones = skeleton_height(motion, skeleton)
+    if bones is not None and moving < STANDING_SHARE * bones:
+        return bones, "skeleton"
+    return moving, "motion"

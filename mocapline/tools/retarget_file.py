@@ -4,7 +4,8 @@ robot build (``--robot-model``, default the G1).
 What GMR users do with ``bvh_to_robot``, offline: the BVH is read (any rotation orders and channel
 counts, namespaced joints, any frame time; ``mocapline.formats.bvh``), its skeleton is picked by
 ``--skeleton`` (``auto`` detects it from the joint names: Axis Studio, Mixamo, CMU), the performer's
-height is estimated from the take unless ``--human-height`` is given, every frame is retargeted by
+height is estimated from the take standing (or, for a take that never stands straight, from its
+skeleton's legs) unless ``--human-height`` is given, every frame is retargeted by
 the same IK as ``mocapline retarget`` at the take's own rate (the live service's poses, frame by
 frame), and the result is written in the clip contract of ``mocapline export`` (``CLIP.npz``: 50 Hz
 ``time``, ``q``, ``qd``, ``root_pose``, ``body_pos_w`` / ``body_quat_w``, ``joint_names``,
@@ -24,22 +25,25 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from mocapline.core.options import EnvArgumentParser
-from mocapline.formats.bvh import BvhError, estimate_height, gmr_bodies, load_bvh
+from mocapline.formats.bvh import BvhError, gmr_bodies, load_bvh, take_height
 from mocapline.formats.takefile import TakeFileError, TakeKind, default_output, detect, refusal
 from mocapline.robot import model as robot_model
-from mocapline.robot.registry import add_robot_model_argument, get_robot
+from mocapline.robot.registry import DEFAULT_ROBOT, add_robot_model_argument, get_robot
 from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, detect_bvh_skeleton
 from mocapline.services.retarget.footing import foot_geometry, plan_contacts, stance_floor
 from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.ground_quality import robot_ground
 from mocapline.services.retarget.ik.options import RetargetOptions
 from mocapline.services.retarget.ik.retargeter import Retargeter
-from mocapline.services.retarget.quality import evaluate
+from mocapline.services.retarget.quality import evaluate, first_frames_error
 from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
 
 PROG = "mocapline retarget-file"
@@ -91,61 +95,95 @@ def _fail(message: str) -> int:
     return 2
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if not args.fps > 0:
-        return _fail(f"--fps must be > 0, got {args.fps}")
-    if args.human_height is not None and not 0.5 < args.human_height < 2.5:
-        return _fail(f"--human-height {args.human_height} m: expected a person's height (0.5-2.5 m)")
+class RetargetFileError(ValueError):
+    """A take that cannot be converted, and why (bad input: exit 2, or a dataset's manifest reason)."""
+
+
+@dataclass(frozen=True)
+class FileSettings:
+    """How a BVH take becomes a clip: what ``retarget-file`` and ``retarget-dataset`` both take."""
+
+    robot_model: str = DEFAULT_ROBOT
+    skeleton: str = "auto"
+    fps: float = DEFAULT_FPS
+    human_height: float | None = None
+    start: int = 0
+    frames: int | None = None
+    footing: bool = True
+
+    def validate(self) -> None:
+        if not self.fps > 0:
+            raise RetargetFileError(f"--fps must be > 0, got {self.fps}")
+        if self.human_height is not None and not 0.5 < self.human_height < 2.5:
+            raise RetargetFileError(f"--human-height {self.human_height} m: expected a person's height (0.5-2.5 m)")
+
+
+@dataclass
+class Converted:
+    """A converted take: the clip's arrays and the figures of its summary line."""
+
+    clip: dict[str, np.ndarray]
+    summary: dict[str, Any]
+
+
+def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
+            progress: Callable[[int, int], None] | None = None) -> Converted:
+    """The one BVH -> clip conversion (RetargetFileError: why not). ``progress(done, total)`` per frame."""
+    settings.validate()
     try:
-        if args.take.is_file() and (kind := detect(args.take)) is not TakeKind.BVH and kind is not TakeKind.UNKNOWN:
-            raise TakeFileError(refusal(args.take, kind, "retarget-file"))
-        motion = load_bvh(args.take)
-        stop = None if args.frames is None else args.start + args.frames
-        if args.start < 0 or args.start >= motion.frames or (stop is not None and stop <= args.start):
-            return _fail(f"{args.take}: --start/--frames select no frames (the take has {motion.frames})")
-        motion = motion.slice(args.start, stop)
-        robot = get_robot(args.robot_model)
+        if take.is_file() and (kind := detect(take)) is not TakeKind.BVH and kind is not TakeKind.UNKNOWN:
+            raise TakeFileError(refusal(take, kind, "retarget-file"))
+        motion = load_bvh(take)
+        stop = None if settings.frames is None else settings.start + settings.frames
+        if settings.start < 0 or settings.start >= motion.frames or (stop is not None and stop <= settings.start):
+            raise RetargetFileError(f"{take}: --start/--frames select no frames (the take has {motion.frames})")
+        motion = motion.slice(settings.start, stop)
+        robot = get_robot(settings.robot_model)
         model = robot_model.load_ik_model(robot)
-        config, skeleton = detect_bvh_skeleton(motion, args.skeleton, robot=robot, model=model)
+        config, skeleton = detect_bvh_skeleton(motion, settings.skeleton, robot=robot, model=model)
         positions, quaternions = gmr_bodies(motion, skeleton)
     except (BvhError, IKConfigError, TakeFileError) as exc:
-        return _fail(str(exc))
-    height = args.human_height or estimate_height(positions)
+        raise RetargetFileError(str(exc)) from None
+    height, height_from = ((settings.human_height, "given") if settings.human_height
+                           else take_height(motion, skeleton, positions))
     n = motion.frames
-    ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height, footing=not args.no_footing),
+    ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height, footing=settings.footing),
                       robot=robot, model=model)
     if ours.footing is not None:  # offline: the whole take's floor and contacts (look-ahead)
         floor = stance_floor(positions, ours.footing.settings.floor_percentile)
         ours.footing.set_plan(plan_contacts(positions, motion.fps, ours.footing.settings, floor), floor)
     qpos = np.empty((n, model.nq))
     failed = np.zeros(n, dtype=bool)
-    progress = Progress(n, enabled=not args.no_progress)
     t0, cpu0 = time.perf_counter(), time.thread_time()
     for f in range(n):
         result = ours.retarget(positions[f], quaternions[f])
         qpos[f], failed[f] = result.qpos, result.ik_failed
-        progress.update(f + 1)
+        if progress is not None:
+            progress(f + 1, n)
     seconds, cpu_seconds = time.perf_counter() - t0, time.thread_time() - cpu0
 
     targets = np.array([ours.targets(positions[f], quaternions[f]) for f in range(n)])
     limits = config.velocity_limits(robot_model.joint_names(model))
     quality = evaluate(model, ours.table_entries(), targets, qpos, motion.fps, limits, root=config.human_root_name)
-    summary = {
-        "take": str(args.take), "robot_model": robot.name, "skeleton": skeleton.name, "frames": n,
-        "source_fps": round(motion.fps, 3),
-        "human_height_m": round(height, 3), "err_mm": round(quality.err_mm, 1),
-        "err_p99_mm": round(quality.err_p99_mm, 1),
-        "hands_mm": round(quality.hands_mm, 1), "limit_contacts": quality.limit_contacts, "jumps": quality.jumps,
-        "swings": quality.swings,
-        "ik_failed": int(failed.sum()), "seconds": round(seconds, 3),
-        "cpu_seconds": round(cpu_seconds, 3), "frames_per_s": round(n / seconds, 1),
-    }
+    first = first_frames_error(model, ours.table_entries(), targets, qpos)
     feet = foot_geometry(robot)
     ground = robot_ground(model, feet, qpos, positions, motion.fps)
-    summary.update({"skate_cm_s": round(ground.skate_cm_s, 1), "float_share": round(ground.float_share, 4),
-                    "penetration_max_cm": round(ground.penetration_max_cm, 2)})
-    if args.baseline:
+    summary: dict[str, Any] = {
+        "take": str(take), "robot_model": robot.name, "skeleton": skeleton.name, "frames": n,
+        "source_fps": round(motion.fps, 3),
+        "human_height_m": round(height, 3), "height_from": height_from, "err_mm": round(quality.err_mm, 1),
+        "err_p99_mm": round(quality.err_p99_mm, 1),
+        "hands_mm": round(quality.hands_mm, 1), "feet_mm": round(quality.feet_mm, 1),
+        "pelvis_mm": round(quality.pelvis_mm, 1), "rot_deg": round(quality.rot_deg, 1),
+        "limit_contacts": quality.limit_contacts, "jumps": quality.jumps,
+        "swings": quality.swings, "velocity_violations": quality.velocity_violations,
+        "first_frame_err_mm": round(first, 1),
+        "skate_cm_s": round(ground.skate_cm_s, 1), "float_share": round(ground.float_share, 4),
+        "penetration_max_cm": round(ground.penetration_max_cm, 2),
+        "ik_failed": int(failed.sum()), "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu_seconds, 3), "frames_per_s": round(n / max(seconds, 1e-9), 1),
+    }
+    if baseline:
         base = GmrBaseline(config, model, robot_model.default_qpos(robot, model), height)
         t0, cpu0 = time.perf_counter(), time.thread_time()
         base_q = np.array([base.retarget(positions[f], quaternions[f]) for f in range(n)])
@@ -160,16 +198,33 @@ def main(argv: list[str] | None = None) -> int:
                         "baseline_penetration_max_cm": round(bg.penetration_max_cm, 2)})
 
     meta = {
-        "input": str(args.take), "input_sha256": hashlib.sha256(args.take.read_bytes()).hexdigest(),
-        "skeleton": skeleton.name, "config": config.source, "human_height": height, "start": args.start,
+        "input": str(take), "input_sha256": hashlib.sha256(take.read_bytes()).hexdigest(),
+        "skeleton": skeleton.name, "config": config.source, "human_height": height, "start": settings.start,
         "options": ours.options.describe(),
         "generator": PROG,
     }
-    r = resample(np.arange(n), qpos[:, 0:3], qpos[:, 3:7], qpos[:, 7:], motion.fps, args.fps,
+    r = resample(np.arange(n), qpos[:, 0:3], qpos[:, 3:7], qpos[:, 7:], motion.fps, settings.fps,
                  ik_failed=failed)
-    clip = build_clip(r, args.fps, motion.fps, meta, robot)
+    return Converted(build_clip(r, settings.fps, motion.fps, meta, robot), summary)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = FileSettings(robot_model=args.robot_model, skeleton=args.skeleton, fps=args.fps,
+                            human_height=args.human_height, start=args.start, frames=args.frames,
+                            footing=not args.no_footing)
+    bar = Progress(0, enabled=not args.no_progress)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = max(total, 1)
+        bar.update(done)
+
+    try:
+        converted = convert(args.take, settings, baseline=args.baseline, progress=progress)
+    except RetargetFileError as exc:
+        return _fail(str(exc))
     out = Path(args.out or default_output(args.take, ".npz"))
-    summary.update(write_clip_files(out, clip, csv=args.csv))
+    summary = {**converted.summary, **write_clip_files(out, converted.clip, csv=args.csv)}
     print(json.dumps(summary))
     return 0
 

@@ -344,4 +344,5 @@ def detect_bvh_skeleton(
         f"{closest[4].name} ({closest[2]}), which lacks {', '.join(closest[5])}. "
         f"The file's joints: {', '.join(j.name for j in motion.joints[:40])}"
         + (" ..." if len(motion.joints) > 40 else "")
+        + f". `mocapline skeleton-config {motion.source}` writes a starting config for its skeleton"
     )

@@ -164,3 +164,16 @@ def evaluate(
         velocity_violations=int(np.count_nonzero(speed > velocity_limits * (1.0 + 1e-6) + 1e-9)),
         swings=limit_swings(joints[skip:], ranges, fps),
     )
+
+
+FIRST_FRAMES = SKIP_FRAMES
+
+
+def first_frames_error(model: mujoco.MjModel, entries: tuple, targets: np.ndarray, qpos: np.ndarray,
+                       frames: int = FIRST_FRAMES) -> float:
+    """Mean position error (mm) of the first frames, which :func:`evaluate` leaves out: a take
+    whose IK start collapsed (GMR's most reported failure) shows here far above its mean."""
+    pos, _ = frame_poses(model, [(e.robot_frame, e.frame_type) for e in entries], qpos[:frames])
+    err = np.linalg.norm(pos - targets[:frames, :, 4:], axis=2) * 1000.0
+    sel = np.array([e.position_weight > 0 for e in entries])
+    return float(err[:, sel].mean())

@@ -347,6 +347,22 @@ def export_series(take: MocapSeries, fps: float, *, max_gap: int = 1, on_gap: st
                                            "time_axis": "MocapFrame.index at the stream's rate"}, robot)
 
 
+def recording_clip(args: Any) -> tuple[dict[str, np.ndarray], int, Path]:
+    """A take folder or .mlrec (``args`` of :func:`build_parser`), retargeted offline, without
+    printing (``ValueError``: why not; ``retarget-dataset`` calls it for its ``.mlrec`` takes)."""
+    from mocapline.formats.mlrec import RecordingError
+    from mocapline.tools.recorder.take import run_recording, take_config
+
+    path, cfg = take_config(args)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such recording")
+    try:
+        run, _ = run_recording(path, cfg)
+    except (OSError, ValueError, RecordingError) as exc:
+        raise ValueError(str(exc)) from None
+    return _clip_of_run(args, path, run)
+
+
 def _recording_clip(args: Any) -> tuple[dict[str, np.ndarray], int, Path]:
     """A take folder or .mlrec, retargeted offline (ValueError, GapError: why not)."""
     from mocapline.tools.recorder.take import load_take
@@ -355,6 +371,10 @@ def _recording_clip(args: Any) -> tuple[dict[str, np.ndarray], int, Path]:
     if loaded is None:
         raise _Reported
     path, run, _ = loaded
+    return _clip_of_run(args, path, run)
+
+
+def _clip_of_run(args: Any, path: Path, run: Any) -> tuple[dict[str, np.ndarray], int, Path]:
     takes = split_takes(run.robot)
     if not takes:
         raise ValueError(f"{path}: no frames decoded")

@@ -1,0 +1,1 @@
+"""`mocapline retarget-dataset`: folders of takes -> robot motion datasets (docs/datasets.md)."""
