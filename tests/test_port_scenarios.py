@@ -240,8 +240,9 @@ def test_port_check_passes_the_streamers_port(started) -> None:
     emitter = emit_in_background(stack, TakePlan(frames=FRAMES * 2, first_index=FIRST))
     wait_until(lambda: frames_sent_to_someone(stack) > 100, 20, what="the take under way")
     results = check_port(endpoint(stack))
-    assert [(r.name, r.passed) for r in results] == [(n, True) for n in ("handshake", "frames", "resume",
-                                                                        "keep_alive", "rewind", "v1_peer")], \
+    assert [(r.name, r.passed) for r in results] == [(n, True) for n in ("handshake", "frames", "hands",
+                                                                        "resume", "keep_alive", "rewind",
+                                                                        "v1_peer")], \
         [r.detail for r in results]
     emitter.join(timeout=60)
     wait_until(lambda: not stack.ask("streamer", "status").get("consumers"), 10, what="the checker's names forgotten")
