@@ -154,12 +154,27 @@ def test_ctrl_c_while_python_still_imports(tmp_path) -> None:
     assert_nothing_left(term, ports)
 
 
+def _has_child(pid: int) -> bool:
+    """Whether process ``pid`` has a child process now (from /proc: each process's parent)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            return True
+    return False
+
+
 @pytest.mark.parametrize("started", ["nats.log", "viewer.log"])
 def test_ctrl_c_during_start_up_stops_everything(tmp_path, started) -> None:
-    """Once NATS is starting, and once every service is (their logs appear as they start)."""
+    """Once NATS is starting, and once every service is (their logs appear as they start). A log
+    is opened just before its process is spawned: a Ctrl-C between the two finds nothing started
+    and says so (truthfully), so the signal waits for the first child process as well."""
     args, ports = up_args(tmp_path)
     term = Terminal.start(*args)
     wait_for_file(term, tmp_path / "logs" / started)
+    wait_until(lambda: _has_child(term.proc.pid), 60, interval=0.005, what="up's first child process")
     term.ctrl_c()
     assert term.finish() == 130, term.text
     expected = "mocapline up: interrupted during start-up; every process it started has exited"
