@@ -112,7 +112,42 @@ class RobotController(Protocol):
         ...
 
 
-class Controller:
+class ControllerStates:
+    """What every controller does alike with its inputs and states: keeps the measured state (the
+    first one is the last target until one is sent), the end of the stream, the e-stop latch and
+    each transition, counted (``counters.transitions``, ``counters.state``)."""
+
+    state: str
+    since: float  # when the current state began
+    counters: RobotCounters
+    measured: Measured | None
+    q_cmd: np.ndarray | None  # the last target sent
+    end_pending: bool
+
+    def on_state(self, measured: Measured) -> None:
+        self.measured = measured
+        if self.q_cmd is None:
+            self.q_cmd = measured.q.copy()
+
+    def on_end(self) -> None:
+        self.end_pending = True
+
+    def estop(self, reason: str, now: float) -> None:
+        if self.state != "estop":
+            self.counters.estops += 1
+            log.warning("e-stop (%s): damping", reason)
+            self._go("estop", now)
+
+    def _go(self, state: str, now: float) -> None:
+        if state == self.state:
+            return
+        log.info("robot: %s -> %s", self.state, state)
+        self.counters.transitions[f"{self.state}->{state}"] += 1
+        self.state = self.counters.state = state
+        self.since = now
+
+
+class Controller(ControllerStates):
     """The pd controller: the stream's joint targets through the safety filter, the vendor's gains
     (the robot's description), gravity fed forward."""
 
@@ -148,11 +183,6 @@ class Controller:
 
     # --- inputs ---
 
-    def on_state(self, measured: Measured) -> None:
-        self.measured = measured
-        if self.q_cmd is None:
-            self.q_cmd = measured.q.copy()
-
     def on_frame(self, frame: StreamFrame) -> None:
         if frame.q is None:
             self.timeline.push(frame)
@@ -164,24 +194,7 @@ class Controller:
         self.timeline.push(frame)
         self.end_pending = False
 
-    def on_end(self) -> None:
-        self.end_pending = True
-
-    def estop(self, reason: str, now: float) -> None:
-        if self.state != "estop":
-            self.counters.estops += 1
-            log.warning("e-stop (%s): damping", reason)
-            self._go("estop", now)
-
     # --- the tick ---
-
-    def _go(self, state: str, now: float) -> None:
-        if state == self.state:
-            return
-        log.info("robot: %s -> %s", self.state, state)
-        self.counters.transitions[f"{self.state}->{state}"] += 1
-        self.state = self.counters.state = state
-        self.since = now
 
     def _start_ramp(self, target: np.ndarray, now: float, state: str = "ramp_in") -> None:
         assert self.measured is not None

@@ -29,7 +29,7 @@ import numpy as np
 
 from mocapline.core import quat as Q
 from mocapline.robot.description import RobotDescription
-from mocapline.services.robot.controller import Command, ControlSettings, Measured
+from mocapline.services.robot.controller import Command, ControllerStates, ControlSettings, Measured
 from mocapline.services.robot.counters import Ring, RobotCounters
 from mocapline.services.robot.policy.description import PolicyDescription
 from mocapline.services.robot.policy.observation import Observation, Proprio, Reference
@@ -49,7 +49,7 @@ def tilt(quat: np.ndarray) -> float:
     return float(np.arccos(np.clip(up[2], -1.0, 1.0)))
 
 
-class PolicyController:
+class PolicyController(ControllerStates):
     name = "policy"
 
     def __init__(self, robot: RobotDescription, settings: ControlSettings, safety: SafetyFilter,
@@ -97,34 +97,12 @@ class PolicyController:
 
     # --- inputs ---
 
-    def on_state(self, measured: Measured) -> None:
-        self.measured = measured
-        if self.q_cmd is None:
-            self.q_cmd = measured.q.copy()
-
     def on_frame(self, frame: StreamFrame) -> None:
         self.timeline.push(frame)
         if frame.q is not None:
             self.end_pending = False
 
-    def on_end(self) -> None:
-        self.end_pending = True
-
-    def estop(self, reason: str, now: float) -> None:
-        if self.state != "estop":
-            self.counters.estops += 1
-            log.warning("e-stop (%s): damping", reason)
-            self._go("estop", now)
-
     # --- states ---
-
-    def _go(self, state: str, now: float) -> None:
-        if state == self.state:
-            return
-        log.info("robot: %s -> %s", self.state, state)
-        self.counters.transitions[f"{self.state}->{state}"] += 1
-        self.state = self.counters.state = state
-        self.since = now
 
     def _fallen(self, m: Measured) -> str | None:
         s = self.settings
