@@ -221,11 +221,15 @@ class Load:
 # --- one run -------------------------------------------------------------------------------------
 
 
-def up_command(log_dir: Path) -> list[str]:
+def up_command(log_dir: Path, code: Path) -> list[str]:
+    """`up --demo` on private ports, with the flags of the tree at ``code`` (the retarget ->
+    streamer link's was ``--robot-port`` until issue 34)."""
     nats = free_tcp_port()
+    up = (code / "mocapline" / "tools" / "pipeline" / "up.py").read_text()
+    link = "--retarget-port" if "--retarget-port" in up else "--robot-port"
     return [sys.executable, "-m", "mocapline.cli", "up", "--demo", "--main-port", str(free_udp_port()),
             "--side-port", str(free_udp_port()), "--output-port", str(free_tcp_port()),
-            "--human-port", str(free_tcp_port()), "--robot-port", str(free_tcp_port()),
+            "--human-port", str(free_tcp_port()), link, str(free_tcp_port()),
             "--nats", f"nats://127.0.0.1:{nats}", "--web-port", str(free_tcp_port()), "--display", "web",
             "--log-dir", str(log_dir)]
 
@@ -322,7 +326,7 @@ def run_once(load: LoadConfig, code: Path, duration_s: float, drain_timeout_s: f
     log_dir = Path(tempfile.mkdtemp(prefix="mocapline-load-"))
     env = {**os.environ, "PYTHONPATH": str(code), "MOCAPLINE_METRICS_PORT": "0"}
     load_env = {**os.environ, "PYTHONPATH": str(repo)}
-    up = subprocess.Popen(up_command(log_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    up = subprocess.Popen(up_command(log_dir, code), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env=env, cwd=code, start_new_session=True)
     assert up.stdout is not None
     out: list[str] = []
