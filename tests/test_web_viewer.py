@@ -22,14 +22,16 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def pipeline(request, tmp_path):
-    """The whole pipeline with the web viewer, fed a take at 60 Hz until the test ends (with
-    ``performers`` avatars per frame when the test is parametrized with it)."""
-    performers = getattr(request, "param", 1)
+    """The whole pipeline with the web viewer, fed a take at 60 Hz until the test ends; the test's
+    parameters (indirect) may set ``performers`` (avatars per frame) and ``robot_model``."""
+    param = getattr(request, "param", {})
+    performers = param.get("performers", 1)
+    build = {"robot_model": param["robot_model"]} if "robot_model" in param else {}
     if chromium_binary() is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is not installed: .ci/run installs it (apt-get install chromium)")
         pytest.skip("chromium is not installed (Debian: apt-get install chromium chromium-driver)")
-    stack = Stack(local_config(display="web", log_dir=tmp_path / "logs"))
+    stack = Stack(local_config(display="web", log_dir=tmp_path / "logs", **build))
     stop = threading.Event()
     try:
         stack.start()
@@ -100,7 +102,7 @@ def test_the_page_shows_the_whole_robot_moving_and_the_ledger(pipeline, tmp_path
         Path(keep, "viewer-2.png").write_bytes(shot2)
 
 
-@pytest.mark.parametrize("pipeline", [3], indirect=True)
+@pytest.mark.parametrize("pipeline", [{"performers": 3}], indirect=True)
 def test_three_performers_are_three_robots_side_by_side(pipeline, tmp_path) -> None:
     url = f"http://127.0.0.1:{pipeline.config.web_port}/"
     state = "JSON.stringify([window.__viewer.robotBoxes(), window.__viewer.poses, window.__viewer.ledger.performers])"
@@ -143,3 +145,31 @@ def test_three_performers_are_three_robots_side_by_side(pipeline, tmp_path) -> N
         Path(keep).mkdir(parents=True, exist_ok=True)
         Path(keep, "performers-1.png").write_bytes(shot1)
         Path(keep, "performers-2.png").write_bytes(shot2)
+
+
+@pytest.mark.parametrize("pipeline", [{"robot_model": "g1_dex3"}], indirect=True)
+def test_the_page_moves_both_hands_of_the_dex3_build(pipeline) -> None:
+    """Issue 33: on the G1 with Dex3-1 hands, the emitter's fingers (open, fist, pinch, point, a
+    gesture every 1.25 s) reach the page: on each hand the thumb's tip and the index finger's tip
+    come together and apart, in the bodies the page draws."""
+    from urllib.request import urlopen
+
+    url = f"http://127.0.0.1:{pipeline.config.web_port}/"
+    with urlopen(url + "robot.json", timeout=30) as answer:
+        names = json.loads(answer.read())["bodies"]
+    pairs = [[names.index(f"{side}_hand_thumb_2_link"), names.index(f"{side}_hand_index_1_link")]
+             for side in ("left", "right")]
+    gap = (f"JSON.stringify({json.dumps(pairs)}.map(([a, b]) => {{ const p = window.__viewer.bodies[a].position, "
+           "q = window.__viewer.bodies[b].position; return Math.hypot(p.x - q.x, p.y - q.y, p.z - q.z); }))")
+    with Browser(1280, 800) as browser:
+        browser.open(url)
+        browser.wait_for("window.__viewer && window.__viewer.ready && window.__viewer.poses > 10", timeout=120)
+        samples = []
+        for _ in range(32):  # 8 s: more than a whole cycle of the six gestures
+            samples.append(json.loads(browser.eval(gap)))
+            time.sleep(0.25)
+        errors = list(browser.errors)
+    assert errors == []
+    left, right = zip(*samples, strict=True)
+    for side, gaps in (("left", left), ("right", right)):
+        assert max(gaps) - min(gaps) > 0.02, f"{side}: the thumb-index gap stayed {min(gaps):.3f}-{max(gaps):.3f} m"
