@@ -25,6 +25,7 @@ from mocapline.tools.pipeline.procs import (
     describe_process,
     free_tcp_port,
     free_udp_port,
+    holds_any,
     port_free,
     process_alive,
 )
@@ -154,18 +155,6 @@ def test_ctrl_c_while_python_still_imports(tmp_path) -> None:
     assert_nothing_left(term, ports)
 
 
-def _has_child(pid: int) -> bool:
-    """Whether process ``pid`` has a child process now (from /proc: each process's parent)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[1] == str(pid):
-            return True
-    return False
-
-
 @pytest.mark.parametrize("started", ["nats.log", "viewer.log"])
 def test_ctrl_c_during_start_up_stops_everything(tmp_path, started) -> None:
     """Once NATS is starting, and once every service is (their logs appear as they start). A log
@@ -174,7 +163,7 @@ def test_ctrl_c_during_start_up_stops_everything(tmp_path, started) -> None:
     args, ports = up_args(tmp_path)
     term = Terminal.start(*args)
     wait_for_file(term, tmp_path / "logs" / started)
-    wait_until(lambda: _has_child(term.proc.pid), 60, interval=0.005, what="up's first child process")
+    wait_until(lambda: bool(child_pids(term.proc.pid)), 60, interval=0.005, what="up's first child process")
     term.ctrl_c()
     assert term.finish() == 130, term.text
     expected = "mocapline up: interrupted during start-up; every process it started has exited"
@@ -269,18 +258,7 @@ def _sending_udp(pid: int) -> bool:
     """Whether process ``pid`` holds a UDP socket that has sent (an unbound one is in no table):
     the demo's emitter, once the take is under way (the demo itself holds none before)."""
     table = Path("/proc/net/udp").read_text().splitlines()[1:]
-    inodes = {f"socket:[{line.split()[9]}]" for line in table}
-    try:
-        fds = list(Path(f"/proc/{pid}/fd").iterdir())
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(fd) in inodes:
-                return True
-        except OSError:
-            continue
-    return False
+    return holds_any(Path(f"/proc/{pid}/fd"), {f"socket:[{line.split()[9]}]" for line in table})
 
 
 def test_demo_interrupted_mid_take_judges_what_was_sent(tmp_path) -> None:

@@ -238,12 +238,13 @@ def port_owners(port: int, kind: int = socket.SOCK_STREAM) -> list[PortOwner]:
     wanted = {f"socket:[{inode}]" for inode in inodes}
     owners = []
     for proc_dir in Path("/proc").glob("[0-9]*"):
-        if _holds_any(proc_dir / "fd", wanted):
+        if holds_any(proc_dir / "fd", wanted):
             owners.append(PortOwner(int(proc_dir.name), describe_process(int(proc_dir.name))))
     return owners
 
 
-def _holds_any(fd_dir: Path, links: set[str]) -> bool:
+def holds_any(fd_dir: Path, links: set[str]) -> bool:
+    """Whether a process's fd folder (``/proc/PID/fd``) holds one of ``links`` (``socket:[inode]``)."""
     try:
         fds = list(fd_dir.iterdir())
     except OSError:
