@@ -2,10 +2,11 @@
 
 Both yield ``TakeResult`` as tasks finish, in any order, with a few tasks a worker in flight (a
 finished take's outputs wait only for the driver to commit them). A pool worker that dies
-(killed, out of memory) breaks the pool: a new one takes the takes still pending, and a take that
-was in flight in ``MAX_ATTEMPTS`` broken pools is recorded as failed. Pool workers die with the
-driver (``PR_SET_PDEATHSIG``), so a driver killed -9 leaves no worker converting behind it. Ray retries a
-task whose worker or node died (its own ``max_retries``), then the take is recorded as failed.
+(killed, out of memory) breaks the pool: the takes then in flight run again one at a time, one
+whose worker dies while it runs alone, twice, is recorded as failed, and a new pool takes the
+rest. Pool workers die with the driver (``PR_SET_PDEATHSIG``), so a driver killed -9 leaves no
+worker converting behind it. Ray retries a task whose worker or node died (its own
+``max_retries``), then the take is recorded as failed.
 """
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ import multiprocessing
 import signal
 import sys
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.context import BaseContext
 from typing import Any
 
 from mocapline.tools.dataset.manifest import FAILED
 from mocapline.tools.dataset.task import TakeResult, TakeTask, run_task
 
-MAX_ATTEMPTS = 3
+ALONE_TRIES = 2
 IN_FLIGHT_PER_WORKER = 4
 PR_SET_PDEATHSIG = 1
+Work = Callable[[TakeTask], TakeResult]
 
 
 def _die_with_parent() -> None:
@@ -39,46 +42,78 @@ def _lost(task: TakeTask, why: str) -> TakeResult:
                        "settings_hash": task.settings_hash, "kind": task.kind, "status": FAILED, "reason": why})
 
 
-def run_pool(tasks: Sequence[TakeTask], workers: int) -> Iterator[TakeResult]:
-    """At most ``IN_FLIGHT_PER_WORKER`` tasks a worker are submitted at a time: a finished take's
-    outputs are held only until the driver has committed them, whatever the dataset's size."""
-    queue = deque(tasks)
-    attempts = dict.fromkeys((t.take for t in tasks), 0)
-    ctx = multiprocessing.get_context("spawn")
+def _until_broken(queue: deque[TakeTask], workers: int, work: Work,
+                  ctx: BaseContext) -> Generator[TakeResult, None, list[TakeTask]]:
+    """Run the queue in one pool until it is done or broken; returns the takes that were in flight
+    when it broke. A broken pool shows itself as a future's ``BrokenProcessPool`` or at the next
+    ``submit``, whichever comes first; futures that had finished keep their results."""
     limit = workers * IN_FLIGHT_PER_WORKER
+    broken, suspects = False, []
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with_parent) as pool:
+        running: dict[cf.Future[TakeResult], TakeTask] = {}
+        try:
+            while running or (queue and not broken):
+                while queue and not broken and len(running) < limit:
+                    task = queue.popleft()
+                    try:
+                        running[pool.submit(work, task)] = task
+                    except BrokenProcessPool:
+                        queue.appendleft(task)
+                        broken = True
+                if not running:
+                    break
+                done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+                for future in done:
+                    task = running.pop(future)
+                    try:
+                        result = future.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        suspects.append(task)
+                        continue
+                    yield result
+        finally:
+            for f in running:
+                f.cancel()
+    return suspects
+
+
+def _alone(suspects: list[TakeTask], work: Work, ctx: BaseContext) -> Iterator[TakeResult]:
+    """Each take runs by itself in a one-worker pool, so a worker that dies now died of that take
+    (or of something outside, such as a kill -9: hence ``ALONE_TRIES``)."""
+    pending = deque(suspects)
+    deaths = dict.fromkeys((t.take for t in suspects), 0)
+    while pending:
+        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_die_with_parent) as pool:
+            while pending:
+                task = pending[0]
+                try:
+                    result = pool.submit(work, task).result()
+                except BrokenProcessPool:
+                    deaths[task.take] += 1
+                    if deaths[task.take] >= ALONE_TRIES:
+                        pending.popleft()
+                        yield _lost(task, f"worker died converting it (alone, {ALONE_TRIES} tries)")
+                    break
+                pending.popleft()
+                yield result
+
+
+def run_pool(tasks: Sequence[TakeTask], workers: int, work: Work = run_task) -> Iterator[TakeResult]:
+    """At most ``IN_FLIGHT_PER_WORKER`` tasks a worker are submitted at a time: a finished take's
+    outputs are held only until the driver has committed them, whatever the dataset's size.
+
+    When a worker dies, every take then in flight is a suspect (the pool cannot tell which one its
+    dead worker held): they run again one at a time before the rest goes on in a new pool, so a
+    take that kills its worker is recorded as failed and its neighbours are not."""
+    queue = deque(tasks)
+    ctx = multiprocessing.get_context("spawn")
     while queue:
-        retry: list[TakeTask] = []
-        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with_parent) as pool:
-            running: dict[cf.Future[TakeResult], TakeTask] = {}
-            try:
-                while queue or running:
-                    while queue and len(running) < limit and not retry:
-                        task = queue.popleft()
-                        running[pool.submit(run_task, task)] = task
-                    if not running:
-                        break
-                    done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
-                    for future in done:
-                        task = running.pop(future)
-                        try:
-                            result = future.result()
-                        except BrokenProcessPool:
-                            attempts[task.take] += 1
-                            if attempts[task.take] >= MAX_ATTEMPTS:
-                                yield _lost(task, f"worker died converting it ({MAX_ATTEMPTS} tries)")
-                            else:
-                                retry.append(task)
-                            continue
-                        yield result
-                    if retry and not running:
-                        break
-            finally:
-                for f in running:
-                    f.cancel()
-        if retry:
-            queue.extendleft(reversed(retry))
-            print(f"retarget-dataset: a worker died; {len(retry)} take(s) it left go to new workers",
-                  file=sys.stderr)
+        suspects = yield from _until_broken(queue, workers, work, ctx)
+        if suspects:
+            print(f"retarget-dataset: a worker died; the {len(suspects)} take(s) then in flight run again "
+                  f"one at a time, {len(queue)} more go to new workers", file=sys.stderr)
+            yield from _alone(suspects, work, ctx)
 
 
 def run_ray(tasks: Sequence[TakeTask], address: str) -> Iterator[TakeResult]:
