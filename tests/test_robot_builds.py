@@ -205,3 +205,22 @@ def test_a_description_with_a_mistake_is_refused_by_name(tmp_path: Path) -> None
     wrong = base.replace('"left_knee_joint"', '"left_knee"')
     with pytest.raises(RobotDescriptionError, match="are not the IK model's"):
         robot_model.load_ik_model(get_robot(_write(tmp_path / "d", wrong)))
+
+
+def test_an_ik_range_narrows_a_copy_of_the_model_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    g1 = get_robot("g1")
+    model = robot_model.load_ik_model(g1)
+    narrowed = robot_model.with_ik_ranges(g1, model)
+    yaw = model.joint("left_shoulder_yaw_joint").id
+    assert list(narrowed.jnt_range[yaw]) == [-1.4, 1.4]
+    assert list(model.jnt_range[yaw]) == pytest.approx([-2.618, 2.618], abs=1e-3)  # left as it was
+    others = [j for j in range(model.njnt) if "shoulder_yaw" not in model.joint(j).name]
+    assert np.array_equal(narrowed.jnt_range[others], model.jnt_range[others])
+    base = (Path(robot_model.__file__).parent / "builds" / "g1.toml").read_text()
+    assert base.count("ik_range = [-1.4, 1.4]") == 2
+    with pytest.raises(RobotDescriptionError, match="ik_range must be \\[low, high\\]"):
+        get_robot(_write(tmp_path, base.replace("ik_range = [-1.4, 1.4]", "ik_range = [1.4, -1.4]", 1)))
+    (tmp_path / "b").mkdir()
+    apart = get_robot(_write(tmp_path / "b", base.replace("ik_range = [-1.4, 1.4]", "ik_range = [3.0, 4.0]", 1)))
+    with pytest.raises(RobotDescriptionError, match="does not meet the model's range"):
+        robot_model.with_ik_ranges(apart, model)

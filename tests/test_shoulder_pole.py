@@ -133,3 +133,28 @@ def test_bad_input_passes_through_for_the_retargeter_to_refuse(demo) -> None:
     assert poles.apply(p, q, UP)[0] is p
     p[B["LeftForeArm"]] = p[B["RightForeArm"]] = np.nan
     assert poles.apply(p, take.quaternions[CROSSING], UP)[0] is p
+
+
+@pytest.mark.integration
+def test_human_joint_ranges_keep_each_shoulder_off_its_second_branch(demo) -> None:
+    """The demo's sideways raises past the shoulder roll's limit: with the model's ranges the IK
+    takes the other Euler branch (pitch and yaw about half a turn away, which a learned policy
+    does not follow); with ``joint_ranges="human"`` (the G1's shoulder yaw +-1.4 rad) neither
+    shoulder's pitch passes a quarter turn, and every target is still solved."""
+    from mocapline.services.retarget.ik.options import RetargetOptions
+    from mocapline.services.retarget.ik.retargeter import Retargeter
+
+    model, take = demo
+    names = robot_model.joint_names(model)
+    cols = {n: 7 + names.index(n) for n in names if "shoulder_pitch" in n or "shoulder_yaw" in n}
+    out = {}
+    for ranges in ("full", "human"):
+        ik = Retargeter(take.config, RetargetOptions(fps=take.fps, joint_ranges=ranges), model=model)
+        ik.reset(robot_model.default_qpos(model))
+        out[ranges] = np.array([ik.retarget(p, q).qpos for p, q in zip(take.positions, take.quaternions, strict=True)])
+        assert ik.stats.failures == 0, ranges
+    assert max(np.abs(out["full"][:, c]).max() for n, c in cols.items() if "pitch" in n) > 2.0
+    for n, c in cols.items():
+        limit = 1.4 + 1e-6 if "yaw" in n else np.pi / 2
+        assert np.abs(out["human"][:, c]).max() <= limit, n
+    assert np.array_equal(model.jnt_range, robot_model.load_ik_model().jnt_range)  # the shared model is untouched

@@ -224,10 +224,12 @@ def _mean_tracking(samples: list[RobotCounts]) -> dict[str, float]:
     return {g: round(float(np.mean(v)), 4) for g, v in out.items()}
 
 
-def retarget_clip(take: Path, out: Path, fps: float = STREAM_FPS) -> dict[str, Any]:
-    """``mocapline retarget-file TAKE --fps FPS``: the clip written to ``out``, its summary line."""
+def retarget_clip(take: Path, out: Path, fps: float = STREAM_FPS, joint_ranges: str = "full") -> dict[str, Any]:
+    """``mocapline retarget-file TAKE --fps FPS --joint-ranges R``: the clip written to ``out``, its
+    summary line."""
     proc = subprocess.run([sys.executable, "-m", "mocapline.tools.retarget_file", str(take), "--out", str(out),
-                           "--fps", str(fps), "--no-progress"], capture_output=True, text=True, timeout=300)
+                           "--fps", str(fps), "--joint-ranges", joint_ranges, "--no-progress"],
+                          capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"retarget-file {take.name}: {proc.stderr.strip()}")
     summary: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -249,7 +251,9 @@ def run_clip(take: str, name: str, extra: list[str], domain: int, fps: float = S
     from mocapline.tools.port_player import PortPlayer, clip_frames
 
     work = Path(tempfile.mkdtemp(prefix="mocapline-bench-robot-"))
-    summary = retarget_clip(CMU_TAKES[take], work / f"{take}.npz", fps)
+    # the policy's clips as `up --controller policy` retargets: human joint ranges (docs/retarget.md)
+    summary = retarget_clip(CMU_TAKES[take], work / f"{take}.npz", fps,
+                            joint_ranges="human" if "policy" in extra else "full")
     with np.load(work / f"{take}.npz") as clip:
         frames = clip_frames(clip)
         reference = reference_figures(clip)

@@ -16,6 +16,7 @@ Joint ranges and torque limits are not repeated here: they are the model's
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,9 @@ class Joint:
     stand: float = 0.0  # rad: the pose the legs are held at (`--joints upper`) and the sim starts in
     rest: float | None = None  # rad: the pose the bridge rests in after the take (default: stand)
     mode: int = 1  # the motor_cmd mode that enables this motor (the H1's strong motors take 0x0A)
+    # rad [low, high]: the part of the joint's range the retargeter may use (the model's range
+    # elsewhere); the G1's shoulder yaw is kept to a human arm's twist, see docs/retarget.md
+    ik_range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -296,3 +300,8 @@ def _check(desc: RobotDescription) -> None:
             raise RobotDescriptionError(f"{where}: joint {j.name}: group {j.group!r}: choose from {GROUPS}")
         if not (j.velocity > 0 and j.kp >= 0 and j.kd >= 0):
             raise RobotDescriptionError(f"{where}: joint {j.name}: velocity must be > 0, kp and kd >= 0")
+        if j.ik_range is not None and not (len(j.ik_range) == 2 and all(isinstance(v, (int, float)) for v in j.ik_range)
+                                           and math.isfinite(j.ik_range[0]) and math.isfinite(j.ik_range[1])
+                                           and j.ik_range[0] < j.ik_range[1]):
+            raise RobotDescriptionError(f"{where}: joint {j.name}: ik_range must be [low, high] with low < high, "
+                                        f"got {list(j.ik_range)}")

@@ -14,6 +14,7 @@ qpos layout of the IK model: ``qpos[0:3]`` root position, ``qpos[3:7]`` root qua
 
 from __future__ import annotations
 
+import copy
 import importlib.resources
 from pathlib import Path
 
@@ -133,6 +134,22 @@ def load_ik_model(robot: RobotDescription) -> mujoco.MjModel:
         raise RobotDescriptionError(f"{robot.name}: the description's joints {robot.joint_names} are not the IK "
                                     f"model's {names}")
     return model
+
+
+def with_ik_ranges(robot: RobotDescription, model: mujoco.MjModel) -> mujoco.MjModel:
+    """A copy of ``model`` whose joints keep to the description's ``ik_range`` where it gives one
+    (the retargeter's ``joint_ranges="human"``); the model passed in is left as it is."""
+    out = copy.copy(model)
+    for joint in robot.joints:
+        if joint.ik_range is None:
+            continue
+        jid = out.joint(joint.name).id
+        low, high = max(out.jnt_range[jid][0], joint.ik_range[0]), min(out.jnt_range[jid][1], joint.ik_range[1])
+        if not low < high:
+            raise RobotDescriptionError(f"{robot.name}: joint {joint.name}: ik_range {list(joint.ik_range)} "
+                                        f"does not meet the model's range {list(model.jnt_range[jid])}")
+        out.jnt_range[jid] = (low, high)
+    return out
 
 
 def joint_names(model: mujoco.MjModel) -> tuple[str, ...]:

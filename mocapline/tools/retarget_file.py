@@ -41,7 +41,7 @@ from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, det
 from mocapline.services.retarget.footing import foot_geometry, plan_contacts, stance_floor
 from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.ground_quality import robot_ground
-from mocapline.services.retarget.ik.options import RetargetOptions
+from mocapline.services.retarget.ik.options import JOINT_RANGES, RetargetOptions
 from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.quality import evaluate, first_frames_error
 from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
@@ -68,6 +68,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--no-footing", action="store_true",
                    help="do not hold the performer's stance feet on the floor (on by default: contacts found over "
                         "the whole take, the floor calibrated from it; docs/retarget.md \"Feet on the ground\")")
+    p.add_argument("--joint-ranges", choices=JOINT_RANGES, default="full",
+                   help="full: the robot model's joint ranges; human: the robot description's ik_range where it "
+                        "gives one (clips for a learned policy: the G1's shoulders keep one branch)")
     return p
 
 
@@ -110,6 +113,7 @@ class FileSettings:
     start: int = 0
     frames: int | None = None
     footing: bool = True
+    joint_ranges: str = "full"  # RetargetOptions.joint_ranges
 
     def validate(self) -> None:
         if not self.fps > 0:
@@ -147,7 +151,8 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
     height, height_from = ((settings.human_height, "given") if settings.human_height
                            else take_height(motion, skeleton, positions))
     n = motion.frames
-    ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height, footing=settings.footing),
+    ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height, footing=settings.footing,
+                                           joint_ranges=settings.joint_ranges),
                       robot=robot, model=model)
     if ours.footing is not None:  # offline: the whole take's floor and contacts (look-ahead)
         floor = stance_floor(positions, ours.footing.settings.floor_percentile)
@@ -212,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = FileSettings(robot_model=args.robot_model, skeleton=args.skeleton, fps=args.fps,
                             human_height=args.human_height, start=args.start, frames=args.frames,
-                            footing=not args.no_footing)
+                            footing=not args.no_footing, joint_ranges=args.joint_ranges)
     bar = Progress(0, enabled=not args.no_progress)
 
     def progress(done: int, total: int) -> None:

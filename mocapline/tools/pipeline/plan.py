@@ -139,7 +139,10 @@ def plan(config: StackConfig, fds: dict[str, tuple[int, ...]], workers: list[str
         robot_model=c.robot_model,
         ik_config=str(c.ik_config) if c.ik_config is not None else "xsens" if c.source == "xsens"
         else retarget.ik_config,
-        options=replace(retarget.options, fps=c.input_fps, human_height=c.human_height),
+        options=replace(retarget.options, fps=c.input_fps, human_height=c.human_height,
+                        # a learned policy follows one shoulder branch only (docs/retarget.md)
+                        joint_ranges="human" if c.robot and c.robot_controller == "policy"
+                        else retarget.options.joint_ranges),
         stage=stage_settings(c, "retarget", retarget.stage))
     if scale_out:
         first = replace(retarget, output="tcp://127.0.0.1:*", stage=replace(retarget.stage, metrics_port=0))

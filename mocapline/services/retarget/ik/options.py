@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BACKENDS = ("fast", "mink")
+# full: the model's joint ranges; human: the robot description's ``ik_range`` where it gives one
+# (the G1's shoulder yaw kept to a human arm's twist, so that its shoulders never take the
+# other Euler branch: what a learned policy can follow; docs/retarget.md "The shoulders' second branch")
+JOINT_RANGES = ("full", "human")
 
 # Chosen by measurement (``mocapline bench retarget``; the figures: docs/benchmarks.md "Retarget",
 # and docs/retarget.md "Choices, by measurement"):
@@ -48,6 +52,7 @@ class RetargetOptions:
     ground_offset: float = 0.0
     backend: str = "fast"
     footing: bool = True  # stance feet held on the floor (``services/retarget/footing.py``)
+    joint_ranges: str = "full"  # JOINT_RANGES
 
     def validate(self) -> None:
         if self.iterations < 1:
@@ -64,6 +69,8 @@ class RetargetOptions:
             raise ValueError("dampings, the arm Huber width and the posture weight must be >= 0")
         if not self.fps > 0:
             raise ValueError("fps must be > 0")
+        if self.joint_ranges not in JOINT_RANGES:
+            raise ValueError(f"joint ranges {self.joint_ranges!r}: choose from {JOINT_RANGES}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend {self.backend!r}: choose from {BACKENDS}")
         if self.human_height is not None and not self.human_height > 0:
@@ -75,5 +82,6 @@ class RetargetOptions:
         extra = (f", arm rotation Huber {self.arm_huber:g} rad" if self.arm_huber else "") + (
             f", posture {self.posture_weight:g}" if self.posture_weight else "") + (
             ", shoulders keep their branch at the gimbal pole" if self.shoulder_poles else "") + (
-            ", stance feet held on the floor" if self.footing else "")
+            ", stance feet held on the floor" if self.footing else "") + (
+            ", human joint ranges" if self.joint_ranges == "human" else "")
         return f"{steps}, lm_damping {self.lm_damping}, solver damping {self.solver_damping}{extra}"

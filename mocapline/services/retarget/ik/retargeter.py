@@ -130,6 +130,8 @@ class Retargeter:
         self.config = config
         self.options = options or RetargetOptions()
         self.options.validate()
+        if self.options.joint_ranges == "human":
+            self.model = robot_model.with_ik_ranges(self.robot, self.model)
         self.joint_names = robot_model.joint_names(self.model)
         if self.joint_names != self.robot.joint_names:
             raise ValueError(f"the model's joints {self.joint_names} are not {self.robot.name}'s")
