@@ -101,9 +101,12 @@ def test_up_puts_the_suit_on_a_standing_g1_with_the_policy_or_beside_the_vendors
     assert r.controller == "policy" and r.policy == "/p/twist2.onnx" and r.clock == "lowstate"
     assert r.control.max_speed == 1.0  # the stream at 1x of the robot's simulated time
     assert robot.RobotSettings.from_args(robot.build_parser().parse_args(r.to_argv())) == r
+    assert policy["retarget"].options.joint_ranges == "human"  # the shoulders keep one branch for the policy
+    assert "--joint-ranges=human" in policy["retarget"].to_argv()
     arms = planned(StackConfig(state_dir=tmp_path, robot="sim", robot_controller="arm-sdk"))
     assert arms["sim"].vendor_controller == "stand" and arms["robot"].controller == "arm-sdk"
     assert arms["sim"].clock == "realtime" and arms["robot"].clock == "wall"
+    assert arms["retarget"].options.joint_ranges == "full"
     with pytest.raises(ValueError, match="--policy FILE.onnx"):
         planned(StackConfig(robot="sim", robot_controller="policy"))
 
