@@ -152,6 +152,26 @@ def test_a_take_whose_ik_misses_its_targets_is_recorded_as_diverged(tmp_path) ->
     assert set(result.outputs) == {"t.npz", "t.pkl"}  # written all the same, for a look
 
 
+def test_the_quality_report_gives_each_body_groups_mean_and_p99(tmp_path) -> None:
+    """A take's record and DIR/quality.json carry the mean and the p99 position error of every body
+    group (hands, feet, pelvis, the rest), per take and over the dataset."""
+    from mocapline.services.retarget.quality import GROUPS
+    from mocapline.tools.dataset.report import FIGURES, quality_report
+
+    path = tmp_path / "t.bvh"
+    path.write_text(cropped(TAKES[0], 30))
+    record = run_task(_task(path)).record
+    assert record["status"] == DONE, record
+    quality = record["quality"]
+    for g in GROUPS:
+        assert {f"{g}_mm", f"{g}_p99_mm"} <= set(FIGURES), g
+        assert 0 < quality[f"{g}_mm"] <= quality[f"{g}_p99_mm"], (g, quality)
+    assert len({quality[f"{g}_p99_mm"] for g in GROUPS} | {quality["err_p99_mm"]}) > 1  # each group's own
+    report = quality_report([record, {**record, "take": "u"}])
+    assert report["takes"]["t"]["pelvis_p99_mm"] == quality["pelvis_p99_mm"]
+    assert report["dataset"]["hands_p99_mm"]["max"] == quality["hands_p99_mm"]
+
+
 def test_ray_asked_for_without_ray_is_refused_with_what_to_install(tmp_path, monkeypatch, capsys) -> None:
     from mocapline.tools.dataset import cli
 
