@@ -154,15 +154,23 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
         ours.footing.set_plan(plan_contacts(positions, motion.fps, ours.footing.settings, floor), floor)
     qpos = np.empty((n, model.nq))
     failed = np.zeros(n, dtype=bool)
+    # the quality's targets: the last table's, from the take's bodies as they are (before the poles
+    # and the footing moved them), as the IK computed them; computed here only where it handed none
+    targets = np.empty((n, len(ours.table_entries()), 7))
+    missing = []
     t0, cpu0 = time.perf_counter(), time.thread_time()
     for f in range(n):
         result = ours.retarget(positions[f], quaternions[f])
         qpos[f], failed[f] = result.qpos, result.ik_failed
+        if result.targets is None:
+            missing.append(f)
+        else:
+            targets[f] = result.targets
         if progress is not None:
             progress(f + 1, n)
     seconds, cpu_seconds = time.perf_counter() - t0, time.thread_time() - cpu0
-
-    targets = np.array([ours.targets(positions[f], quaternions[f]) for f in range(n)])
+    for f in missing:
+        targets[f] = ours.targets(positions[f], quaternions[f])
     limits = config.velocity_limits(robot_model.joint_names(model))
     quality = evaluate(model, ours.table_entries(), targets, qpos, motion.fps, limits, root=config.human_root_name)
     first = first_frames_error(model, ours.table_entries(), targets, qpos)
