@@ -4,6 +4,7 @@ and (integration) a folder of 200+ takes killed -9 half-way and finished, the sa
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -150,6 +151,26 @@ def test_a_take_whose_ik_misses_its_targets_is_recorded_as_diverged(tmp_path) ->
     result = run_task(task)
     assert result.record["status"] == FAILED and result.record["reason"].startswith("IK diverged: mean position error")
     assert set(result.outputs) == {"t.npz", "t.pkl"}  # written all the same, for a look
+
+
+def test_the_quality_report_gives_each_body_groups_mean_and_p99(tmp_path) -> None:
+    """A take's record and DIR/quality.json carry the mean and the p99 position error of every body
+    group (hands, feet, pelvis, the rest), per take and over the dataset."""
+    from mocapline.services.retarget.quality import GROUPS
+    from mocapline.tools.dataset.report import FIGURES, quality_report
+
+    path = tmp_path / "t.bvh"
+    path.write_text(cropped(TAKES[0], 30))
+    record = run_task(_task(path)).record
+    assert record["status"] == DONE, record
+    quality = record["quality"]
+    for g in GROUPS:
+        assert {f"{g}_mm", f"{g}_p99_mm"} <= set(FIGURES), g
+        assert 0 < quality[f"{g}_mm"] <= quality[f"{g}_p99_mm"], (g, quality)
+    assert len({quality[f"{g}_p99_mm"] for g in GROUPS} | {quality["err_p99_mm"]}) > 1  # each group's own
+    report = quality_report([record, {**record, "take": "u"}])
+    assert report["takes"]["t"]["pelvis_p99_mm"] == quality["pelvis_p99_mm"]
+    assert report["dataset"]["hands_p99_mm"]["max"] == quality["hands_p99_mm"]
 
 
 def test_ray_asked_for_without_ray_is_refused_with_what_to_install(tmp_path, monkeypatch, capsys) -> None:
@@ -324,6 +345,23 @@ def _ray_env() -> dict[str, str]:
     return {**_env(), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex + uuid.uuid4().hex}
 
 
+def _ray_start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """`ray start ARGS --block` in a session of its own, once it says it is up."""
+    node = subprocess.Popen(["ray", "start", "--block", "--disable-usage-stats", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    assert node.stdout is not None
+    deadline = time.monotonic() + 120
+    seen = []
+    while time.monotonic() < deadline:
+        line = node.stdout.readline()
+        seen.append(line)
+        if not line or "will now block" in line:
+            break
+    assert node.poll() is None, "".join(seen)[-3000:]
+    return node
+
+
 def _ray_head(env: dict[str, str]) -> tuple[subprocess.Popen, str, Path]:
     """`ray start --head --block` on this machine (its own temporary folder), ready; SIGTERM to it
     stops every process it started."""
@@ -331,21 +369,22 @@ def _ray_head(env: dict[str, str]) -> tuple[subprocess.Popen, str, Path]:
 
     port = free_tcp_port()
     temp = Path("/tmp") / f"ray-mocapline-{os.getpid()}"  # Ray's socket paths must stay short
-    head = subprocess.Popen(
-        ["ray", "start", "--head", "--block", "--port", str(port), "--num-cpus", "2", "--include-dashboard", "false",
-         "--disable-usage-stats", "--temp-dir", str(temp)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
-    assert head.stdout is not None
-    deadline = time.monotonic() + 120
-    seen = []
-    while time.monotonic() < deadline:
-        line = head.stdout.readline()
-        seen.append(line)
-        if not line or "will now block" in line:
-            break
-    assert head.poll() is None, "".join(seen)[-3000:]
+    head = _ray_start(["--head", "--port", str(port), "--num-cpus", "2", "--include-dashboard", "false",
+                       "--temp-dir", str(temp)], env)
     # Ray connects to a loopback address through this machine's own: nothing leaves it
     return head, f"127.0.0.1:{port}", temp
+
+
+def _ray_node(env: dict[str, str], address: str) -> tuple[subprocess.Popen, Path]:
+    """A second node of the head's cluster on this machine, 1 CPU, in a temporary folder and a
+    session of its own (its raylet and workers are that session's processes). Its agent's HTTP
+    port is its own (the head's holds Ray's fixed default)."""
+    from mocapline.tools.pipeline.procs import free_tcp_port
+
+    temp = Path("/tmp") / f"ray-mocapline-{os.getpid()}-n2"
+    node = _ray_start(["--address", address, "--num-cpus", "1", "--temp-dir", str(temp),
+                       "--dashboard-agent-listen-port", str(free_tcp_port())], env)
+    return node, temp
 
 
 def _stop(head: subprocess.Popen, temp: Path) -> None:
@@ -465,3 +504,52 @@ def test_a_ray_worker_killed_mid_run_loses_no_take(tmp_path) -> None:
     summary = json.loads(rest.strip().splitlines()[-1])
     assert summary["done"] == good and summary["failed"] == len(broken), summary
     assert summary["converted_now"] == good + len(broken) and len(_records(out)) == good + len(broken)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(500)
+def test_a_ray_node_killed_mid_run_loses_no_take(tmp_path) -> None:
+    """A second node of the cluster dies mid-run (SIGKILL of its raylet, workers and every other
+    process of its session, as when a machine goes): the takes it held run again on the head, and
+    every take ends done or failed exactly once, none lost, none twice."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'mocapline[cluster]')")
+    if shutil.which("ray") is None:
+        pytest.skip("the `ray` command is not on PATH")
+    src, out = tmp_path / "takes", tmp_path / "dataset"
+    good, broken = make_folder(src, copies=15)
+    env = _ray_env()
+    head, address, temp = _ray_head(env)
+    node, node_temp = None, None
+    try:
+        node, node_temp = _ray_node(env, address)
+        driver = subprocess.Popen(_cmd(str(src), "--out", str(out), "--ray", address, "--progress", "lines"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert driver.stderr is not None
+        lines = 0
+        while lines < 3:
+            line = driver.stderr.readline()
+            assert line, "the driver ended before the node was killed"
+            lines += " takes, " in line
+        # the node in the middle of a take: killed then, with whatever else it holds
+        wait_until(lambda: _session_processes(node.pid, "ray::run_task"), 120, interval=0.01,
+                   what="the second node converting a take")
+        assert _session_processes(node.pid, "raylet"), "the second node has no raylet"
+        for pid in _session_processes(node.pid, ""):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        node.wait(timeout=60)
+        wait_until(lambda: not _session_processes(node.pid, ""), 30, what="every process of the node gone")
+        rest, err = driver.communicate(timeout=400)
+    finally:
+        if node is not None:
+            for pid in _session_processes(node.pid, ""):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if node_temp is not None:
+                shutil.rmtree(node_temp, ignore_errors=True)
+        _stop(head, temp)
+    assert driver.returncode == 1, err[-3000:]
+    summary = json.loads(rest.strip().splitlines()[-1])
+    assert summary["done"] == good and summary["failed"] == len(broken), (summary, err[-3000:])
+    assert summary["converted_now"] == good + len(broken) and len(_records(out)) == good + len(broken)
+    assert summary["failed_by_reason"].get("ray task lost", 0) == 0, summary

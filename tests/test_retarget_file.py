@@ -158,3 +158,65 @@ def test_a_take_lying_or_upside_down_from_its_first_frame_is_tracked_as_upright(
         targets = np.array([rt.targets(p[f], q[f]) for f in range(len(p))])
         errors.append(first_frames_error(model, rt.table_entries(), targets, qpos))
     assert errors[1] < errors[0] + 5.0, errors
+
+
+def test_the_ik_hands_back_the_targets_of_the_bodies_it_was_given() -> None:
+    """Each frame's result carries the last table's targets as ``Retargeter.targets`` computes them
+    from the bodies given, bit for bit, not the ones the footing moved (``solved_targets``); None
+    on the frames where the shoulder poles moved an arm (an overhead raise past the pole)."""
+    from mocapline.bench.retarget import overhead_takes
+
+    model = robot_model.load_ik_model()
+    take = {t.name: t for t in overhead_takes(model)}["alternate +8"]
+    rt = Retargeter(take.config, RetargetOptions(fps=take.fps), model=model)
+    assert rt.poles is not None and rt.footing is not None
+    moved = held = 0
+    for p, q in zip(take.positions, take.quaternions, strict=True):
+        before = rt.poles.moved
+        result = rt.retarget(p, q)
+        if rt.poles.moved > before:
+            assert result.targets is None
+            moved += 1
+            continue
+        assert result.targets is not None
+        np.testing.assert_array_equal(result.targets, rt.targets(p, q))
+        held += not np.array_equal(result.targets, rt.solved_targets)
+    assert moved > 0 and held > 0  # both cases met: the poles moved arms, the footing moved feet
+
+
+@pytest.mark.parametrize("handed", ["every frame", "every other frame"])
+def test_the_quality_is_measured_against_the_ik_targets_without_computing_them_again(monkeypatch, handed) -> None:
+    """convert's quality is measured against the targets of the take's bodies as they are (before
+    the poles and the footing moved them: the figures of before), taken from the IK's results;
+    it computes them itself only for the frames whose result has none."""
+    from mocapline.tools import retarget_file
+
+    calls, seen = [], {}
+    plain_retarget, plain_targets, plain_evaluate = Retargeter.retarget, Retargeter.targets, retarget_file.evaluate
+
+    def retarget(self, positions, quaternions, elapsed_frames=1):
+        seen.setdefault("ik", self)
+        seen.setdefault("bodies", []).append((positions, quaternions))
+        result = plain_retarget(self, positions, quaternions, elapsed_frames)
+        if handed != "every frame" and len(seen["bodies"]) % 2:
+            result.targets = None
+        return result
+
+    def targets(self, positions, quaternions, table=-1):
+        calls.append(table)
+        return plain_targets(self, positions, quaternions, table)
+
+    def evaluate(model, entries, targets, *args, **kwargs):
+        seen.setdefault("targets", targets.copy())
+        return plain_evaluate(model, entries, targets, *args, **kwargs)
+
+    monkeypatch.setattr(Retargeter, "retarget", retarget)
+    monkeypatch.setattr(Retargeter, "targets", targets)
+    monkeypatch.setattr(retarget_file, "evaluate", evaluate)
+    retarget_file.convert(TAKE, retarget_file.FileSettings(frames=60))
+    n = len(seen["bodies"])
+    assert n == 60
+    recomputed = len(calls) - 1  # the first frame's root placement asks for its target once
+    assert recomputed == (0 if handed == "every frame" else n // 2), calls
+    expected = np.array([plain_targets(seen["ik"], p, q) for p, q in seen["bodies"]])
+    np.testing.assert_array_equal(seen["targets"], expected)

@@ -123,6 +123,43 @@ def test_the_swing_metric_counts_limit_to_limit_sweeps_only() -> None:
     assert limit_swings(np.stack((twice, ankle), axis=1), ranges, 60.0) == 2
 
 
+def test_the_position_error_has_a_mean_and_a_p99_per_body_group() -> None:
+    """Known errors on the standing robot: each group's mean and p99 are over its own entries'
+    samples (the first SKIP_FRAMES frames left out), not the whole body's, and an entry without a
+    position weight (the torso's) counts in none of them."""
+    from mocapline.robot import model as robot
+    from mocapline.services.retarget.config import load_ik_config
+    from mocapline.services.retarget.quality import GROUPS, SKIP_FRAMES, body_group, evaluate, frame_poses
+
+    model = robot_model.load_ik_model()
+    entries = load_ik_config("axis_studio", model=model).tables()[-1]
+    frames = 200
+    qpos = np.tile(robot.default_qpos(robot_model.G1, model), (frames, 1))
+    pos, quat = frame_poses(model, [(e.robot_frame, e.frame_type) for e in entries], qpos)
+    rng = np.random.default_rng(7)
+    scale = {"hands": 80.0, "feet": 5.0, "pelvis": 20.0, "rest": 40.0}  # mm, a heavy tail each (exponential)
+    groups = [body_group(e.human_body) for e in entries]
+    errors = np.stack([rng.exponential(scale[g], frames) for g in groups], axis=1)  # (F, n) mm
+    weighted = np.array([e.position_weight > 0 for e in entries])
+    assert not weighted.all()  # the torso: rotation only
+    errors[:, ~weighted] = 5000.0  # would show everywhere if it were counted
+    errors[:SKIP_FRAMES] = 9000.0  # the start, left out
+    targets = np.concatenate((quat, pos + np.array([1e-3, 0.0, 0.0]) * errors[:, :, None]), axis=2)
+    q = evaluate(model, entries, targets, qpos, 50.0, np.full(model.nv - 6, 100.0))
+    kept = errors[SKIP_FRAMES:]
+    for g in GROUPS:
+        sel = np.array([x == g for x in groups]) & weighted
+        assert sel.any(), g
+        mean, p99 = getattr(q, f"{g}_mm"), getattr(q, f"{g}_p99_mm")
+        assert mean == pytest.approx(kept[:, sel].mean(), abs=1e-6), g
+        assert p99 == pytest.approx(np.percentile(kept[:, sel], 99), abs=1e-6), g
+        assert p99 > 2 * mean, g  # the tail, not the mean again
+    assert q.err_mm == pytest.approx(kept[:, weighted].mean(), abs=1e-6)
+    assert q.err_p99_mm == pytest.approx(np.percentile(kept[:, weighted], 99), abs=1e-6)
+    assert q.feet_p99_mm < q.err_p99_mm < q.hands_p99_mm  # each group's own tail
+    assert q.rot_deg == pytest.approx(0.0, abs=1e-3)
+
+
 @pytest.mark.integration
 def test_no_limit_to_limit_shoulder_swings(runs) -> None:
     """GMR, like mocapline's IK without the shoulder poles, meets the demo take's successive overhead

@@ -11,9 +11,9 @@ frame), and the result is written in the clip contract of ``mocapline export`` (
 ``time``, ``q``, ``qd``, ``root_pose``, ``body_pos_w`` / ``body_quat_w``, ``joint_names``,
 ``body_names``, ``policy_clock``, ...; ``--csv`` adds ``CLIP.csv``), by default ``./TAKE_STEM.npz`` in
 the working directory (``inspect`` and ``plot`` read it). A progress bar goes to
-stderr, one JSON summary line to stdout: frames, mean and p99 position error, hands error,
-joint-limit contacts, configuration jumps, limit-to-limit swings, IK failures, seconds and CPU
-seconds.
+stderr, one JSON summary line to stdout: frames, mean and p99 position error, overall and by body
+group (hands, feet, pelvis, the rest: ``quality.GROUPS``), joint-limit contacts, configuration
+jumps, limit-to-limit swings, IK failures, seconds and CPU seconds.
 ``--baseline`` also runs the GMR-equivalent IK on the same frames and reports its time and error.
 
 Exit codes: 0 written, 2 bad input (unreadable or malformed BVH, unknown skeleton, bad option).
@@ -159,15 +159,23 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
         ours.footing.set_plan(plan_contacts(positions, motion.fps, ours.footing.settings, floor), floor)
     qpos = np.empty((n, model.nq))
     failed = np.zeros(n, dtype=bool)
+    # the quality's targets: the last table's, from the take's bodies as they are (before the poles
+    # and the footing moved them), as the IK computed them; computed here only where it handed none
+    targets = np.empty((n, len(ours.table_entries()), 7))
+    missing = []
     t0, cpu0 = time.perf_counter(), time.thread_time()
     for f in range(n):
         result = ours.retarget(positions[f], quaternions[f])
         qpos[f], failed[f] = result.qpos, result.ik_failed
+        if result.targets is None:
+            missing.append(f)
+        else:
+            targets[f] = result.targets
         if progress is not None:
             progress(f + 1, n)
     seconds, cpu_seconds = time.perf_counter() - t0, time.thread_time() - cpu0
-
-    targets = np.array([ours.targets(positions[f], quaternions[f]) for f in range(n)])
+    for f in missing:
+        targets[f] = ours.targets(positions[f], quaternions[f])
     limits = config.velocity_limits(robot_model.joint_names(model))
     quality = evaluate(model, ours.table_entries(), targets, qpos, motion.fps, limits, root=config.human_root_name)
     first = first_frames_error(model, ours.table_entries(), targets, qpos)
@@ -179,7 +187,10 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
         "human_height_m": round(height, 3), "height_from": height_from, "err_mm": round(quality.err_mm, 1),
         "err_p99_mm": round(quality.err_p99_mm, 1),
         "hands_mm": round(quality.hands_mm, 1), "feet_mm": round(quality.feet_mm, 1),
-        "pelvis_mm": round(quality.pelvis_mm, 1), "rot_deg": round(quality.rot_deg, 1),
+        "pelvis_mm": round(quality.pelvis_mm, 1), "rest_mm": round(quality.rest_mm, 1),
+        "hands_p99_mm": round(quality.hands_p99_mm, 1), "feet_p99_mm": round(quality.feet_p99_mm, 1),
+        "pelvis_p99_mm": round(quality.pelvis_p99_mm, 1), "rest_p99_mm": round(quality.rest_p99_mm, 1),
+        "rot_deg": round(quality.rot_deg, 1),
         "limit_contacts": quality.limit_contacts, "jumps": quality.jumps,
         "swings": quality.swings, "velocity_violations": quality.velocity_violations,
         "first_frame_err_mm": round(first, 1),

@@ -4,8 +4,12 @@ Used by ``mocapline bench retarget`` (both IKs on the same targets), ``mocapline
 (its summary line) and the take-set regression test. Errors are measured against the targets of
 the config's last table (the one that decides the pose), on the robot frames it names:
 
-- position error (mm): entries with a position weight; ``hands`` / ``feet`` / ``pelvis`` are the
-  entries whose human body is a hand / a foot / the root;
+- position error (mm): entries with a position weight, the mean and the 99th percentile over every
+  (frame, entry) sample; and the same two by body group (:data:`GROUPS`): ``hands`` / ``feet`` /
+  ``pelvis`` are the entries whose human body is a hand / a foot or toe / the root, ``rest`` the
+  other position-weighted entries (in the shipped configs: the hip-yaw links, knees, shoulders and
+  elbows). A group's p99 pools its entries' samples as the overall one does; a group without
+  position-weighted entries in the config reads 0;
 - orientation error (deg): entries with a rotation weight, the angle of target * conj(frame);
 - jerk: mean absolute third difference of the joints (rad/s^3);
 - configuration jumps: events where some joint moves more than ``JUMP_JOINT_RAD`` within
@@ -41,6 +45,20 @@ SWING_WINDOW_S = 3.0
 SKIP_FRAMES = 5  # the first frames of a take start from the standing pose: not tracking yet
 
 
+GROUPS = ("hands", "feet", "pelvis", "rest")  # the position error's body groups (module docstring)
+
+
+def body_group(human_body: str, root: str = "Hips") -> str:
+    """The group (one of :data:`GROUPS`) of an entry whose human body is ``human_body``."""
+    if human_body == root:
+        return "pelvis"
+    if human_body.endswith("Hand"):
+        return "hands"
+    if human_body.endswith("Foot") or human_body.endswith("Toe"):
+        return "feet"
+    return "rest"
+
+
 @dataclass
 class Quality:
     err_mm: float
@@ -48,6 +66,11 @@ class Quality:
     hands_mm: float
     feet_mm: float
     pelvis_mm: float
+    rest_mm: float
+    hands_p99_mm: float
+    feet_p99_mm: float
+    pelvis_p99_mm: float
+    rest_p99_mm: float
     rot_deg: float
     jerk: float
     jumps: int
@@ -140,11 +163,12 @@ def evaluate(
     pos_w = np.array([e.position_weight > 0 for e in entries])
     rot_w = np.array([e.rotation_weight > 0 for e in entries])
 
-    def mean_of(pick: list[bool]) -> float:
-        sel = np.array(pick) & pos_w
-        return float(err[:, sel].mean()) if sel.any() else 0.0
-
-    bodies = [e.human_body for e in entries]
+    groups = np.array([body_group(e.human_body, root) for e in entries])
+    by_group: dict[str, tuple[float, float]] = {}
+    for g in GROUPS:
+        sel = (groups == g) & pos_w
+        samples = err[:, sel]
+        by_group[g] = (float(samples.mean()), float(np.percentile(samples, 99))) if samples.size else (0.0, 0.0)
     joints = qpos[:, 7:]
     ranges = robot_model.joint_ranges(model)
     contact = (joints <= ranges[:, 0] + CONTACT_RAD) | (joints >= ranges[:, 1] - CONTACT_RAD)
@@ -153,9 +177,14 @@ def evaluate(
     return Quality(
         err_mm=float(err[:, pos_w].mean()),
         err_p99_mm=float(np.percentile(err[:, pos_w], 99)),
-        hands_mm=mean_of([b.endswith("Hand") for b in bodies]),
-        feet_mm=mean_of([b.endswith("Foot") or b.endswith("Toe") for b in bodies]),
-        pelvis_mm=mean_of([b == root for b in bodies]),
+        hands_mm=by_group["hands"][0],
+        feet_mm=by_group["feet"][0],
+        pelvis_mm=by_group["pelvis"][0],
+        rest_mm=by_group["rest"][0],
+        hands_p99_mm=by_group["hands"][1],
+        feet_p99_mm=by_group["feet"][1],
+        pelvis_p99_mm=by_group["pelvis"][1],
+        rest_p99_mm=by_group["rest"][1],
         rot_deg=float(rot[:, rot_w].mean()),
         jerk=joint_jerk(joints[skip:], fps),
         jumps=configuration_jumps(joints[skip:], tgt),

@@ -13,9 +13,9 @@ import numpy as np
 
 from mocapline.tools.dataset.manifest import DONE, FAILED, write_atomic
 
-FIGURES = ("err_mm", "err_p99_mm", "hands_mm", "feet_mm", "pelvis_mm", "rot_deg", "limit_contacts",
-           "velocity_violations", "jumps", "swings", "ik_failed", "first_frame_err_mm", "skate_cm_s",
-           "float_share", "penetration_max_cm")
+FIGURES = ("err_mm", "err_p99_mm", "hands_mm", "hands_p99_mm", "feet_mm", "feet_p99_mm", "pelvis_mm",
+           "pelvis_p99_mm", "rest_mm", "rest_p99_mm", "rot_deg", "limit_contacts", "velocity_violations", "jumps",
+           "swings", "ik_failed", "first_frame_err_mm", "skate_cm_s", "float_share", "penetration_max_cm")
 WORST = 10
 
 

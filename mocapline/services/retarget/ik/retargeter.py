@@ -95,6 +95,14 @@ class RetargetResult:
     qpos: np.ndarray  # (7 + n,) root pos, root quat w x y z, the robot's n joints
     ik_failed: bool
     error: str = ""
+    # The last table's (m, 7) targets of this frame as computed from the bodies given, before the
+    # shoulder poles and the footing moved them: what ``Retargeter.targets(positions, quaternions)``
+    # returns for them (float64 bodies: bit for bit), handed back so that whoever measures the
+    # frame against them (``retarget_file.convert``'s quality) need not compute them again. None
+    # when the poles moved an arm (the bodies solved for are not the ones given) or the frame failed
+    # before its targets were computed. The targets solved for, after the poles and the footing:
+    # ``Retargeter.solved_targets``.
+    targets: np.ndarray | None = None
 
     @property
     def root_pos(self) -> np.ndarray:
@@ -310,9 +318,11 @@ class Retargeter:
         """
         self.stats.frames += 1
         error = ""
+        given: np.ndarray | None = None
         try:
             positions = np.asarray(positions, dtype=np.float64)
             quaternions = np.asarray(quaternions, dtype=np.float64)
+            bodies = positions, quaternions
             if self.poles is not None and self._settled:
                 last = self._last_good
                 positions, quaternions = self.poles.apply(
@@ -324,6 +334,9 @@ class Retargeter:
             schedule = self._schedules[self._settled]
             targets = {i: self._tables[i].targets(used_positions, quaternions, self.ground)
                        for i in self._schedule_tables[self._settled]}
+            raw = targets.get(len(self._tables) - 1)
+            if raw is not None and positions is bodies[0] and quaternions is bodies[1]:  # the poles moved nothing
+                given = raw.copy()  # before the footing moves them (in place)
             if self.footing is not None:
                 self.footing.adjust(positions, targets, max(1, int(elapsed_frames)))
                 self._stance_weights(targets)
@@ -344,10 +357,10 @@ class Retargeter:
             self.stats.failures += 1
             self.stats.last_error = error
             self.backend.set_qpos(self._last_good)
-            return RetargetResult(self._last_good.copy(), True, error)
+            return RetargetResult(self._last_good.copy(), True, error, targets=given)
         self._settled = True
         self._last_good = np.array(self.backend.qpos, dtype=np.float64)
-        return RetargetResult(self._last_good.copy(), False)
+        return RetargetResult(self._last_good.copy(), False, targets=given)
 
     def retarget_frame(self, frame: HumanFrame, elapsed_frames: int = 1) -> RobotFrame:
         """HumanFrame -> RobotFrame with the same posture_index, timestamps and trace context."""
