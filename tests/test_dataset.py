@@ -25,7 +25,7 @@ from mocapline.core.paths import ASSETS_DIR, DEMO_TAKE
 from mocapline.formats.bvh import format_bvh, load_bvh
 from mocapline.formats.trainer import parse_formats, write_beyondmimic_csv, write_gmr_pickle
 from mocapline.tools.dataset.cli import build_parser, discover, plan
-from mocapline.tools.dataset.manifest import DONE, FAILED, Manifest, sha256_bytes
+from mocapline.tools.dataset.manifest import DONE, FAILED, Manifest, settings_hash, sha256_bytes
 from mocapline.tools.dataset.task import TakeTask, run_task
 from mocapline.tools.retarget_file import FileSettings, convert
 
@@ -553,3 +553,17 @@ def test_a_ray_node_killed_mid_run_loses_no_take(tmp_path) -> None:
     assert summary["done"] == good and summary["failed"] == len(broken), (summary, err[-3000:])
     assert summary["converted_now"] == good + len(broken) and len(_records(out)) == good + len(broken)
     assert summary["failed_by_reason"].get("ray task lost", 0) == 0, summary
+
+
+def test_joint_ranges_reach_each_take_and_the_settings_hash(tmp_path) -> None:
+    """``--joint-ranges human`` (clips for a learned policy) is a setting like any other: in every
+    take's FileSettings and in the hash that decides what a rerun redoes."""
+    from mocapline.tools.dataset.cli import dataset_settings
+
+    hashes = {}
+    for ranges in ("full", "human"):
+        args = build_parser().parse_args([str(tmp_path), "--out", str(tmp_path / "out"), "--joint-ranges", ranges])
+        settings, described, files = dataset_settings(args)
+        assert settings.joint_ranges == ranges and described["joint_ranges"] == ranges
+        hashes[ranges] = settings_hash(described, files)
+    assert hashes["full"] != hashes["human"]
