@@ -393,3 +393,22 @@ def test_replay_and_export_take_the_skeleton_the_take_did_not_keep(tmp_path) -> 
         args = parser.parse_args([str(tmp_path), "--skeleton", "pn"])
         assert take_config(args)[1].skeleton == "pn_pro"
         assert take_config(parser.parse_args([str(tmp_path)]))[1].skeleton == "axis_studio"
+
+
+@pytest.mark.integration
+def test_export_with_human_joint_ranges_keeps_the_shoulders_on_one_branch(tmp_path) -> None:
+    """``export --joint-ranges human`` (a learned policy's clip of a take): the demo's raises past the
+    G1's shoulder-roll limit keep the yaw within its ik_range and the pitch under a quarter turn;
+    with the model's ranges the same take's pitch goes past 2 rad (its second branch)."""
+    from mocapline.core.paths import DEMO_TAKE
+
+    pitch = [G1_JOINT_NAMES.index(f"{s}_shoulder_pitch_joint") for s in ("left", "right")]
+    yaw = [G1_JOINT_NAMES.index(f"{s}_shoulder_yaw_joint") for s in ("left", "right")]
+    clips = {}
+    for ranges in ("full", "human"):
+        out = tmp_path / f"{ranges}.npz"
+        assert E.main([str(DEMO_TAKE), "-o", str(out), "--no-csv", "--joint-ranges", ranges]) == 0
+        clips[ranges] = np.load(out)["q"]
+    assert np.abs(clips["full"][:, pitch]).max() > 2.0
+    assert np.abs(clips["human"][:, pitch]).max() < np.pi / 2
+    assert np.abs(clips["human"][:, yaw]).max() <= 1.4 + 1e-9

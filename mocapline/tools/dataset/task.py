@@ -50,7 +50,7 @@ def _mlrec_clip(task: TakeTask) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
 
     s = task.settings
     args = build_parser().parse_args([task.source, "--fps", repr(s.fps), "--robot-model", s.robot_model,
-                                      "--on-gap", "flag", "--no-csv"]
+                                      "--on-gap", "flag", "--no-csv", "--joint-ranges", s.joint_ranges]
                                      + ([] if s.human_height is None else ["--human-height", repr(s.human_height)]))
     clip, _, _ = recording_clip(args)
     summary = {"frames": int(len(clip["posture_index"])), "ik_failed": int(clip["ik_failed"].sum()),

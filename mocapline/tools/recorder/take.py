@@ -68,6 +68,7 @@ class TakeConfig:
     backend: str = "fast"
     iterations: int | None = None
     lm_damping: float | None = None
+    joint_ranges: str = "full"  # RetargetOptions.joint_ranges
 
     def resolved(self, meta: dict[str, Any]) -> TakeConfig:
         """Defaults filled in from a recording's metadata."""
@@ -147,7 +148,7 @@ def retarget_frames(frames: list[HumanFrame], config: TakeConfig) -> list[RobotF
     from mocapline.services.retarget.service import RetargetService
 
     opts = RetargetOptions(fps=float(config.input_fps or 60.0), human_height=config.human_height,
-                           backend=config.backend)
+                           backend=config.backend, joint_ranges=config.joint_ranges)
     if config.iterations is not None:
         opts.iterations = config.iterations
     if config.lm_damping is not None:
@@ -237,9 +238,10 @@ def take_config(args: Any) -> tuple[Path, TakeConfig]:
             cfg.rotation_order = d.get("rotation_order")
             cfg.skeleton = d.get("skeleton")
             cfg.filter = d.get("filter", "none")
+            cfg.joint_ranges = d.get("joint_ranges", "full")
         path = path / "raw.mlrec"
     for name in ("robot_model", "ik_config", "human_height", "input_fps", "output_fps", "rotation_order", "skeleton",
-                 "source"):
+                 "source", "joint_ranges"):
         value = getattr(args, name, None)
         if value is not None:
             setattr(cfg, name, value)
