@@ -435,20 +435,26 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _driver_after_progress(args: list[str], env: dict[str, str], lines: int, before: str) -> subprocess.Popen:
+    """``retarget-dataset ARGS --progress lines`` started, returned once it has reported ``lines`` takes."""
+    driver = subprocess.Popen(_cmd(*args, "--progress", "lines"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env)
+    assert driver.stderr is not None and driver.stdout is not None
+    seen = 0
+    while seen < lines:
+        line = driver.stderr.readline()
+        assert line, f"the driver ended before {before}"
+        seen += " takes, " in line
+    return driver
+
+
 @pytest.mark.integration
 def test_a_worker_killed_mid_run_loses_no_take(tmp_path) -> None:
     """A pool worker killed -9 (the OOM killer, a person) breaks the pool: a new one converts the
     takes still pending, the one in flight included."""
     src, out = tmp_path / "takes", tmp_path / "dataset"
     good, broken = make_folder(src, copies=10)
-    driver = subprocess.Popen(_cmd(str(src), "--out", str(out), "--workers", "2", "--progress", "lines"),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
-    assert driver.stderr is not None and driver.stdout is not None
-    lines = 0
-    while lines < 5:
-        line = driver.stderr.readline()
-        assert line, "the driver ended before a worker was killed"
-        lines += " takes, " in line
+    driver = _driver_after_progress([str(src), "--out", str(out), "--workers", "2"], _env(), 5, "a worker was killed")
     workers = [c for c in _children(driver.pid) if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()]
     assert workers, _children(driver.pid)
     os.kill(workers[0], signal.SIGKILL)
@@ -487,14 +493,7 @@ def test_a_ray_worker_killed_mid_run_loses_no_take(tmp_path) -> None:
     env = _ray_env()
     head, address, temp = _ray_head(env)
     try:
-        driver = subprocess.Popen(_cmd(str(src), "--out", str(out), "--ray", address, "--progress", "lines"),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        assert driver.stderr is not None
-        lines = 0
-        while lines < 5:
-            line = driver.stderr.readline()
-            assert line, "the driver ended before a worker was killed"
-            lines += " takes, " in line
+        driver = _driver_after_progress([str(src), "--out", str(out), "--ray", address], env, 5, "a worker was killed")
         busy = wait_until(lambda: _session_processes(head.pid, "ray::run_task"), 30, what="a worker converting a take")
         os.kill(busy[0], signal.SIGKILL)  # a worker in the middle of a take
         rest, err = driver.communicate(timeout=300)
@@ -522,14 +521,7 @@ def test_a_ray_node_killed_mid_run_loses_no_take(tmp_path) -> None:
     node, node_temp = None, None
     try:
         node, node_temp = _ray_node(env, address)
-        driver = subprocess.Popen(_cmd(str(src), "--out", str(out), "--ray", address, "--progress", "lines"),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        assert driver.stderr is not None
-        lines = 0
-        while lines < 3:
-            line = driver.stderr.readline()
-            assert line, "the driver ended before the node was killed"
-            lines += " takes, " in line
+        driver = _driver_after_progress([str(src), "--out", str(out), "--ray", address], env, 3, "the node was killed")
         # the node in the middle of a take: killed then, with whatever else it holds
         wait_until(lambda: _session_processes(node.pid, "ray::run_task"), 120, interval=0.01,
                    what="the second node converting a take")
