@@ -277,3 +277,31 @@ def test_a_worker_started_while_capture_is_down_takes_over_only_once_capture_ans
         w3 = stack.ask("retarget.w3", "status")["worker"]
         assert w3["takeovers"] >= 1 and w3["owned"], w3
         check_retarget_ledger(stack.drain())
+
+
+@pytest.mark.integration
+def test_a_worker_stalled_past_its_ttl_lets_go_of_what_was_taken_over_and_counts_nothing_twice(tmp_path: Path) -> None:
+    """A worker that stops running for longer than its announcement lives (a machine under load,
+    a debugger, SIGSTOP) is taken for dead: the other takes its performers over with their counts.
+    When it runs again it must see in the claims that they are no longer its own, even when it had
+    nothing left to write for them (the whole take was retargeted before the stall), and stop
+    reporting them: the ledger counts each performer's frames once (a CI run counted 600 of 400)."""
+    import os
+    import signal
+
+    with six_performers_playing(tmp_path, workers=2) as (stack, emitter):
+        check_complete_and_in_order(collect(stack.config.output_port, emitter, lambda _: None))
+        owned = stack.ask("retarget.w2", "status", timeout=2.0)["worker"]["owned"]
+        assert owned, "w2 owns no performer: nothing to take over"
+        proc = stack.services["retarget.w2"].proc
+        assert proc is not None
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: set(stack.ask("retarget.w1", "status")["worker"]["owned"]) == set(range(PERFORMERS)),
+                       20, interval=0.2, what="w1 to take w2's performers over")
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        wait_until(lambda: not set(stack.ask("retarget.w1", "status")["worker"]["owned"])
+                   & set(stack.ask("retarget.w2", "status")["worker"]["owned"]), 10,
+                   what="w2 to let go of the performers w1 took over")
+        check_retarget_ledger(stack.drain())

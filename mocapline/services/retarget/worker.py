@@ -23,6 +23,10 @@ Ownership and positions live in the NATS key-value buckets of ``mocapline.core.a
 - **Forgetting the dead**: every worker is a member (``w.<name>`` in the performers bucket). Once
   no claim names a dead member (its performers taken over and adopted), a worker asks capture
   to FORGET its consumer (capture's log no longer holds frames for it) and removes the member.
+- **Taken for dead while alive**: a worker that did not run for longer than its announcement
+  lives (a stalled machine, SIGSTOP) finds its performers taken over; at its next view of the
+  claims it lets go of each one a claim gives to another owner, and a drain's final counts wait
+  for such a view, so no performer is counted by two workers.
 - Its resume position - the capture frame_id through which all its frames are at the streamer
   (the streamer acknowledged the RobotFrames) - is written to the claim every ``SYNC_S``, and the
   worker acknowledges capture only up to the lowest position it has written (and not past the
@@ -130,6 +134,7 @@ class WorkerLoop:
         self.releasing: dict[int, str] = {}  # owned performers being handed over -> to whom
         self.handed: dict[int, tuple[str, int]] = {}  # handed over, not yet adopted -> (new owner, resume)
         self.joined = False  # a member in NATS (``w.<name>``)
+        self.viewed = False  # the claims read since the drain began (see drained)
         self.handovers = 0
         self.forgotten = 0
         self.last_end = -1  # frame_id of the last END_OF_STREAM forwarded
@@ -283,12 +288,15 @@ class WorkerLoop:
         if claim.owner == self.name:
             self.owned[k].revision = revision
             return False
-        log.warning("performer %d is %s's now: letting it go", k, claim.owner)
+        self._let_go(k, claim.owner)
+        return True
+
+    def _let_go(self, k: int, owner: str) -> None:
+        log.warning("performer %d is %s's now: letting it go", k, owner)
         del self.owned[k]
         self.releasing.pop(k, None)
         self.service.tracks.pop(k, None)
         self._state = None
-        return True
 
     def refresh(self) -> None:
         live, claims = self.registry.workers(), self.registry.claims()
@@ -298,6 +306,12 @@ class WorkerLoop:
             self.live = live
             return
         self.live, self.claims = live, claims
+        self.viewed = True
+        # Taken over while this worker did not run for longer than its announcement lives (a
+        # stall, SIGSTOP): nothing left to write for a performer would never show it in a refused
+        # write, and it would be counted here and at its new owner both.
+        for k in [k for k in self.owned if k in claims and claims[k][0].owner != self.name]:
+            self._let_go(k, claims[k][0].owner)
         for k in claims:
             self.seen.pop(k, None)
             self.first_seq.pop(k, None)
@@ -395,10 +409,11 @@ class WorkerLoop:
         self.links.remember(self.service.durable_state())
 
     def begin_drain(self, args: dict[str, Any]) -> None:
-        pass
+        self.viewed = False  # the final counts wait for a view of the claims taken after this
+        self._view_at = 0.0
 
     def drained(self) -> bool:
-        return self.service.ended and self.links.unacked == 0
+        return self.service.ended and self.links.unacked == 0 and self.viewed
 
     def finish(self) -> None:
         self.registry.withdraw(self.name)
