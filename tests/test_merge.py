@@ -79,8 +79,22 @@ def test_dead_side_path_only_delays_by_window() -> None:
     m: PathMerger[int] = PathMerger([MAIN, SIDE], window_s=0.05)
     m.push(SIDE, 9, 9, 0.0)  # side was live once, then died
     out = [i for i, _ in m.push(MAIN, 10, 10, 1.0)]
-    out += [i for i, _ in m.push(MAIN, 12, 12, 1.001)]  # 11 missing everywhere; side is not live
-    assert out == [10, 12]
+    out += [i for i, _ in m.push(MAIN, 12, 12, 1.001)]  # 11 missing everywhere
+    assert out == [10]  # a push never judges silence: the caller polls once it has pushed all it has
+    assert [i for i, _ in m.poll(1.001)] == [12]  # side has been silent for a second
+    assert m.merged.missing_ranges == [(11, 11)] and m.late_frames == 0
+
+
+def test_copies_pushed_after_the_other_paths_in_one_batch_still_fill_the_gaps() -> None:
+    """A loaded host: main's receive thread queued its whole burst before side's ran, and the
+    batch is pushed long after side was last heard. Side's copies later in the batch are not late."""
+    m: PathMerger[int] = PathMerger([MAIN, SIDE], window_s=0.25)
+    full = list(range(0, 40))
+    batch = [(MAIN, i) for i in full if i not in (10, 11, 12)] + [(SIDE, i) for i in full]
+    out = [i for path, idx in batch for i, _ in m.push(path, idx, idx, 5.0)]
+    out += [i for i, _ in m.poll(5.0)]
+    assert out == full and m.late_frames == 0 and m.merged.missing == 0
+    assert identity_holds(m)
 
 
 def test_live_lagging_path_holds_gap_until_timeout() -> None:

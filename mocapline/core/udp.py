@@ -1,6 +1,6 @@
 """UDP receiving: one thread per socket, a large kernel buffer, every datagram into one FIFO.
 
-The receive thread does nothing but ``recvfrom`` and ``put``: parsing happens on the consumer side,
+The receive thread does nothing but wait, ``recvfrom`` and ``put``: parsing happens on the consumer side,
 so a slow parse can never make the kernel buffer overflow. The FIFO is unbounded by design (a frame
 is never overwritten); its depth is reported as ``input_pending``.
 """
@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import queue
+import select
 import socket
 import threading
 import time
@@ -59,6 +60,16 @@ def open_udp(host: str, port: int, rcvbuf: int = RCVBUF_REQUEST) -> tuple[socket
     return sock, granted
 
 
+def readable(sock: socket.socket | None, timeout_s: float = 0.0) -> bool:
+    """Something waits in the socket's receive queue (a closed socket: nothing)."""
+    if sock is None:
+        return False
+    try:
+        return bool(select.select([sock], [], [], timeout_s)[0])
+    except (OSError, ValueError):
+        return False
+
+
 def adopt_udp(fd: int) -> tuple[socket.socket, int]:
     """A bound UDP socket inherited from a supervisor (``--udp-fds``), as ``open_udp`` returns it.
 
@@ -89,6 +100,7 @@ class UdpReceiver:
         self.journal = journal
         self.journaled_head = journaled_head
         self.received = 0
+        self._reading = False  # a datagram is off the socket and not in the FIFO yet
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"udp-{self.port}", daemon=True)
 
@@ -99,6 +111,12 @@ class UdpReceiver:
         self._stop.set()
         self._thread.join(timeout=2 * POLL_TIMEOUT_S + 1)
         self.sock.close()
+
+    def holding(self) -> bool:
+        """A datagram has arrived and is not in the FIFO yet: queued in the socket, or being read.
+        (The socket is looked at first: the flag is raised before a datagram leaves the socket and
+        lowered after it is in the FIFO, so a caller that looks at the FIFO last sees it somewhere.)"""
+        return readable(self.sock) or self._reading
 
     def _run(self) -> None:
         """With a journal: peek, journal, then take the datagram off the socket. It leaves the
@@ -113,25 +131,31 @@ class UdpReceiver:
         flags = socket.MSG_PEEK if journal is not None else 0
         head = self.journaled_head
         while not self._stop.is_set():
+            if not readable(sock, POLL_TIMEOUT_S):
+                continue
+            self._reading = True
             try:
-                data, addr = sock.recvfrom(MAX_DATAGRAM, flags)
-            except TimeoutError:
-                continue
-            except OSError as exc:
-                if self._stop.is_set():
-                    return
-                log.warning("udp %d: %s", port, exc)
-                time.sleep(0.01)
-                continue
-            dgram = Datagram(time.time_ns(), port, addr[0], data)
-            if journal is not None:
-                if head is not None:
-                    known, head = head == data, None
-                    if known:
-                        sock.recv(MAX_DATAGRAM)
-                        log.info("udp %d: the first datagram was journaled before the restart; not again", port)
-                        continue
-                dgram = journal(dgram)
-                sock.recv(MAX_DATAGRAM)
-            self.received += 1
-            put(dgram)
+                try:
+                    data, addr = sock.recvfrom(MAX_DATAGRAM, flags)
+                except TimeoutError:
+                    continue
+                except OSError as exc:
+                    if self._stop.is_set():
+                        return
+                    log.warning("udp %d: %s", port, exc)
+                    time.sleep(0.01)
+                    continue
+                dgram = Datagram(time.time_ns(), port, addr[0], data)
+                if journal is not None:
+                    if head is not None:
+                        known, head = head == data, None
+                        if known:
+                            sock.recv(MAX_DATAGRAM)
+                            log.info("udp %d: the first datagram was journaled before the restart; not again", port)
+                            continue
+                    dgram = journal(dgram)
+                    sock.recv(MAX_DATAGRAM)
+                self.received += 1
+                put(dgram)
+            finally:
+                self._reading = False

@@ -17,6 +17,13 @@ A path that was never heard from is silent (``CaptureCore.paths_live`` counts ev
 heard when capture starts listening). As a memory bound, more than ``max_pending`` frames waiting
 also makes the oldest gap final (a path stuck far behind).
 
+Silence is judged in ``poll`` only, never in ``push``: a gap becomes final on a push only when
+every path has passed it. The caller polls once everything that has arrived is pushed (capture: its
+FIFO empty and no socket holding an unread datagram). A batch pushed in the order the receive
+threads queued it (one path's thread may have queued a hundred datagrams before the other's ran,
+on a loaded host) could otherwise find the other path "silent" while its copies wait in the same
+batch or in its socket, and turn them into late frames.
+
 A copy that arrives after its gap was declared final (its path fell silent and came back) is a
 ``late_frame``; its index stays missing in the merged stream and is listed in ``late_indices``, so
 the classification calls it ``late`` (a path had it, too late), not ``side_only`` / ``main_only``.
@@ -173,7 +180,7 @@ class PathMerger(Generic[T]):
             self.cross_path_copies += 1
             return out
         self._pending[index] = (item, now)
-        out.extend(self._release(now))
+        out.extend(self._release(None))
         return out
 
     def _late(self, index: int) -> None:
@@ -195,7 +202,7 @@ class PathMerger(Generic[T]):
         self._next = index + 1
         return index, item
 
-    def _release(self, now: float) -> list[tuple[int, T]]:
+    def _release(self, now: float | None) -> list[tuple[int, T]]:
         out: list[tuple[int, T]] = []
         while self._pending:
             nxt = self._next
@@ -210,16 +217,19 @@ class PathMerger(Generic[T]):
             out.append(self._emit(resume))
         return out
 
-    def _gap_is_final(self, index: int, now: float) -> bool:
-        """Final when every live path of this segment has passed ``index`` (see the module doc)."""
+    def _gap_is_final(self, index: int, now: float | None) -> bool:
+        """Final when every path of this segment has passed ``index``; at ``now`` (a poll), every
+        path not silent by then (see the module doc)."""
         if len(self._pending) > self.max_pending:
             return True
         for state in self.paths.values():
-            live = now - state.last_arrival < self.window_s
-            if live and state.ledger.segment == self._segment:
-                last = state.ledger.last
-                if last is None or last <= index:
-                    return False
+            if state.ledger.segment != self._segment:
+                continue
+            if now is not None and now - state.last_arrival >= self.window_s:
+                continue  # silent
+            last = state.ledger.last
+            if last is None or last <= index:
+                return False
         return True
 
     def _release_all(self) -> list[tuple[int, T]]:

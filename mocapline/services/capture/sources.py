@@ -202,15 +202,21 @@ class UdpMotionInput:
                 first = self.fifo.get(timeout=max(wait, 0.0))
             except queue.Empty:
                 now = time.monotonic()
-                self._ready.extend(self.core.poll(now))
-                if not self._idle_flushed and now - self.last_datagram > self.idle_flush_s:
-                    self._ready.extend(self.core.flush())
-                    self._idle_flushed = True
+                if self._all_read():  # (a path is judged silent only once nothing of it waits unread)
+                    self._ready.extend(self.core.poll(now))
+                    if not self._idle_flushed and now - self.last_datagram > self.idle_flush_s:
+                        self._ready.extend(self.core.flush())
+                        self._idle_flushed = True
                 if now >= deadline:
                     break
                 continue
             self._drain_fifo(first)
         return self._ready.popleft() if self._ready else None
+
+    def _all_read(self) -> bool:
+        """Every datagram that has arrived is through the core: none in a socket or a receive
+        thread's hands (looked at first), none in the FIFO."""
+        return not any(receiver.holding() for receiver in self.receivers) and self.fifo.empty()
 
     def _drain_fifo(self, first: Datagram | None = None) -> None:
         """Take what the FIFO holds (up to BATCH_MAX) and process it as one batch."""

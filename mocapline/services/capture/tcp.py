@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from mocapline.core.udp import Datagram
+from mocapline.core.udp import Datagram, readable
 from mocapline.formats.axis_bvh import AxisBvhConfig
 from mocapline.formats.axis_stream import AxisStreamSplitter
 
@@ -94,6 +94,8 @@ class AxisTcpReceiver:
         self.splitter = AxisStreamSplitter(config)
         self.stats = TcpStats()
         self.received = 0
+        self._sock: socket.socket | None = None
+        self._reading = False  # bytes are off the socket and their frames not in the FIFO yet
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"axis-tcp-{port}", daemon=True)
 
@@ -103,6 +105,10 @@ class AxisTcpReceiver:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=self.backoff.connect_timeout_s + 2 * POLL_TIMEOUT_S + 1)
+
+    def holding(self) -> bool:
+        """Bytes have arrived whose frames are not in the FIFO yet (as ``UdpReceiver.holding``)."""
+        return readable(self._sock) or self._reading
 
     def as_dict(self) -> dict[str, object]:
         return {"server": f"{self.host}:{self.port}", **asdict(self.stats), **asdict(self.splitter.stats)}
@@ -144,21 +150,26 @@ class AxisTcpReceiver:
     def _read(self, sock: socket.socket) -> str:
         """Read until the connection ends or capture stops; returns why it ended."""
         sock.settimeout(POLL_TIMEOUT_S)
+        self._sock = sock
         try:
             while not self._stop.is_set():
-                try:
-                    data = sock.recv(READ_SIZE)
-                except TimeoutError:
+                if not readable(sock, POLL_TIMEOUT_S):
                     self._hand_on(self.splitter.idle())
                     continue
-                if not data:
-                    return "closed by the server"
-                self.stats.bytes += len(data)
-                self._hand_on(self.splitter.feed(data))
+                self._reading = True
+                try:
+                    data = sock.recv(READ_SIZE)
+                    if not data:
+                        return "closed by the server"
+                    self.stats.bytes += len(data)
+                    self._hand_on(self.splitter.feed(data))
+                finally:
+                    self._reading = False
             return "capture stopping"
         except OSError as exc:
             return str(exc.strerror or exc)
         finally:
+            self._sock = None
             sock.close()
 
     def _hand_on(self, chunks: list[bytes]) -> None:
