@@ -41,7 +41,7 @@ from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, det
 from mocapline.services.retarget.footing import foot_geometry, plan_contacts, stance_floor
 from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.ground_quality import robot_ground
-from mocapline.services.retarget.ik.options import JOINT_RANGES, RetargetOptions
+from mocapline.services.retarget.ik.options import RetargetOptions, add_joint_ranges_argument
 from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.quality import evaluate, first_frames_error
 from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
@@ -68,9 +68,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--no-footing", action="store_true",
                    help="do not hold the performer's stance feet on the floor (on by default: contacts found over "
                         "the whole take, the floor calibrated from it; docs/retarget.md \"Feet on the ground\")")
-    p.add_argument("--joint-ranges", choices=JOINT_RANGES, default="full",
-                   help="full: the robot model's joint ranges; human: the robot description's ik_range where it "
-                        "gives one (clips for a learned policy: the G1's shoulders keep one branch)")
+    add_joint_ranges_argument(p)
     return p
 
 

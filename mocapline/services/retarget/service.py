@@ -40,7 +40,14 @@ from mocapline.robot.registry import add_robot_model_argument
 
 from .config import DEFAULT_CONFIG, shipped_names
 from .hands import HandModel, HandOptions, HandRetargeter
-from .ik.options import BACKENDS, DEFAULT_FPS, DEFAULT_ITERATIONS, DEFAULT_LM_DAMPING, JOINT_RANGES, RetargetOptions
+from .ik.options import (
+    BACKENDS,
+    DEFAULT_FPS,
+    DEFAULT_ITERATIONS,
+    DEFAULT_LM_DAMPING,
+    RetargetOptions,
+    add_joint_ranges_argument,
+)
 from .ik.retargeter import Retargeter, robot_frame_from
 from .ik.smoothing import OneFrameSmoother
 
@@ -88,10 +95,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--no-footing", action="store_true",
                    help="do not hold the performer's stance feet on the floor (the robot's feet then follow the "
                         "human's as they are: sliding, hovering, sinking; docs/retarget.md \"Feet on the ground\")")
-    p.add_argument("--joint-ranges", choices=JOINT_RANGES, default="full",
-                   help="full: the robot model's joint ranges; human: the robot description's ik_range where it "
-                        "gives one (the G1's shoulder yaw +-80 deg: the shoulders keep one branch, which a learned "
-                        "policy follows; `up --controller policy` sets it; docs/retarget.md)")
+    add_joint_ranges_argument(p, what=" (`up --controller policy` sets human)")
     p.add_argument("--backend", choices=BACKENDS, default="fast", help="IK backend (mink = mink.solve_ik, slower)")
     p.add_argument("--max-takes", type=int, default=0,
                    help="exit after forwarding this many END_OF_STREAM markers; 0 = run until stopped")

@@ -38,7 +38,7 @@ from mocapline.core.paths import IK_CONFIG_DIR, SKELETON_DIR
 from mocapline.formats.trainer import FORMATS, parse_formats
 from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.retarget.config import BVH_SKELETONS
-from mocapline.services.retarget.ik.options import JOINT_RANGES
+from mocapline.services.retarget.ik.options import add_joint_ranges_argument
 from mocapline.tools.dataset import report
 from mocapline.tools.dataset.engine import run_pool, run_ray
 from mocapline.tools.dataset.manifest import DONE, FAILED, Manifest, settings_hash, sha256_file
@@ -79,9 +79,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--frames", type=positive_int, default=None, help="frames of each take (default: to the end)")
     p.add_argument("--no-footing", action="store_true",
                    help="do not hold the performers' stance feet on the floor (retarget-file --no-footing)")
-    p.add_argument("--joint-ranges", choices=JOINT_RANGES, default="full",
-                   help="human: the robot description's ik_range where it gives one, for clips a learned policy "
-                        "is to follow (retarget-file --joint-ranges; docs/retarget.md)")
+    add_joint_ranges_argument(p, what=" (in each take's settings)")
     p.add_argument("--workers", type=positive_int, default=default_workers(),
                    help="local worker processes (default: the cores this process may use)")
     p.add_argument("--ray", default=None, metavar="ADDRESS",

@@ -69,7 +69,7 @@ from mocapline.formats.axis_bvh import add_axis_options
 from mocapline.formats.takefile import MocapSeries, TakeKind, check, default_output, read_mocap_series
 from mocapline.robot.description import RobotDescription
 from mocapline.robot.registry import add_robot_model_argument, get_robot
-from mocapline.services.retarget.ik.options import JOINT_RANGES
+from mocapline.services.retarget.ik.options import add_joint_ranges_argument
 
 DEFAULT_FPS = 50.0
 CSV_ROOT = ("root_x", "root_y", "root_z", "root_qw", "root_qx", "root_qy", "root_qz")
@@ -314,9 +314,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--performer", type=int, default=None, metavar="AVATAR_INDEX",
                    help=".mltap / .mlmf: the performer to export (default: the first)")
     p.add_argument("--no-csv", action="store_true", help="do not write the CSV next to the .npz")
-    p.add_argument("--joint-ranges", choices=JOINT_RANGES, default=None,
-                   help="full: the robot model's joint ranges; human: the robot description's ik_range where it "
-                        "gives one, for a learned policy's clips (default: the take's, else full; docs/retarget.md)")
+    add_joint_ranges_argument(p, default=None, what=" (default: the take's, else full)")
     return p
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 BACKENDS = ("fast", "mink")
@@ -9,6 +10,15 @@ BACKENDS = ("fast", "mink")
 # (the G1's shoulder yaw kept to a human arm's twist, so that its shoulders never take the
 # other Euler branch: what a learned policy can follow; docs/retarget.md "The shoulders' second branch")
 JOINT_RANGES = ("full", "human")
+
+
+def add_joint_ranges_argument(parser: argparse.ArgumentParser, default: str | None = "full", what: str = "") -> None:
+    """``--joint-ranges full|human`` (``RetargetOptions.joint_ranges``), the same in every command
+    that retargets; ``what`` says where a default of None comes from."""
+    parser.add_argument("--joint-ranges", choices=JOINT_RANGES, default=default,
+                        help="full: the robot model's joint ranges; human: the robot description's ik_range where "
+                             "it gives one (the G1's shoulder yaw +-80 deg: the shoulders keep one branch, which a "
+                             f"learned policy follows; docs/retarget.md){what}")
 
 # Chosen by measurement (``mocapline bench retarget``; the figures: docs/benchmarks.md "Retarget",
 # and docs/retarget.md "Choices, by measurement"):
