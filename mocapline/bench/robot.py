@@ -95,6 +95,9 @@ class BaseWatch:
         self.dds.close()
         return base_figures(self.samples)
 
+    def over(self, ticks_ms: list[int] | None) -> dict[str, Any]:
+        return clip_figures(self.samples, ticks_ms)
+
 
 def _yaw(quat: np.ndarray) -> np.ndarray:
     w, x, y, z = quat[..., 0], quat[..., 1], quat[..., 2], quat[..., 3]
@@ -123,6 +126,16 @@ def base_figures(samples: list[tuple[int, np.ndarray, np.ndarray]], fall_deg: fl
             "base_offset_m": round(float(np.linalg.norm(pos[end, :2] - pos[0, :2])), 3),
             "base_heading_deg": round(float(np.degrees(_yaw(quat[: end + 1])[-1] - _yaw(quat[:1])[0])), 1),
             "base_min_height_m": round(float(pos[: end + 1, 2].min()), 3)}
+
+
+def clip_figures(samples: list[tuple[int, np.ndarray, np.ndarray]], ticks_ms: list[int] | None) -> dict[str, Any]:
+    """``base_figures`` over the sim's ticks ``[first, last]`` only (the take's own time on the
+    robot: the bridge's ``applied_ticks_ms``), keys prefixed ``clip_``; empty without them."""
+    if not ticks_ms:
+        return {}
+    first, last = ticks_ms
+    window = [s for s in samples if first <= s[0] <= last]
+    return {f"clip_{k}": v for k, v in base_figures(window).items()}
 
 
 def reference_figures(clip: Any) -> dict[str, Any]:
@@ -180,6 +193,7 @@ def run_take(name: str, extra: list[str], domain: int, *, base: str = "band", co
         stack.stop()
         motion = watch.close()
     shutil.rmtree(state, ignore_errors=True)  # kept only when something failed: its logs
+    motion.update(watch.over(status.applied_ticks_ms))
     stages = read_stages(finals) if finals else None
     view, st = (stages.viewer, stages.streamer) if stages else (None, None)
     return {
@@ -274,7 +288,9 @@ def run_clip(take: str, name: str, extra: list[str], domain: int, fps: float = S
         pids = {"robot": robot.proc.pid, "sim": sim.proc.pid}  # type: ignore[union-attr]
         before = {n: cpu_seconds(p) for n, p in pids.items()}
         t0 = time.monotonic()
-        player.play(frames, fps, end=True)
+        # lockstep: the whole clip at once, played at 1x of the robot's clock by the bridge's timeline
+        # (--max-speed 1); paced on the wall it would be stretched whenever the sim runs faster than real time
+        player.play(frames, fps if not lockstep else 1e6, end=True)
         _wait(lambda: player.counts()["delivered"] == len(frames) or robot.proc.poll() is not None,  # type: ignore[union-attr]
               600, "acknowledgement of every frame")
         if "policy" in extra:
@@ -295,6 +311,7 @@ def run_clip(take: str, name: str, extra: list[str], domain: int, fps: float = S
     if final is None:
         raise RuntimeError(f"bench robot: the bridge left no final counts (see {work / 'robot.err'})")
     status = decode(RobotCounts, final)
+    motion.update(watch.over(status.applied_ticks_ms))
     shutil.rmtree(work, ignore_errors=True)  # kept only when something failed: its logs
     return {
         "take": take, "config": name, "source": "retargeted offline, played through a port",
@@ -429,6 +446,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{r['falls']}; base path {r.get('base_path_m')} m vs the reference's {r['ref_path_m']} m, "
                   f"ended {r.get('base_offset_m')} m from its start vs {r.get('ref_offset_m')} m, "
                   f"heading {r.get('base_heading_deg')} vs {r['ref_heading_deg']} deg; policy {r['policy']}")
+            print(f"  {'':<20} over the clip's own {r.get('clip_sim_s')} s (first to last frame applied): base "
+                  f"path {r.get('clip_base_path_m')} m vs {r['ref_path_m']} m, ended {r.get('clip_base_offset_m')} "
+                  f"m from its start vs {r.get('ref_offset_m')} m, heading {r.get('clip_base_heading_deg')} vs "
+                  f"{r['ref_heading_deg']} deg")
     f = result["floor"]
     print(f"  floor (bare DDS publisher, constant LowCmd): rate {f['command_rate_hz']} Hz, period p99 "
           f"{f['period_p99_ms']} ms, misses {f['deadline_misses']}, CPU {f['cpu_pct_of_one_core']}%")

@@ -454,6 +454,9 @@ class RobotCounts:
     policy: PolicyCounts | None = wire(None, omit_none=True)
     arm_sdk_weight: float | None = wire(None, omit_none=True)  # arm-sdk: the blend weight sent last
     hands: RobotHandCounts | None = wire(None, omit_none=True)  # --hands dex3
+    # the robot's own clock (its LowState tick, ms) when the take's first and last applied frame
+    # reached a command: the take's window on the robot (bench robot measures the base over it)
+    applied_ticks_ms: list[int] | None = wire(None, omit_none=True)
     durable: DurableCounts | None = wire(None, omit_none=True)
     metrics_port: int | None = wire(None, omit_none=True)
     metrics_host: str | None = wire(None, omit_none=True)

@@ -58,6 +58,7 @@ class RobotCounters:
     lowstate_rejected: Counter[str] = field(default_factory=Counter)
     lowstate_unsealed: int = 0  # LowStates taken with their crc field 0 (Unitree's simulators do not seal)
     last_posture_index: int | None = None
+    applied_ticks_ms: tuple[int, int] | None = None  # the LowState tick at the first and the last applied
     state: str = "waiting"
     periods_s: Ring = field(default_factory=lambda: Ring(WINDOW_TICKS))
     sent_at: Ring = field(default_factory=lambda: Ring(2 * WINDOW_TICKS))
@@ -101,6 +102,14 @@ class RobotCounters:
             out[name] = {"mean": round(float(values.mean()), 5), "p50": round(float(p50), 5),
                          "p99": round(float(p99), 5)}
         return out
+
+    def applied(self, posture_index: int, tick_ms: int | None) -> None:
+        """A frame's target reached a command, at the robot's ``tick_ms`` (None before a LowState)."""
+        self.robot_applied += 1
+        self.last_posture_index = posture_index
+        if tick_ms is not None:
+            first = self.applied_ticks_ms[0] if self.applied_ticks_ms is not None else tick_ms
+            self.applied_ticks_ms = (first, tick_ms)
 
     def durable_state(self) -> dict[str, Any]:
         return {"robot_received": self.robot_received, "robot_applied": self.robot_applied,
@@ -163,4 +172,5 @@ class RobotCounters:
             policy=policy,
             arm_sdk_weight=arm_sdk_weight,
             hands=hands,
+            applied_ticks_ms=list(self.applied_ticks_ms) if self.applied_ticks_ms is not None else None,
         )

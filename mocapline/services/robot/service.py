@@ -376,8 +376,7 @@ class RobotLoop:
                 self.controller.on_end()
                 self.ended = True
             elif frame.q is not None:
-                c.robot_applied += 1
-                c.last_posture_index = frame.posture_index
+                c.applied(frame.posture_index, self.state_tick)
                 self.ended = False
                 if self.hands is not None and frame.hands is not None:
                     self.hands.take(frame.hands, frame.posture_index)
