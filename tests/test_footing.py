@@ -173,3 +173,33 @@ def test_ground_figures_of_a_skate(model) -> None:
     up = free.copy()
     up[:, 2] += 0.3
     assert robot_ground(model, feet, up, lifted, FPS).float_share == 1.0
+
+
+def lowest_sole(model: mujoco.MjModel, q: np.ndarray) -> float:
+    geo, robot = foot_geometry(get_robot()), get_robot()
+    data = mujoco.MjData(model)
+    data.qpos[:] = q
+    mujoco.mj_kinematics(model, data)
+    heights = []
+    for k, name in enumerate(robot.feet):
+        b = model.body(name).id
+        heights.append(float((data.xpos[b] + geo.soles[k] @ data.xmat[b].reshape(3, 3).T)[:, 2].min()))
+    return min(heights)
+
+
+def test_a_crouch_deeper_than_the_legs_raises_the_robot_instead_of_sinking_its_feet(model) -> None:
+    """The performer's body goes 35 cm down, feet on the floor: the IK's own pose leaves the soles
+    centimetres under the floor (its legs cannot reach both the root's target and a flat foot);
+    the pose handed out is that one raised, joints unchanged, no sole point under the floor."""
+    pos, quat = standing(80)
+    feet = [GMR_BODY_INDEX[n] for n in ("LeftFoot", "LeftToe", "RightFoot", "RightToe")]
+    pos[30:, [i for i in range(pos.shape[1]) if i not in feet], 2] -= 0.35
+    rt = Retargeter(load_ik_config("axis_studio", model=model), RetargetOptions(fps=FPS), model=model)
+    sunk = raised = 0.0
+    for f in range(len(pos)):
+        out = rt.retarget(pos[f], quat[f]).qpos
+        np.testing.assert_array_equal(out[3:], rt.qpos[3:])  # only the root's height differs
+        sunk, raised = min(sunk, lowest_sole(model, rt.qpos)), min(raised, lowest_sole(model, out))
+    assert sunk < -0.02 and raised > -1e-3
+    free, _ = solve(model, pos, quat, footing=False)  # without footing: the pose as solved
+    assert min(lowest_sole(model, q) for q in free) < -0.02

@@ -67,6 +67,9 @@ class FootingSettings:
     weight_s: float = 0.05  # time constant of those weights
     soft: float = 0.01  # m: a sole point nearer the floor than this is pushed up smoothly (below it: fully)
     near: float = 0.03  # m: a foot's target this close to the floor weighs more, up to stance_gain
+    # m: the solved robot is raised where the IK left a sole point under the floor (a deep crouch
+    # whose legs cannot reach both the root's target and a flat foot), smoothly within this of it
+    solved_soft: float = 0.002
 
     def validate(self) -> None:
         if not (0 < self.on_height <= self.off_height and 0 < self.on_speed <= self.off_speed):
@@ -344,6 +347,13 @@ class Footing:
         w, x, y, z = pose[:4]
         r0, r1, r2 = 2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y)
         return min(r0 * p[0] + r1 * p[1] + r2 * p[2] for p in self._soles[foot]) + pose[6]
+
+    def solved_lift(self, feet: Sequence[Sequence[float]]) -> float:
+        """How far to raise the solved robot whose foot links are at ``feet`` (left, right: w x y z,
+        x y z) so that no sole point is under the floor: the joints stay as solved, only the root
+        moves (a smooth max(0, -lowest), see ``_floor_push``)."""
+        low = min(self._lowest(list(pose), k) for k, pose in enumerate(feet))
+        return _floor_push(low, self.settings.solved_soft)
 
     def adjust(self, positions: np.ndarray, targets: dict[int, np.ndarray], elapsed: int = 1) -> None:
         """Move the frame's targets (per table index: (n, 7) w x y z, x y z; in place)."""

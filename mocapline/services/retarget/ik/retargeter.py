@@ -172,6 +172,8 @@ class Retargeter:
                       if self.options.shoulder_poles and pitch is not None else None)
         self._pitch_qpos = [7 + self.joint_names.index(j) for j in pitch] if pitch is not None else []
         self.footing = self._make_footing() if self.options.footing else None
+        self._fk = mujoco.MjData(self.model)  # the solved pose's feet, for the footing's last lift
+        self._foot_ids = [self.model.body(name).id for name in self.robot.feet] if self.footing else []
         self._weight_scale: dict[tuple[int, int], float] = {}  # (table, foot): the stance weights' scale
         self.solved_targets: np.ndarray | None = None  # the last table's targets of the last frame, as solved
         self.ranges = robot_model.joint_ranges(self.model)
@@ -203,6 +205,7 @@ class Retargeter:
         self.backend.set_qpos(q)
         self.backend.reset()
         self._last_good = q.copy()
+        self._last_out = q.copy()  # the last pose handed out (an ik_failed frame repeats it)
         self._settled = False
         self.velocity_limit.set_reference(None)
         if self.poles is not None:
@@ -357,10 +360,23 @@ class Retargeter:
             self.stats.failures += 1
             self.stats.last_error = error
             self.backend.set_qpos(self._last_good)
-            return RetargetResult(self._last_good.copy(), True, error, targets=given)
+            return RetargetResult(self._last_out.copy(), True, error, targets=given)
         self._settled = True
         self._last_good = np.array(self.backend.qpos, dtype=np.float64)
-        return RetargetResult(self._last_good.copy(), False, targets=given)
+        self._last_out = self._on_floor(self._last_good)
+        return RetargetResult(self._last_out.copy(), False, targets=given)
+
+    def _on_floor(self, q: np.ndarray) -> np.ndarray:
+        """The output pose: with footing, ``q`` raised where a sole point is under the floor (the
+        IK goes on from ``q`` itself: the next frame's start and velocity limit are the solution's)."""
+        out = q.copy()
+        if self.footing is None:
+            return out
+        fk = self._fk
+        fk.qpos[:] = q
+        mujoco.mj_kinematics(self.model, fk)
+        out[2] += self.footing.solved_lift([[*fk.xquat[b], *fk.xpos[b]] for b in self._foot_ids])
+        return out
 
     def retarget_frame(self, frame: HumanFrame, elapsed_frames: int = 1) -> RobotFrame:
         """HumanFrame -> RobotFrame with the same posture_index, timestamps and trace context."""
