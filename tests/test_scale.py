@@ -267,7 +267,9 @@ def test_a_worker_started_while_capture_is_down_takes_over_only_once_capture_ans
                 stack.add_worker("w3")
                 wait_until(lambda: "w3" in stack.ask("retarget.w1", "status")["worker"]["live_workers"], 30,
                            interval=0.2, what="w3 announced")
-                time.sleep(4)  # w2's announcement expires (3 s): its performers are dealt to w3
+                # w2's announcement expires (3 s): its performers are dealt to w3 (seen by w3, however loaded)
+                wait_until(lambda: "w2" not in stack.ask("retarget.w3", "status")["worker"]["live_workers"], 30,
+                           interval=0.2, what="w2's announcement to expire")
                 stack.restart("capture")
                 done.append(received)
 
