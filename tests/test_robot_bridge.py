@@ -139,6 +139,7 @@ def test_stall_holds_then_damps_then_ramps_back_in(rig, tmp_path) -> None:
 def test_estop_over_nats_damps_and_exits(rig, tmp_path, nats_server) -> None:
     from mocapline.core.bus import request
     from mocapline.core.counters import RobotCounts, decode
+    from mocapline.core.lifecycle import EXIT_STOPPED
 
     port, spy = rig["port"], rig["spy"]
     robot = rig["robot"] = start_robot(rig["domain"], port, tmp_path / "robot", "--nats", nats_server.url,
@@ -151,6 +152,7 @@ def test_estop_over_nats_damps_and_exits(rig, tmp_path, nats_server) -> None:
     assert "error" not in answer, answer
     assert decode(RobotCounts, answer).estops == 1  # the answer is the bridge's published counts
     wait_until(lambda: robot.proc.poll() is not None, 20, what="the bridge to exit after its e-stop")
+    assert robot.proc.returncode == EXIT_STOPPED  # stopped for good: `up` must not start it again
     final, err = robot.stop()
     assert final is not None and final["estops"] == 1, err
     last = spy.commands[-1][1]["motor_cmd"]

@@ -18,6 +18,9 @@ LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 # it starts: its own pid. A process whose parent is that pid stops when the parent is gone.
 SUPERVISOR_ENV = "MOCAPLINE_SUPERVISOR_PID"
 SUPERVISOR_POLL_S = 0.5
+# The exit status of a process that stopped on purpose and must stay stopped: the robot bridge
+# after an e-stop or a fall. A supervisor (`mocapline up`) does not start it again.
+EXIT_STOPPED = 3
 
 log = logging.getLogger("mocapline.lifecycle")
 

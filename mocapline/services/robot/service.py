@@ -26,6 +26,7 @@ from mocapline.core import durable
 from mocapline.core.counters import PolicyCounts, RobotCounts
 from mocapline.core.frames import FrameFieldError, ProtobufDecodeError, parse_mocap_frame
 from mocapline.core.header import MessageType
+from mocapline.core.lifecycle import EXIT_STOPPED
 from mocapline.core.metrics import LINK_REJECT_REASONS, PAYLOAD_REJECT_REASONS
 from mocapline.core.options import (
     EnvArgumentParser,
@@ -205,6 +206,7 @@ class RobotLoop:
         self.performer = settings.performer
         self.done_upto = -1  # durable: the last input frame_id processed (applied, or passed over)
         self.estop_until: float | None = None
+        self.stopped_for: str | None = None  # an e-stop's reason or "fall": exit EXIT_STOPPED, not restarted
         self.ended = False
         self.hands = hands
         if hands is not None:
@@ -325,6 +327,7 @@ class RobotLoop:
             self._send(command, now)
         if self.controller.stopping and self.estop_until is None:
             self.estop_until = now + self.controller.stop_s  # a fall: the controller damps, the bridge stops
+            self.stopped_for = self.stopped_for or "fall"
         return self.estop_until is None or now < self.estop_until
 
     def _step_on_lowstate(self) -> bool:
@@ -347,6 +350,7 @@ class RobotLoop:
             self._send(command, wall)
         if self.controller.stopping and self.estop_until is None:
             self.estop_until = wall + self.controller.stop_s
+            self.stopped_for = self.stopped_for or "fall"
         return self.estop_until is None or wall < self.estop_until
 
     def _send(self, command: Command, now: float) -> None:
@@ -395,6 +399,10 @@ class RobotLoop:
     # --- the stage's other duties ---
 
     def estop(self, reason: str) -> None:
+        """Damp, then stop. Asked (``estop``: NATS, `mocapline estop`) it is for good: the process
+        exits with EXIT_STOPPED; ``exit`` is the damping every ending gets."""
+        if reason != "exit" and self.stopped_for is None:
+            self.stopped_for = f"e-stop ({reason})"
         now = time.monotonic()
         self.controller.estop(reason, now)
         if self.estop_until is None:
@@ -515,7 +523,12 @@ def main(argv: list[str] | None = None) -> int:
         log.info("driving the %s on DDS domain %d (%s, %s) at %.0f Hz, controller %s on %s, joints %s", robot.title,
                  settings.domain, settings.interface or "default interface", robot.low_level.family,
                  settings.control.rate, controller.name, controller.topic, settings.control.joints)
-        return stage.run(loop)
+        code = stage.run(loop)
+        if code == 0 and loop.stopped_for is not None:
+            log.warning("stopped for good: %s (exit status %d: a supervisor does not restart it)",
+                        loop.stopped_for, EXIT_STOPPED)
+            return EXIT_STOPPED
+        return code
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from typing import Any
 from mocapline.core import robotfigures
 from mocapline.core.bus import nats_server_binary, request
 from mocapline.core.counters import STAGE_TYPES, RobotCounts, decode, decode_stage
-from mocapline.core.lifecycle import ending_with_parent
+from mocapline.core.lifecycle import EXIT_STOPPED, ending_with_parent
 from mocapline.services.auditor.audit import audit, with_workers
 from mocapline.tools.pipeline.drain import DrainWait, wait_for_consumers
 from mocapline.tools.pipeline.interrupt import EXIT_INTERRUPTED, Interrupted, Phase, SignalGuard
@@ -91,6 +91,7 @@ class Stack:
         self._logs: list[Any] = []
         self._udp: list[socket.socket] = []  # held for the children in durable mode
         self.restarts: dict[str, int] = {}
+        self.stopped: set[str] = set()  # exited with EXIT_STOPPED (an e-stop, a fall): left stopped
         self.warnings: list[str] = []  # preflight_warnings() as they were just before the start
         # Where the stack's own notices go (a restart...): stderr, or the live console of `up`.
         self.notify: Callable[[str], None] = _say
@@ -262,11 +263,20 @@ class Stack:
         self.start_service(svc)
 
     def supervise(self) -> list[str]:
-        """Restart every service that has exited (durable mode: it resumes from its state).
+        """Restart every service that has exited (durable mode: it resumes from its state), but
+        one that stopped for good (EXIT_STOPPED: the robot bridge after an e-stop or a fall).
         Returns the names restarted."""
         restarted = []
         for name, svc in self.services.items():
+            if name in self.stopped:
+                continue
             if svc.proc is not None and svc.proc.poll() is not None:
+                if svc.proc.returncode == EXIT_STOPPED:  # stopped on purpose: an e-stop stays an e-stop
+                    self.stopped.add(name)
+                    self.notify(f"mocapline: {name} stopped for good (an e-stop or a fall) and is not "
+                                f"restarted; the rest of the pipeline goes on. Start `mocapline up` again to drive "
+                                f"the robot" + self._log_hint(name))
+                    continue
                 self.notify(f"mocapline: {name} exited with code {svc.proc.returncode}; restarting it"
                             + self._log_hint(name))
                 self.restart(name)
