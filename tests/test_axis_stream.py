@@ -5,6 +5,7 @@ out in a chunk the capture core rejects; no byte is invented or lost."""
 from __future__ import annotations
 
 import random
+import re
 import struct
 
 import numpy as np
@@ -15,6 +16,7 @@ from mocapline.formats.axis_bvh import (
     DEFAULT_CONFIG,
     AxisBvhConfig,
     BvhReject,
+    checked_header_bytes,
     declared_length,
     encode_datagram,
     parse_datagram,
@@ -88,6 +90,29 @@ def test_cut_datagram_followed_by_the_next_keeps_the_next():
         out = splitter.feed(a[:cut] + b) + splitter.feed(c)
         assert [x for x in out if is_valid(x)] == [b, c], cut
         assert b"".join(out) == a[:cut] + b + c
+
+
+def test_a_cut_datagram_padded_to_its_length_by_junk_and_another_cut_is_not_taken_for_whole():
+    """Found by the fuzz test below: a datagram cut at 1400 bytes, 36 bytes of junk, the first 44
+    bytes of another datagram, and the connection ends. The first header's length reaches exactly
+    to the end, and the next header is incomplete: its fields (data_count, flags) say header, so
+    the first datagram was cut; neither is handed on as a frame."""
+    d = datagram(10**6)
+    stream = d[:1400] + bytes(len(d) - 1400 - 44) + d[:44]
+    assert declared_length(stream) == len(stream)
+    for ending in ("close", "idle"):
+        splitter = AxisStreamSplitter()
+        out = splitter.feed(stream) + (splitter.close() if ending == "close" else splitter.idle() + splitter.close())
+        assert b"".join(out) == stream and not any(is_valid(c) for c in out), ending
+    # a start token in a whole datagram's last values, its "header" ruled out by its fields: the
+    # datagram goes out whole at once, not held back
+    whole = bytearray(datagram(7))
+    whole[-20:-18] = b"\xff\xdd"
+    whole[-14:-12] = struct.pack("<H", 1)  # no data_count of this skeleton
+    assert AxisStreamSplitter().feed(bytes(whole)) == [bytes(whole)]
+    whole[-14:-10] = d[6:10]  # its fields pass: held until idle, then taken for a cut datagram
+    splitter = AxisStreamSplitter()
+    assert splitter.feed(bytes(whole)) == [] and not any(is_valid(c) for c in splitter.idle() + splitter.close())
 
 
 def test_calculation_data_is_framed_and_rejected_by_reason():
@@ -166,7 +191,12 @@ def test_fuzz_random_reads_garbage_cuts_and_reconnects(connections, seed, cut_at
         out = run(splitter, reads, idle_after) + splitter.close()
         assert b"".join(out) == bytes(stream)  # every byte accounted for, in order
         received += out
-    valid = [chunk for chunk in received if is_valid(chunk)]
+    # The one case no splitter can tell (module doc of axis_stream): a datagram cut short, padded to
+    # its declared length by what followed, with the next start token in its last bytes, too few to
+    # check, when the stream pauses or ends. It passes as a datagram; nothing sent is lost for it.
+    short = checked_header_bytes() - 1
+    valid = [chunk for chunk in received if is_valid(chunk)
+             and not (chunk not in sent_whole and re.search(rb"\xff([\xdd\x88]|$)", chunk[-short:]))]
     assert valid == sent_whole  # 0 lost, 0 doubled, in order
     for chunk in received:
         if not is_valid(chunk):

@@ -259,6 +259,26 @@ def declared_length(head: bytes | bytearray | memoryview, config: AxisBvhConfig 
     return HEADER_SIZE + 4 * count
 
 
+def checked_header_bytes(config: AxisBvhConfig = DEFAULT_CONFIG) -> int:
+    """How many leading bytes of a header hold every field ``declared_length`` checks but the end
+    token (start token, data_count and the two flags): 10 in the current layout, 18 in the legacy."""
+    return 10 if config.header_format == "current" else 18
+
+
+def may_start_header(head: bytes | bytearray | memoryview, config: AxisBvhConfig = DEFAULT_CONFIG) -> bool | None:
+    """Bytes at the end of a stream that start with a start token, fewer than a header's: True
+    when their fields pass ``declared_length``'s checks, False when they already rule a header out,
+    None when they are too few to tell (``checked_header_bytes``)."""
+    if len(head) >= HEADER_SIZE:
+        return declared_length(head, config) is not None
+    if len(head) < checked_header_bytes(config):
+        return None
+    full = bytearray(HEADER_SIZE)  # the bytes not there yet: zeros and the end token, which pass
+    full[HEADER_SIZE - 2:] = _CALC_END if bytes(head[:2]) == _CALC_START else _BVH_END
+    full[: len(head)] = head
+    return declared_length(full, config) is not None
+
+
 def parse_datagram(
     data: bytes | bytearray | memoryview, config: AxisBvhConfig = DEFAULT_CONFIG
 ) -> BvhDatagram:

@@ -15,7 +15,9 @@ the splitter skips to the next start token. A datagram cut short mid-stream (a s
 half a datagram, then the next one) is recognised by a valid header starting inside the bytes it
 claims: the cut part becomes a rejected chunk and the next datagram is kept. When such a candidate
 is itself still incomplete the splitter waits for more bytes, at most until ``idle()`` (nothing
-arrived for a poll interval) or ``close()`` (the connection ended), so it never stalls.
+arrived for a poll interval) or ``close()`` (the connection ended), so it never stalls; then the
+candidate's first bytes decide (``_next_header``), and only a start token in a datagram's last
+few bytes cannot be told from its values.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from mocapline.formats.axis_bvh import (
     HEADER_SIZE,
     AxisBvhConfig,
     declared_length,
+    may_start_header,
 )
 
 MAX_CHUNK = 65535  # a run of junk longer than a UDP datagram could be is handed on in pieces
@@ -96,7 +99,7 @@ class AxisStreamSplitter:
                 pos = nxt
                 continue
             end = pos + min(length, available)
-            cut, unsure = self._next_header(buf, pos, end)
+            cut, unsure = self._next_header(buf, pos, end, decide)
             if cut is not None:  # a datagram cut short: the next one starts inside it
                 self._flush_junk(out)
                 self._reject_run(out, bytes(buf[pos:cut]))
@@ -111,15 +114,30 @@ class AxisStreamSplitter:
         del buf[:pos]
         return out
 
-    def _next_header(self, buf: bytearray, start: int, end: int) -> tuple[int | None, bool]:
+    def _next_header(self, buf: bytearray, start: int, end: int, decide: bool) -> tuple[int | None, bool]:
         """Where a valid header starts inside ``buf[start:end]`` (a datagram at ``start`` was cut
-        short), and whether a start token there cannot be judged yet (its header is incomplete)."""
+        short), and whether a start token there cannot be judged yet (its header is incomplete).
+
+        An incomplete header at the end of the bytes so far is waited for; once nothing more is
+        coming for now (``decide``) it is taken for a header when its checked fields pass
+        (``may_start_header``: a datagram cut short, then the start of another), and ruled out when
+        they fail (a start token's bytes inside a datagram's values). Only a token in the last
+        ``checked_header_bytes`` bytes cannot be told from a datagram's values: the datagram
+        before it is then taken as whole."""
         for match in _TOKEN.finditer(buf, start + 2, end + 1):  # a token may straddle ``end``
             p = match.start()
-            if p + HEADER_SIZE > len(buf):
+            if p + HEADER_SIZE <= len(buf):
+                if declared_length(buf[p : p + HEADER_SIZE], self.config) is not None:
+                    return p, False
+                continue
+            plausible = may_start_header(buf[p:], self.config)
+            if plausible is False:
+                continue
+            if not decide:
                 return None, True
-            if declared_length(buf[p : p + HEADER_SIZE], self.config) is not None:
+            if plausible:
                 return p, False
+            return None, True
         return None, len(buf) == end and buf[end - 1] == 0xFF
 
     def _skip_to_token(self, buf: bytearray, pos: int, out: list[bytes]) -> int:
