@@ -1,5 +1,6 @@
 import functools
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,8 +21,13 @@ from mocapline.tools.pipeline.procs import free_tcp_port, free_udp_port
 # Hypothesis's default 200 ms deadline per example is a timing assertion: on a loaded machine it
 # fails property tests that are right. Test modules are imported after this, so their own
 # @settings inherit it.
-settings.register_profile("mocapline", deadline=None)
-settings.load_profile("mocapline")
+# The property tests draw the same examples on every run (derandomize): a red run is a regression,
+# never a new draw (a random draw found a real splitter bug in a soak run, and a random red would
+# throw a whole CI run away). MOCAPLINE_FUZZ=random draws new examples each run: for soaks and
+# for looking; pin what it finds as a test of its own.
+settings.register_profile("mocapline", deadline=None, derandomize=True)
+settings.register_profile("mocapline-random", deadline=None)
+settings.load_profile("mocapline-random" if os.environ.get("MOCAPLINE_FUZZ") == "random" else "mocapline")
 
 
 class CaptureProcess:
