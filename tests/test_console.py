@@ -318,6 +318,25 @@ def test_the_sims_count_and_the_bridges_agree_or_the_difference_is_named() -> No
     assert "another publisher on the DDS domain" in command_balance(20000, sim)
 
 
+def test_the_sim_is_asked_again_until_it_has_taken_what_the_stopped_bridge_sent() -> None:
+    """CI: the bridge sent 2867 LowCmd, and the sim, asked at once after the bridge stopped, had
+    taken 2866 (the last on its way through DDS on a loaded machine). Its counts are read once
+    they have caught up; a count that stops short for the settle time is returned as it is."""
+    from mocapline.tools.sim.service import settled_counts
+
+    answers = iter([2866, 2866, 2866, 2867, 2867])
+    asked: list[int] = []
+
+    def ask() -> dict:
+        asked.append(received := next(answers))
+        return {"commands_received": received, "commands_applied": received}
+
+    assert settled_counts(ask, 2867).commands_received == 2867 and len(asked) == 4
+    lost = settled_counts(lambda: {"commands_received": 2866}, 2867, settle_s=0.2)
+    assert lost.commands_received == 2866
+    assert "1 not received" in command_balance(2867, lost)
+
+
 def test_the_run_folder_up_made_goes_after_a_clean_exit_and_stays_named_after_a_failure(tmp_path) -> None:
     """Each `up` left a 10-13 MB /tmp/mocapline-XXXX folder that nothing removed or reused."""
     from mocapline.tools.pipeline.up import tidy_run_folder

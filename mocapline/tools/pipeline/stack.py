@@ -35,7 +35,7 @@ from mocapline.tools.pipeline.procs import (
     process_answers,
     stop_all,
 )
-from mocapline.tools.sim.service import SimCounters, command_balance
+from mocapline.tools.sim.service import SimCounters, command_balance, settled_counts
 
 STAGES = ("capture", "retarget", "streamer", "viewer")
 OPTIONAL_STAGES = ("robot",)  # after the viewer, where it runs (`--robot`)
@@ -367,22 +367,23 @@ class Stack:
 
     def stop_robot_end(self) -> RobotEnd | None:
         """After the drain: stop the bridge (its e-stop's damping, then its final counts on its
-        last line), then ask the sim what it made of those commands. With the bridge no longer
-        sending, the two count the same LowCmds (tools/sim/service.command_balance). None without
-        the robot end or its log."""
+        last line), then ask the sim what it made of those commands, once it has taken what was on
+        its way (tools/sim/service.settled_counts). With the bridge no longer sending, the two count
+        the same LowCmds (command_balance). None without the robot end or its log."""
         if "robot" not in self.services or self.config.log_dir is None:
             return None
         self.services["robot"].stop()
         final = last_json_line(self.config.log_dir / "robot.log")
         if final is None:
             return None
+        bridge = decode(RobotCounts, final)
         sim = None
         if "sim" in self.services:
             try:
-                sim = SimCounters.from_json(self.ask("sim", "status", timeout=5.0))
+                sim = settled_counts(lambda: self.ask("sim", "status", timeout=5.0), bridge.commands_sent)
             except Exception:  # noqa: BLE001 - the bridge's own counts still stand
                 sim = None
-        return RobotEnd(decode(RobotCounts, final), sim)
+        return RobotEnd(bridge, sim)
 
     def reset(self) -> None:
         for name in (*self.stage_names, "auditor"):

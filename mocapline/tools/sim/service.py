@@ -30,6 +30,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -140,6 +141,27 @@ def command_balance(commands_sent: int, sim: SimCounters) -> str:
     elif lost < 0:
         parts.append(f"{-lost} more received than this bridge sent (another publisher on the DDS domain)")
     return "; ".join(parts)
+
+
+def settled_counts(ask: Callable[[], dict[str, Any]], commands_sent: int, settle_s: float = 2.0,
+                   timeout: float = 10.0) -> SimCounters:
+    """The sim's counts (``ask`` returns its status answer) once it has taken what a stopped bridge
+    sent: the last LowCmds may still be on their way through DDS or waiting in the sim's reader on
+    a loaded machine (CI saw 2866 of 2867 when asked at once). Asked again until it has received
+    ``commands_sent``, or until its count has not moved for ``settle_s`` (the rest is then not
+    received, as :func:`command_balance` says), at most ``timeout`` seconds."""
+    sim = SimCounters.from_json(ask())
+    end = time.monotonic() + timeout
+    moved = time.monotonic()
+    while sim.commands_received < commands_sent and time.monotonic() < end:
+        time.sleep(0.05)
+        now = SimCounters.from_json(ask())
+        if now.commands_received != sim.commands_received:
+            moved = time.monotonic()
+        sim = now
+        if time.monotonic() - moved > settle_s:
+            break
+    return sim
 
 
 class SimLoop:
