@@ -362,27 +362,27 @@ def _ray_start(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     return node
 
 
-def _ray_head(env: dict[str, str]) -> tuple[subprocess.Popen, str, Path]:
+def _ray_head(env: dict[str, str], cpus: int = 2) -> tuple[subprocess.Popen, str, Path]:
     """`ray start --head --block` on this machine (its own temporary folder), ready; SIGTERM to it
     stops every process it started."""
     from mocapline.tools.pipeline.procs import free_tcp_port
 
     port = free_tcp_port()
     temp = Path("/tmp") / f"ray-mocapline-{os.getpid()}"  # Ray's socket paths must stay short
-    head = _ray_start(["--head", "--port", str(port), "--num-cpus", "2", "--include-dashboard", "false",
+    head = _ray_start(["--head", "--port", str(port), "--num-cpus", str(cpus), "--include-dashboard", "false",
                        "--temp-dir", str(temp)], env)
     # Ray connects to a loopback address through this machine's own: nothing leaves it
     return head, f"127.0.0.1:{port}", temp
 
 
-def _ray_node(env: dict[str, str], address: str) -> tuple[subprocess.Popen, Path]:
-    """A second node of the head's cluster on this machine, 1 CPU, in a temporary folder and a
-    session of its own (its raylet and workers are that session's processes). Its agent's HTTP
-    port is its own (the head's holds Ray's fixed default)."""
+def _ray_node(env: dict[str, str], address: str, cpus: int = 1) -> tuple[subprocess.Popen, Path]:
+    """A second node of the head's cluster on this machine, in a temporary folder and a session of
+    its own (its raylet and workers are that session's processes). Its agent's HTTP port is its own
+    (the head's holds Ray's fixed default)."""
     from mocapline.tools.pipeline.procs import free_tcp_port
 
     temp = Path("/tmp") / f"ray-mocapline-{os.getpid()}-n2"
-    node = _ray_start(["--address", address, "--num-cpus", "1", "--temp-dir", str(temp),
+    node = _ray_start(["--address", address, "--num-cpus", str(cpus), "--temp-dir", str(temp),
                        "--dashboard-agent-listen-port", str(free_tcp_port())], env)
     return node, temp
 
@@ -482,19 +482,18 @@ def _session_processes(sid: int, marker: str) -> list[int]:
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)
 def test_a_ray_worker_killed_mid_run_loses_no_take(tmp_path) -> None:
     """Ray runs a task again whose worker died: every take is done, once."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'mocapline[cluster]')")
     if shutil.which("ray") is None:
         pytest.skip("the `ray` command is not on PATH")
-    src, out = tmp_path / "takes", tmp_path / "dataset"
+    src = tmp_path / "takes"
     good, broken = make_folder(src, copies=15)
     env = _ray_env()
     head, address, temp = _ray_head(env)
     try:
-        driver = _driver_after_progress([str(src), "--out", str(out), "--ray", address], env, 5, "a worker was killed")
-        busy = wait_until(lambda: _session_processes(head.pid, "ray::run_task"), 30, what="a worker converting a take")
+        driver, busy, out = _run_while_busy(src, tmp_path, env, address, head.pid)
         os.kill(busy[0], signal.SIGKILL)  # a worker in the middle of a take
         rest, err = driver.communicate(timeout=300)
     finally:
@@ -505,26 +504,54 @@ def test_a_ray_worker_killed_mid_run_loses_no_take(tmp_path) -> None:
     assert summary["converted_now"] == good + len(broken) and len(_records(out)) == good + len(broken)
 
 
+def _driver_while_busy(src: Path, out: Path, env: dict[str, str], address: str,
+                       session: int) -> tuple[subprocess.Popen, list[int]] | None:
+    """A run on the cluster and the workers of ``session`` (a node's) converting a take, once there
+    are some; None if the run ended first (a whole run of these short takes lasts a few seconds,
+    the start of a cold worker on a loaded machine as long)."""
+    driver = subprocess.Popen(_cmd(str(src), "--out", str(out), "--ray", address, "--progress", "none"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 300
+    while driver.poll() is None and time.monotonic() < deadline:
+        busy = _session_processes(session, "ray::run_task")
+        if busy:
+            return driver, busy
+        time.sleep(0.01)
+    rest, err = driver.communicate(timeout=300)
+    assert driver.returncode == 1, err[-3000:]  # it ended as a run with broken takes does
+    return None
+
+
+def _run_while_busy(src: Path, tmp_path: Path, env: dict[str, str], address: str,
+                    session: int) -> tuple[subprocess.Popen, list[int], Path]:
+    """:func:`_driver_while_busy`, tried again in a new output folder until it catches the run
+    in the middle (three tries)."""
+    for attempt in range(3):
+        out = tmp_path / f"dataset{attempt}"
+        caught = _driver_while_busy(src, out, env, address, session)
+        if caught is not None:
+            return *caught, out
+    raise AssertionError(f"three runs ended before a worker of session {session} had converted a take")
+
+
 @pytest.mark.integration
-@pytest.mark.timeout(500)
+@pytest.mark.timeout(600)
 def test_a_ray_node_killed_mid_run_loses_no_take(tmp_path) -> None:
     """A second node of the cluster dies mid-run (SIGKILL of its raylet, workers and every other
     process of its session, as when a machine goes): the takes it held run again on the head, and
-    every take ends done or failed exactly once, none lost, none twice."""
+    every take ends done or failed exactly once, none lost, none twice. The node has two of the
+    three CPUs, so it is handed takes from the start."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'mocapline[cluster]')")
     if shutil.which("ray") is None:
         pytest.skip("the `ray` command is not on PATH")
-    src, out = tmp_path / "takes", tmp_path / "dataset"
+    src = tmp_path / "takes"
     good, broken = make_folder(src, copies=15)
     env = _ray_env()
-    head, address, temp = _ray_head(env)
+    head, address, temp = _ray_head(env, cpus=1)
     node, node_temp = None, None
     try:
-        node, node_temp = _ray_node(env, address)
-        driver = _driver_after_progress([str(src), "--out", str(out), "--ray", address], env, 3, "the node was killed")
-        # the node in the middle of a take: killed then, with whatever else it holds
-        wait_until(lambda: _session_processes(node.pid, "ray::run_task"), 120, interval=0.01,
-                   what="the second node converting a take")
+        node, node_temp = _ray_node(env, address, cpus=2)
+        driver, _, out = _run_while_busy(src, tmp_path, env, address, node.pid)
         assert _session_processes(node.pid, "raylet"), "the second node has no raylet"
         for pid in _session_processes(node.pid, ""):
             with contextlib.suppress(ProcessLookupError):
@@ -547,15 +574,19 @@ def test_a_ray_node_killed_mid_run_loses_no_take(tmp_path) -> None:
     assert summary["failed_by_reason"].get("ray task lost", 0) == 0, summary
 
 
-def test_joint_ranges_reach_each_take_and_the_settings_hash(tmp_path) -> None:
-    """``--joint-ranges human`` (clips for a learned policy) is a setting like any other: in every
-    take's FileSettings and in the hash that decides what a rerun redoes."""
+@pytest.mark.parametrize(("flag", "field", "values"), [("--joint-ranges", "joint_ranges", ("full", "human")),
+                                                      ("--keep-flight", "keep_flight", (False, True))])
+def test_a_retarget_setting_reaches_each_take_and_the_settings_hash(tmp_path, flag, field, values) -> None:
+    """``--joint-ranges human`` (clips for a learned policy) or ``--keep-flight`` (clips that jump)
+    is a setting like any other: in every take's FileSettings and in the hash that decides what a
+    rerun redoes."""
     from mocapline.tools.dataset.cli import dataset_settings
 
     hashes = {}
-    for ranges in ("full", "human"):
-        args = build_parser().parse_args([str(tmp_path), "--out", str(tmp_path / "out"), "--joint-ranges", ranges])
+    for value in values:
+        given = [flag, value] if isinstance(value, str) else [flag] if value else []
+        args = build_parser().parse_args([str(tmp_path), "--out", str(tmp_path / "out"), *given])
         settings, described, files = dataset_settings(args)
-        assert settings.joint_ranges == ranges and described["joint_ranges"] == ranges
-        hashes[ranges] = settings_hash(described, files)
-    assert hashes["full"] != hashes["human"]
+        assert getattr(settings, field) == value and described[field] == value
+        hashes[value] = settings_hash(described, files)
+    assert len(set(hashes.values())) == 2

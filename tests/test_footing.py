@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import mujoco
 import numpy as np
 import pytest
@@ -203,3 +205,21 @@ def test_a_crouch_deeper_than_the_legs_raises_the_robot_instead_of_sinking_its_f
     assert sunk < -0.02 and raised > -1e-3
     free, _ = solve(model, pos, quat, footing=False)  # without footing: the pose as solved
     assert min(lowest_sole(model, q) for q in free) < -0.02
+
+
+def test_a_hop_keeps_the_lower_foot_near_the_floor(model) -> None:
+    """The performer jumps 15 cm, both feet off the floor for a third of a second: the robot's body
+    is lowered instead (the lower sole within flight_cap of the floor, and never under it) and comes
+    back to the performer's height once a foot is down; with the flight kept, it leaves the ground."""
+    pos, quat = standing(100)
+    rise = 0.15 * np.sin(np.pi * np.clip((np.arange(100) - 30) / 20, 0, 1))
+    pos[:, :, 2] += rise[:, None]
+    rt = Retargeter(load_ik_config("axis_studio", model=model), RetargetOptions(fps=FPS), model=model)
+    low = np.array([lowest_sole(model, rt.retarget(pos[f], quat[f]).qpos) for f in range(len(pos))])
+    cap = rt.footing.settings.flight_cap
+    assert low.max() < cap + rt.footing.settings.soft and low.min() > -1e-3
+    assert abs(low[-1] - low[25]) < 0.005  # down again, where it stood
+    kept = Retargeter(load_ik_config("axis_studio", model=model), RetargetOptions(fps=FPS), model=model)
+    kept.footing.settings.flight_cap = math.inf
+    flying = [lowest_sole(model, kept.retarget(pos[f], quat[f]).qpos) for f in range(len(pos))]
+    assert max(flying) > 0.06  # the 15 cm, scaled to the robot, less its legs

@@ -53,6 +53,17 @@ def test_a_take_becomes_a_50_hz_clip_with_a_summary(tmp_path, capsys) -> None:
     assert free["skate_cm_s"] > summary["skate_cm_s"]
 
 
+def test_a_hop_is_kept_near_the_floor_unless_the_flight_is_kept(tmp_path, capsys) -> None:
+    """The CMU hop-turn: both of the performer's feet up in ~10 % of its frames. By default the
+    robot hops in place (no frame with both soles 4 cm up); ``--keep-flight`` copies the flight."""
+    hop = ASSETS_DIR / "motion" / "cmu_131_03_hop_turn.bvh"
+    floats = {}
+    for flag in ((), ("--keep-flight",)):
+        assert main([str(hop), "--out", str(tmp_path / "hop.npz"), "--no-progress", *flag]) == 0
+        floats[flag] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["float_share"]
+    assert floats[()] == 0.0 and floats[("--keep-flight",)] > 0.02, floats
+
+
 def test_the_clip_goes_to_the_working_directory_not_beside_the_take(tmp_path, monkeypatch, capsys) -> None:
     """`retarget-file assets/motion/X.bvh --csv` wrote X.npz and X.csv into the repository's
     assets/motion/ (beside the input): they belong where the user is."""

@@ -41,7 +41,7 @@ from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, det
 from mocapline.services.retarget.footing import foot_geometry, plan_contacts, stance_floor
 from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.ground_quality import robot_ground
-from mocapline.services.retarget.ik.options import RetargetOptions, add_joint_ranges_argument
+from mocapline.services.retarget.ik.options import RetargetOptions, add_joint_ranges_argument, add_keep_flight_argument
 from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.quality import evaluate, first_frames_error
 from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
@@ -68,6 +68,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--no-footing", action="store_true",
                    help="do not hold the performer's stance feet on the floor (on by default: contacts found over "
                         "the whole take, the floor calibrated from it; docs/retarget.md \"Feet on the ground\")")
+    add_keep_flight_argument(p)
     add_joint_ranges_argument(p)
     return p
 
@@ -111,6 +112,7 @@ class FileSettings:
     start: int = 0
     frames: int | None = None
     footing: bool = True
+    keep_flight: bool = False  # RetargetOptions.keep_flight
     joint_ranges: str = "full"  # RetargetOptions.joint_ranges
 
     def validate(self) -> None:
@@ -150,7 +152,7 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
                            else take_height(motion, skeleton, positions))
     n = motion.frames
     ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height, footing=settings.footing,
-                                           joint_ranges=settings.joint_ranges),
+                                           keep_flight=settings.keep_flight, joint_ranges=settings.joint_ranges),
                       robot=robot, model=model)
     if ours.footing is not None:  # offline: the whole take's floor and contacts (look-ahead)
         floor = stance_floor(positions, ours.footing.settings.floor_percentile)
@@ -226,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = FileSettings(robot_model=args.robot_model, skeleton=args.skeleton, fps=args.fps,
                             human_height=args.human_height, start=args.start, frames=args.frames,
-                            footing=not args.no_footing, joint_ranges=args.joint_ranges)
+                            footing=not args.no_footing, keep_flight=args.keep_flight,
+                            joint_ranges=args.joint_ranges)
     bar = Progress(0, enabled=not args.no_progress)
 
     def progress(done: int, total: int) -> None:

@@ -22,7 +22,9 @@ foot targets to match before the IK sees them:
   ``lift`` so that the stance feet's raw targets reach the floor: the root's height then matches
   its legs. A stance foot, and a free one near the floor, weighs more in the IK (``stance_gain``:
   the root gives, not the foot). A target that would put a sole point below the floor is raised
-  to it (smoothly near it: a kink is a jerk).
+  to it (smoothly near it: a kink is a jerk). With neither foot in contact (a hop, a jump) the
+  whole body is lowered so that the lower sole stays within ``flight_cap`` of the floor: a robot
+  that copies a flight floats (``math.inf`` keeps it, for clips that must jump).
 
 Sites on a foot (an Xsens config's toes) move with it rigidly.
 """
@@ -70,6 +72,9 @@ class FootingSettings:
     # m: the solved robot is raised where the IK left a sole point under the floor (a deep crouch
     # whose legs cannot reach both the root's target and a flat foot), smoothly within this of it
     solved_soft: float = 0.002
+    # m: with neither foot in contact (a hop, a jump) the body is lowered so that the lower sole
+    # stays within this of the floor (a robot does not leave the ground); math.inf keeps the flight
+    flight_cap: float = 0.03
 
     def validate(self) -> None:
         if not (0 < self.on_height <= self.off_height and 0 < self.on_speed <= self.off_speed):
@@ -308,6 +313,7 @@ class Footing:
         self.feet = [_Foot(ContactDetector(s)) for _ in range(2)]
         self.lift = 0.0
         self.lifted = False
+        self.flight = 0.0  # m, <= 0: the body lowered while neither foot is in contact
         self.stance = [0.0, 0.0]  # per foot: 0 free, 1 held (smoothstep of the blend)
         self.frame = 0
         self.previous: list[list[float]] | None = None  # the ankles' positions of the previous frame
@@ -355,6 +361,20 @@ class Footing:
         low = min(self._lowest(list(pose), k) for k, pose in enumerate(feet))
         return _floor_push(low, self.settings.solved_soft)
 
+    def _flight_drop(self, feet: Sequence[list[float] | None], contacts: Sequence[bool]) -> float:
+        """m, <= 0: how far the body goes down so that, with neither foot in contact, the lower
+        sole is within ``flight_cap`` of the floor (smoothly, over ``soft``); the feet's targets
+        are lowered by it here, the rest of the body's by the caller."""
+        s = self.settings
+        if any(contacts) or not math.isfinite(s.flight_cap):
+            return 0.0
+        low = min((self._lowest(pose, k) for k, pose in enumerate(feet) if pose is not None), default=0.0)
+        drop = -_floor_push(s.flight_cap - low, s.soft)
+        for pose in feet:
+            if pose is not None:
+                pose[6] += drop
+        return drop
+
     def adjust(self, positions: np.ndarray, targets: dict[int, np.ndarray], elapsed: int = 1) -> None:
         """Move the frame's targets (per table index: (n, 7) w x y z, x y z; in place)."""
         contacts = self._contacts(positions, elapsed)
@@ -399,8 +419,9 @@ class Footing:
             goal = max(w, min(1.0, max(0.0, 1.0 - low / s.near)))
             self.stance[k] += (goal - self.stance[k]) * min(1.0, dt / s.weight_s)
             new.append(pose)
+        self.flight = self._flight_drop(new, contacts)
         for table, poses in targets.items():
-            poses[:, 6] += self.lift
+            poses[:, 6] += self.lift + self.flight
             for k, (body, sites) in enumerate(self.tables[table]):
                 moved, before = new[k], raw[k]
                 if moved is None or before is None:
@@ -410,7 +431,7 @@ class Footing:
                 if not sites:
                     continue
                 turn = Q.multiply(np.array(moved[:4]), Q.conjugate(before[:4]))
-                origin = before[4:] + np.array([0.0, 0.0, self.lift])
+                origin = before[4:] + np.array([0.0, 0.0, self.lift + self.flight])
                 for site in sites:  # a site on the foot moves with the link
                     poses[site, :4] = Q.multiply(turn, poses[site, :4])
                     poses[site, 4:] = np.array(moved[4:]) + Q.rotate(turn, poses[site, 4:] - origin)

@@ -38,7 +38,7 @@ from mocapline.core.paths import IK_CONFIG_DIR, SKELETON_DIR
 from mocapline.formats.trainer import FORMATS, parse_formats
 from mocapline.robot.registry import add_robot_model_argument, get_robot
 from mocapline.services.retarget.config import BVH_SKELETONS
-from mocapline.services.retarget.ik.options import add_joint_ranges_argument
+from mocapline.services.retarget.ik.options import add_joint_ranges_argument, add_keep_flight_argument
 from mocapline.tools.dataset import report
 from mocapline.tools.dataset.engine import run_pool, run_ray
 from mocapline.tools.dataset.manifest import DONE, FAILED, Manifest, settings_hash, sha256_file
@@ -79,6 +79,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--frames", type=positive_int, default=None, help="frames of each take (default: to the end)")
     p.add_argument("--no-footing", action="store_true",
                    help="do not hold the performers' stance feet on the floor (retarget-file --no-footing)")
+    add_keep_flight_argument(p)
     add_joint_ranges_argument(p, what=" (in each take's settings)")
     p.add_argument("--workers", type=positive_int, default=default_workers(),
                    help="local worker processes (default: the cores this process may use)")
@@ -132,7 +133,8 @@ def _version() -> str:
 def dataset_settings(args: argparse.Namespace) -> tuple[FileSettings, dict[str, Any], list[Path]]:
     settings = FileSettings(robot_model=args.robot_model, skeleton=args.skeleton, fps=args.fps,
                             human_height=args.human_height, start=args.start, frames=args.frames,
-                            footing=not args.no_footing, joint_ranges=args.joint_ranges)
+                            footing=not args.no_footing, keep_flight=args.keep_flight,
+                            joint_ranges=args.joint_ranges)
     robot = get_robot(args.robot_model)
     files = [IK_CONFIG_DIR / name for name in robot.ik_configs.values()] + sorted(SKELETON_DIR.glob("*.json"))
     if Path(args.skeleton).is_file():

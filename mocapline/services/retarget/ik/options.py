@@ -20,6 +20,13 @@ def add_joint_ranges_argument(parser: argparse.ArgumentParser, default: str | No
                              "it gives one (the G1's shoulder yaw +-80 deg: the shoulders keep one branch, which a "
                              f"learned policy follows; docs/retarget.md){what}")
 
+def add_keep_flight_argument(parser: argparse.ArgumentParser) -> None:
+    """``--keep-flight`` (``RetargetOptions.keep_flight``), the same in every command that has it."""
+    parser.add_argument("--keep-flight", action="store_true",
+                        help="with footing, copy the performer's flight (a hop, a jump) as it is; by default the "
+                             "body is lowered while neither foot is down, so that the lower sole stays within 3 cm "
+                             "of the floor (docs/retarget.md \"Feet on the ground\")")
+
 # Chosen by measurement (``mocapline bench retarget``; the figures: docs/benchmarks.md "Retarget",
 # and docs/retarget.md "Choices, by measurement"):
 # - lm_damping: lightly damped steps (0.1) converge fastest on reachable targets, but on targets the
@@ -62,6 +69,7 @@ class RetargetOptions:
     ground_offset: float = 0.0
     backend: str = "fast"
     footing: bool = True  # stance feet held on the floor (``services/retarget/footing.py``)
+    keep_flight: bool = False  # with footing: a hop's flight copied (by default the body is kept near the floor)
     joint_ranges: str = "full"  # JOINT_RANGES
 
     def validate(self) -> None:
@@ -93,5 +101,6 @@ class RetargetOptions:
             f", posture {self.posture_weight:g}" if self.posture_weight else "") + (
             ", shoulders keep their branch at the gimbal pole" if self.shoulder_poles else "") + (
             ", stance feet held on the floor" if self.footing else "") + (
+            ", flights kept" if self.footing and self.keep_flight else "") + (
             ", human joint ranges" if self.joint_ranges == "human" else "")
         return f"{steps}, lm_damping {self.lm_damping}, solver damping {self.solver_damping}{extra}"

@@ -72,7 +72,7 @@ from mocapline.robot.description import RobotDescription
 from mocapline.robot.registry import get_robot
 
 from ..config import IKConfig, MatchEntry, load_ik_config
-from ..footing import Footing, foot_geometry
+from ..footing import Footing, FootingSettings, foot_geometry
 from ..shoulder_pole import ShoulderPoles
 from .backend import COST_FLOOR, NUMERIC_FAILURES, IKBackend, Posture
 from .fast_backend import FastBackend
@@ -259,7 +259,8 @@ class Retargeter:
             layout.append(per_foot)
         if all(body is None for per_foot in layout for body, _ in per_foot):
             return None
-        return Footing(foot_geometry(self.robot), layout, self.options.fps)
+        settings = FootingSettings(flight_cap=math.inf) if self.options.keep_flight else None
+        return Footing(foot_geometry(self.robot), layout, self.options.fps, settings)
 
     def _stance_weights(self, targets: dict[int, np.ndarray]) -> None:
         """A stance foot's entries weigh more (``stance_gain`` on the position, a share of it on the
