@@ -125,6 +125,24 @@ def test_a_lifted_foot_follows_the_human(model) -> None:
     np.testing.assert_allclose(foot_xy(model, held)[-1], foot_xy(model, free)[-1], atol=0.02)
 
 
+def test_a_foot_landing_while_it_slides_stops_at_once(model) -> None:
+    """The left foot comes down at frame 40 still sliding at 0.5 m/s (a capture's foot lands so):
+    the robot's foot is held within the short touchdown blend, not dragged on over lift-off's."""
+    n = 90
+    pos, quat = standing(n)
+    pos[:, LEFT, 0] += (np.arange(n) * 0.5 / FPS)[:, None]
+    pos[:40, LEFT, 2] += 0.10
+    dragged = {}
+    for touchdown_s in (FootingSettings().touchdown_s, FootingSettings().blend_s):
+        rt = Retargeter(load_ik_config("axis_studio", model=model), RetargetOptions(fps=FPS), model=model)
+        assert rt.footing is not None
+        rt.footing.settings.touchdown_s = touchdown_s
+        xy = foot_xy(model, np.array([rt.retarget(pos[f], quat[f]).qpos for f in range(n)]))
+        dragged[touchdown_s] = float(np.linalg.norm(xy[40:50] - xy[40], axis=1).max())
+    short, long = dragged.values()
+    assert short < 0.005 < 0.008 < long, dragged
+
+
 def test_live_footing_sees_no_future_frame(model) -> None:
     """The live path is causal: a frame's pose is the same whatever frames come after it."""
     pos, quat = sliding(80, 0.3)

@@ -70,3 +70,38 @@ def test_bones_no_name_gives_are_said_and_a_file_without_hips_is_refused(tmp_pat
     hipless.write_text(renamed(text, {"Hips": "base"}))
     assert skeleton_config.main([str(hipless), "-o", str(tmp_path / "h.json")]) == 2
     assert "no joint is named like the hips" in capsys.readouterr().err
+
+
+
+def _joint(name: str, offset: str, children: tuple = (), depth: int = 1) -> str:
+    """A BVH JOINT block (rotations only) with its children, an End Site where it has none."""
+    pad = "\t" * depth
+    inner = "".join(_joint(*child, depth=depth + 1) for child in children) or f"{pad}\tEnd Site {{ OFFSET 0 0 1 }}\n"
+    head = f"{pad}JOINT {name}\n{pad}{{\n{pad}\tOFFSET {offset}\n{pad}\tCHANNELS 3 Zrotation Xrotation Yrotation\n"
+    return f"{head}{inner}{pad}}}\n"
+
+
+def _limb(names: list[str], offsets: list[str]) -> tuple:
+    """``names`` each the child of the one before."""
+    return (names[0], offsets[0], (_limb(names[1:], offsets[1:]),) if len(names) > 1 else ())
+
+
+def test_a_spine_of_one_joint_without_a_neck_is_the_torso(tmp_path, capsys) -> None:
+    """A skeleton such as PyMO's public walk take (inches): Hips - Spine - Head and the shoulders,
+    no neck. Its one spine joint is the torso the IK needs (Spine2)."""
+    sides = (("Left", ""), ("Right", "-"))
+    arms = tuple(_limb([f"{s}Shoulder", f"{s}Arm", f"{s}ForeArm", f"{s}Hand"], ["0 10 0", f"{x}7.3 0 0", f"{x}10.7 0 0",
+                                                                               f"{x}8.5 0 0"]) for s, x in sides)
+    legs = tuple(_limb([f"{s}UpLeg", f"{s}Leg", f"{s}Foot", f"{s}ToeBase"], [f"{x}4 0 0", "0 -16.8 0", "0 -15.5 0",
+                                                                           "0 -1.5 5.4"]) for s, x in sides)
+    body = _joint("Spine", "0 8.5 0", (("Head", "0 13.8 0"), *arms)) + "".join(_joint(*leg) for leg in legs)
+    frame = " ".join(["0", "35.5", "0"] + ["0"] * (3 + 3 * 18))
+    take = tmp_path / "one_spine.bvh"
+    take.write_text("HIERARCHY\nROOT Hips\n{\n\tOFFSET 0 0 0\n\tCHANNELS 6 Xposition Yposition Zposition "
+                    f"Zrotation Xrotation Yrotation\n{body}}}\nMOTION\nFrames: 2\nFrame Time: 0.008333\n"
+                    f"{frame}\n{frame}\n")
+    mapped = skeleton_config.map_bones(load_bvh(take))
+    assert mapped["Spine2"] == mapped["Spine"] == "Spine" and "Neck" not in mapped
+    assert skeleton_config.main([str(take), "-o", str(tmp_path / "one_spine.json")]) == 0
+    written = json.loads(capsys.readouterr().out)
+    assert written["usable"] and written["unit_m"] == pytest.approx(0.0254)

@@ -5,7 +5,7 @@ Each GMR body is mapped to a joint of the file by its name (a namespace such as 
 dropped, case, ``_``, ``-``, ``.``, spaces and leading zeros ignored; a side as ``Left``/``L`` before or after
 the part; the part by its usual names: ``UpLeg``, ``Thigh``, ``Hip`` for the thigh, ``Collar``,
 ``Clavicle`` before ``Shoulder`` for the clavicle...), each joint used once; then by the hierarchy:
-the spine is the chain from the hips to the neck, a hand the forearm's first child. The file's unit is
+the spine is the chain from the hips to the neck (or the head), a hand the forearm's first child. The file's unit is
 measured from its rest pose: its legs (thigh + shin in the zero pose) against the reference
 human's (0.8374 m in 1.75 m), snapped to centimetres, metres, millimetres or inches when within
 25% of one. The IK tables are the robot's shipped config for ``--template`` (default
@@ -97,11 +97,12 @@ def map_bones(motion: BvhMotion) -> dict[str, str]:
 
 def _by_structure(motion: BvhMotion, out: dict[str, str]) -> None:
     """What the hierarchy says better than names: the spine is the chain of joints from the hips
-    to the neck (first = Spine, last = Spine2, the torso; a third between = Spine1), a hand is
-    the forearm's first child, an upper arm the clavicle's."""
+    to the neck, or to the head where the file has no neck (first = Spine, last = Spine2, the
+    torso; a third between = Spine1), a hand is the forearm's first child, an upper arm the
+    clavicle's."""
     for body in ("Spine", "Spine1", "Spine2", "Spine3"):
         out.pop(body, None)
-    hips, neck = (motion.find(out[b]) if b in out else None for b in ("Hips", "Neck"))
+    hips, neck = (motion.find(out[b]) if b in out else None for b in ("Hips", "Neck" if "Neck" in out else "Head"))
     if hips is not None and neck is not None:
         chain, j = [], motion.joints[neck].parent
         while j not in (-1, hips):
