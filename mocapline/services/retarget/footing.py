@@ -367,17 +367,12 @@ class Footing:
 
     def _flight_drop(self, feet: Sequence[list[float] | None], contacts: Sequence[bool]) -> float:
         """m, <= 0: how far the body goes down so that, with neither foot in contact, the lower
-        sole is within ``flight_cap`` of the floor (smoothly, over ``soft``); the feet's targets
-        are lowered by it here, the rest of the body's by the caller."""
+        sole of the feet at ``feet`` is within ``flight_cap`` of the floor (smoothly, over ``soft``)."""
         s = self.settings
         if any(contacts) or not math.isfinite(s.flight_cap):
             return 0.0
         low = min((self._lowest(pose, k) for k, pose in enumerate(feet) if pose is not None), default=0.0)
-        drop = -_floor_push(s.flight_cap - low, s.soft)
-        for pose in feet:
-            if pose is not None:
-                pose[6] += drop
-        return drop
+        return -_floor_push(s.flight_cap - low, s.soft)
 
     def adjust(self, positions: np.ndarray, targets: dict[int, np.ndarray], elapsed: int = 1) -> None:
         """Move the frame's targets (per table index: (n, 7) w x y z, x y z; in place)."""
@@ -424,6 +419,9 @@ class Footing:
             self.stance[k] += (goal - self.stance[k]) * min(1.0, dt / s.weight_s)
             new.append(pose)
         self.flight = self._flight_drop(new, contacts)
+        for pose in new:
+            if pose is not None:
+                pose[6] += self.flight
         for table, poses in targets.items():
             poses[:, 6] += self.lift + self.flight
             for k, (body, sites) in enumerate(self.tables[table]):
