@@ -99,6 +99,16 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, capsys, argv, message) -> N
     assert not (tmp_path / "x.npz").exists()
 
 
+@pytest.mark.parametrize("flag, value", [("--fps", "0"), ("--start", "-1"), ("--frames", "0"),
+                                         ("--human-height", "-2")])
+def test_out_of_range_options_are_refused_before_the_take_is_read(tmp_path, capsys, flag, value) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path / "never-read.bvh"), flag, value, "--out", str(tmp_path / "x.npz")])
+    assert stop.value.code == 2
+    assert flag in capsys.readouterr().err
+    assert not (tmp_path / "x.npz").exists()
+
+
 def test_adaptive_steps_stop_early_on_slow_motion_and_fixed_steps_do_not() -> None:
     model = robot_model.load_ik_model()
     axis = load_ik_config("axis_studio", model=model)

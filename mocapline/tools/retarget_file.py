@@ -21,6 +21,7 @@ Exit codes: 0 written, 2 bad input (unreadable or malformed BVH, unknown skeleto
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import sys
@@ -32,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from mocapline.core.options import EnvArgumentParser
+from mocapline.core.options import EnvArgumentParser, non_negative_int, positive_float, positive_int
 from mocapline.formats.bvh import BvhError, gmr_bodies, load_bvh, take_height
 from mocapline.formats.takefile import TakeFileError, TakeKind, default_output, detect, refusal
 from mocapline.robot import model as robot_model
@@ -52,24 +53,12 @@ PROG = "mocapline retarget-file"
 def build_parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog=PROG, description=__doc__)
     p.add_argument("take", type=Path, help="a .bvh file")
-    add_robot_model_argument(p)
-    p.add_argument("--skeleton", default="auto",
-                   help=f"skeleton of the BVH: {', '.join(BVH_SKELETONS)}, auto (from the joint names) or an IK config "
-                        "JSON with a 'bvh' section")
+    add_file_settings_arguments(p)
     p.add_argument("--out", "-o", type=Path, default=None,
                    help="the .npz to write (default: ./TAKE_STEM.npz in the working directory, never beside the take)")
     p.add_argument("--csv", action="store_true", help="also write CLIP.csv next to the .npz")
-    p.add_argument("--fps", type=float, default=DEFAULT_FPS, help="clip rate (Hz)")
-    p.add_argument("--human-height", type=float, default=None, help="performer height in m (default: estimated)")
-    p.add_argument("--start", type=int, default=0, help="first frame to use")
-    p.add_argument("--frames", type=int, default=None, help="number of frames to use (default: to the end)")
     p.add_argument("--baseline", action="store_true", help="also time the GMR-equivalent IK on the same frames")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--no-footing", action="store_true",
-                   help="do not hold the performer's stance feet on the floor (on by default: contacts found over "
-                        "the whole take, the floor calibrated from it; docs/retarget.md \"Feet on the ground\")")
-    add_keep_flight_argument(p)
-    add_joint_ranges_argument(p)
     return p
 
 
@@ -115,11 +104,40 @@ class FileSettings:
     keep_flight: bool = False  # RetargetOptions.keep_flight
     joint_ranges: str = "full"  # RetargetOptions.joint_ranges
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> FileSettings:
+        """The settings that :func:`add_file_settings_arguments` declared, as parsed."""
+        return cls(robot_model=args.robot_model, skeleton=args.skeleton, fps=args.fps,
+                   human_height=args.human_height, start=args.start, frames=args.frames,
+                   footing=not args.no_footing, keep_flight=args.keep_flight, joint_ranges=args.joint_ranges)
+
     def validate(self) -> None:
         if not self.fps > 0:
             raise RetargetFileError(f"--fps must be > 0, got {self.fps}")
         if self.human_height is not None and not 0.5 < self.human_height < 2.5:
             raise RetargetFileError(f"--human-height {self.human_height} m: expected a person's height (0.5-2.5 m)")
+
+
+def add_file_settings_arguments(p: argparse.ArgumentParser, each: bool = False) -> None:
+    """The flags of :class:`FileSettings`, for ``retarget-file`` (one take) and ``retarget-dataset``
+    (``each``: the same settings for every take)."""
+    of = " of each take" if each else ""
+    add_robot_model_argument(p)
+    p.add_argument("--skeleton", default="auto",
+                   help=f"skeleton of the BVH{of}: {', '.join(BVH_SKELETONS)}, auto (detected from its joint names) or "
+                        "an IK config JSON with a 'bvh' section")
+    p.add_argument("--fps", type=positive_float, default=DEFAULT_FPS, help="clip rate (Hz)")
+    p.add_argument("--human-height", type=positive_float, default=None,
+                   help=f"performer height in m{' for every take' if each else ''} (default: estimated"
+                        f"{' per take' if each else ''})")
+    p.add_argument("--start", type=non_negative_int, default=0, help=f"first frame{of} to use")
+    p.add_argument("--frames", type=positive_int, default=None,
+                   help=f"number of frames{of} to use (default: to the end)")
+    p.add_argument("--no-footing", action="store_true",
+                   help="do not hold the performer's stance feet on the floor (on by default: contacts found over "
+                        "the whole take, the floor calibrated from it; docs/retarget.md \"Feet on the ground\")")
+    add_keep_flight_argument(p)
+    add_joint_ranges_argument(p, what=" (in each take's settings)" if each else "")
 
 
 @dataclass
@@ -226,10 +244,7 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = FileSettings(robot_model=args.robot_model, skeleton=args.skeleton, fps=args.fps,
-                            human_height=args.human_height, start=args.start, frames=args.frames,
-                            footing=not args.no_footing, keep_flight=args.keep_flight,
-                            joint_ranges=args.joint_ranges)
+    settings = FileSettings.from_args(args)
     bar = Progress(0, enabled=not args.no_progress)
 
     def progress(done: int, total: int) -> None:

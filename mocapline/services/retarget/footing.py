@@ -419,9 +419,9 @@ class Footing:
             self.stance[k] += (goal - self.stance[k]) * min(1.0, dt / s.weight_s)
             new.append(pose)
         self.flight = self._flight_drop(new, contacts)
-        for pose in new:
-            if pose is not None:
-                pose[6] += self.flight
+        for lowered in new:
+            if lowered is not None:
+                lowered[6] += self.flight
         for table, poses in targets.items():
             poses[:, 6] += self.lift + self.flight
             for k, (body, sites) in enumerate(self.tables[table]):

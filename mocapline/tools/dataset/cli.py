@@ -33,18 +33,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from mocapline.core.options import EnvArgumentParser, non_negative_int, positive_float, positive_int
+from mocapline.core.options import EnvArgumentParser, positive_float, positive_int
 from mocapline.core.paths import IK_CONFIG_DIR, SKELETON_DIR
 from mocapline.formats.trainer import FORMATS, parse_formats
-from mocapline.robot.registry import add_robot_model_argument, get_robot
-from mocapline.services.retarget.config import BVH_SKELETONS
-from mocapline.services.retarget.ik.options import add_joint_ranges_argument, add_keep_flight_argument
+from mocapline.robot.registry import get_robot
 from mocapline.tools.dataset import report
 from mocapline.tools.dataset.engine import run_pool, run_ray
 from mocapline.tools.dataset.manifest import DONE, FAILED, Manifest, settings_hash, sha256_file
 from mocapline.tools.dataset.task import TakeResult, TakeTask
-from mocapline.tools.recorder.export import DEFAULT_FPS
-from mocapline.tools.retarget_file import FileSettings, RetargetFileError
+from mocapline.tools.retarget_file import FileSettings, RetargetFileError, add_file_settings_arguments
 
 PROG = "mocapline retarget-dataset"
 KINDS = {".bvh": "bvh", ".mlrec": "mlrec"}
@@ -66,21 +63,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("sources", nargs="+", type=Path, metavar="SRC", help="folders of takes (searched recursively) "
                    "or take files (.bvh, .mlrec)")
     p.add_argument("--out", "-o", type=Path, required=True, help="the dataset's folder (outputs, manifest, report)")
-    add_robot_model_argument(p)
     p.add_argument("--format", dest="formats", type=_formats, default="npz",
                    help=f"output formats, comma-separated: {', '.join(FORMATS)} (default npz)")
-    p.add_argument("--skeleton", default="auto",
-                   help=f"BVH skeleton: auto (detected per take from its joint names), {', '.join(BVH_SKELETONS)} "
-                        "or an IK config JSON with a 'bvh' section")
-    p.add_argument("--fps", type=positive_float, default=DEFAULT_FPS, help="output rate (Hz)")
-    p.add_argument("--human-height", type=positive_float, default=None,
-                   help="performer height in m for every take (default: estimated per take)")
-    p.add_argument("--start", type=non_negative_int, default=0, help="first frame of each take")
-    p.add_argument("--frames", type=positive_int, default=None, help="frames of each take (default: to the end)")
-    p.add_argument("--no-footing", action="store_true",
-                   help="do not hold the performers' stance feet on the floor (retarget-file --no-footing)")
-    add_keep_flight_argument(p)
-    add_joint_ranges_argument(p, what=" (in each take's settings)")
+    add_file_settings_arguments(p, each=True)
     p.add_argument("--workers", type=positive_int, default=default_workers(),
                    help="local worker processes (default: the cores this process may use)")
     p.add_argument("--ray", default=None, metavar="ADDRESS",
@@ -131,10 +116,7 @@ def _version() -> str:
 
 
 def dataset_settings(args: argparse.Namespace) -> tuple[FileSettings, dict[str, Any], list[Path]]:
-    settings = FileSettings(robot_model=args.robot_model, skeleton=args.skeleton, fps=args.fps,
-                            human_height=args.human_height, start=args.start, frames=args.frames,
-                            footing=not args.no_footing, keep_flight=args.keep_flight,
-                            joint_ranges=args.joint_ranges)
+    settings = FileSettings.from_args(args)
     robot = get_robot(args.robot_model)
     files = [IK_CONFIG_DIR / name for name in robot.ik_configs.values()] + sorted(SKELETON_DIR.glob("*.json"))
     if Path(args.skeleton).is_file():
