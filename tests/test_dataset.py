@@ -153,6 +153,19 @@ def test_a_take_whose_ik_misses_its_targets_is_recorded_as_diverged(tmp_path) ->
     assert set(result.outputs) == {"t.npz", "t.pkl"}  # written all the same, for a look
 
 
+def test_a_recorded_take_follows_the_footing_settings_as_a_bvh_does() -> None:
+    """A .mlrec is retargeted by export's path: --no-footing reaches it (the settings hash changes
+    with it, so the output must too)."""
+    clips = {}
+    for footing in (True, False):
+        result = run_task(_task(DEMO_TAKE, footing=footing))
+        assert result.record["status"] == DONE, result.record
+        with np.load(io.BytesIO(result.outputs["t.npz"])) as z:
+            clips[footing] = z["q"].copy()
+    assert clips[True].shape == clips[False].shape
+    assert np.abs(clips[True] - clips[False]).max() > 1e-3
+
+
 def test_the_quality_report_gives_each_body_groups_mean_and_p99(tmp_path) -> None:
     """A take's record and DIR/quality.json carry the mean and the p99 position error of every body
     group (hands, feet, pelvis, the rest), per take and over the dataset."""

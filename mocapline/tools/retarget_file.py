@@ -130,9 +130,10 @@ def add_file_settings_arguments(p: argparse.ArgumentParser, each: bool = False) 
     p.add_argument("--human-height", type=positive_float, default=None,
                    help=f"performer height in m{' for every take' if each else ''} (default: estimated"
                         f"{' per take' if each else ''})")
-    p.add_argument("--start", type=non_negative_int, default=0, help=f"first frame{of} to use")
+    whole = " (a .mlrec is converted whole)" if each else ""
+    p.add_argument("--start", type=non_negative_int, default=0, help=f"first frame{of} to use{whole}")
     p.add_argument("--frames", type=positive_int, default=None,
-                   help=f"number of frames{of} to use (default: to the end)")
+                   help=f"number of frames{of} to use (default: to the end){whole}")
     p.add_argument("--no-footing", action="store_true",
                    help="do not hold the performer's stance feet on the floor (on by default: contacts found over "
                         "the whole take, the floor calibrated from it; docs/retarget.md \"Feet on the ground\")")

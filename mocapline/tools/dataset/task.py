@@ -51,7 +51,9 @@ def _mlrec_clip(task: TakeTask) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     s = task.settings
     args = build_parser().parse_args([task.source, "--fps", repr(s.fps), "--robot-model", s.robot_model,
                                       "--on-gap", "flag", "--no-csv", "--joint-ranges", s.joint_ranges]
-                                     + ([] if s.human_height is None else ["--human-height", repr(s.human_height)]))
+                                     + ([] if s.human_height is None else ["--human-height", repr(s.human_height)])
+                                     + ([] if s.footing else ["--no-footing"])
+                                     + (["--keep-flight"] if s.keep_flight else []))
     clip, _, _ = recording_clip(args)
     summary = {"frames": int(len(clip["posture_index"])), "ik_failed": int(clip["ik_failed"].sum()),
                "invalid_samples": int((~clip["valid"]).sum())}

@@ -69,6 +69,8 @@ class TakeConfig:
     iterations: int | None = None
     lm_damping: float | None = None
     joint_ranges: str = "full"  # RetargetOptions.joint_ranges
+    footing: bool = True  # RetargetOptions.footing
+    keep_flight: bool = False  # RetargetOptions.keep_flight
 
     def resolved(self, meta: dict[str, Any]) -> TakeConfig:
         """Defaults filled in from a recording's metadata."""
@@ -148,7 +150,8 @@ def retarget_frames(frames: list[HumanFrame], config: TakeConfig) -> list[RobotF
     from mocapline.services.retarget.service import RetargetService
 
     opts = RetargetOptions(fps=float(config.input_fps or 60.0), human_height=config.human_height,
-                           backend=config.backend, joint_ranges=config.joint_ranges)
+                           backend=config.backend, joint_ranges=config.joint_ranges, footing=config.footing,
+                           keep_flight=config.keep_flight)
     if config.iterations is not None:
         opts.iterations = config.iterations
     if config.lm_damping is not None:
@@ -239,12 +242,18 @@ def take_config(args: Any) -> tuple[Path, TakeConfig]:
             cfg.skeleton = d.get("skeleton")
             cfg.filter = d.get("filter", "none")
             cfg.joint_ranges = d.get("joint_ranges", "full")
+            cfg.footing = bool(d.get("footing", True))
+            cfg.keep_flight = bool(d.get("keep_flight", False))
         path = path / "raw.mlrec"
     for name in ("robot_model", "ik_config", "human_height", "input_fps", "output_fps", "rotation_order", "skeleton",
                  "source", "joint_ranges"):
         value = getattr(args, name, None)
         if value is not None:
             setattr(cfg, name, value)
+    if getattr(args, "no_footing", False):
+        cfg.footing = False
+    if getattr(args, "keep_flight", False):
+        cfg.keep_flight = True
     return path, cfg
 
 
