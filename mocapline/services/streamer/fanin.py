@@ -10,7 +10,9 @@ Frames of one performer come from one worker at a time and in order, except arou
 the new owner resends from the performer's stored position, and a dead worker restarted later may
 still deliver what it had logged. So each performer's frames are kept only when (segment,
 posture_index) is beyond the last one taken (``duplicates`` counts the others). END_OF_STREAM
-goes out once every live worker has forwarded capture's marker.
+goes out once every live worker has forwarded capture's marker; a worker stays live for
+``LIVE_GRACE_S`` after it was last in the registry, so one lapsed heartbeat (a worker starved of
+CPU for longer than ``WORKER_TTL_S``) does not end the take at the other worker's marker.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import zmq
 
 from mocapline.client import ClientSettings, MemoryPosition, MocapClient
-from mocapline.core.assign import Registry
+from mocapline.core.assign import WORKER_TTL_S, Registry
 from mocapline.core.counters import FanInInfo, StreamerCounts
 from mocapline.core.header import MessageType
 from mocapline.core.transport import Received
@@ -34,20 +37,24 @@ from .service import StreamerLoop
 log = logging.getLogger("mocapline.streamer.fanin")
 
 REFRESH_S = 0.5
+LIVE_GRACE_S = WORKER_TTL_S
 
 
 class FanIn:
     """One acknowledging consumer per live worker, read round-robin."""
 
     def __init__(self, ctx: zmq.Context, registry: Registry, joint_count: int, name: str = "streamer",
-                 positions: dict[str, list[Any]] | None = None) -> None:
+                 positions: dict[str, list[Any]] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.ctx = ctx
+        self.clock = clock
         self.joint_count = joint_count
         self.registry = registry
         self.name = name
         self.inputs: dict[str, tuple[str, MocapClient]] = {}  # worker -> (endpoint, client)
         self.saved = {w: (bytes.fromhex(e), int(s)) for w, (e, s) in (positions or {}).items()}
         self.live: set[str] = set()
+        self._seen: dict[str, float] = {}  # worker -> when the registry last listed it
         self._refresh_at = 0.0
         self._next = 0
         self.poller = zmq.Poller()
@@ -56,7 +63,10 @@ class FanIn:
         workers = self.registry.workers()
         if workers is None:
             return
-        self.live = set(workers)
+        now = self.clock()
+        self._seen.update(dict.fromkeys(workers, now))
+        self._seen = {w: t for w, t in self._seen.items() if now - t <= LIVE_GRACE_S}
+        self.live = set(self._seen)
         for worker, info in workers.items():
             endpoint = str(info.get("endpoint", ""))
             known = self.inputs.get(worker)
