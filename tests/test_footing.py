@@ -18,6 +18,7 @@ from mocapline.services.retarget.footing import (
     ContactDetector,
     FloorEstimate,
     FootingSettings,
+    contact_holds,
     foot_geometry,
     plan_contacts,
     stance_floor,
@@ -141,6 +142,46 @@ def test_a_foot_landing_while_it_slides_stops_at_once(model) -> None:
         dragged[touchdown_s] = float(np.linalg.norm(xy[40:50] - xy[40], axis=1).max())
     short, long = dragged.values()
     assert short < 0.005 < 0.008 < long, dragged
+
+
+def test_each_contact_holds_its_foot_at_the_mean_of_its_frames() -> None:
+    contacts = np.zeros((8, 2), dtype=bool)
+    contacts[1:4, 0] = contacts[6:8, 0] = contacts[2:8, 1] = True
+    xy = np.arange(32, dtype=float).reshape(8, 2, 2)
+    holds = contact_holds(contacts, xy)
+    np.testing.assert_array_equal(holds[1:4, 0], np.repeat(xy[1:4, 0].mean(axis=0)[None], 3, axis=0))
+    np.testing.assert_array_equal(holds[6:8, 0], np.repeat(xy[6:8, 0].mean(axis=0)[None], 2, axis=0))
+    np.testing.assert_array_equal(holds[2:8, 1], np.repeat(xy[2:8, 1].mean(axis=0)[None], 6, axis=0))
+    assert np.isnan(holds[[0, 4, 5], 0]).all() and np.isnan(holds[:2, 1]).all()
+
+
+def test_offline_a_drifting_stance_foot_lands_on_its_mean_and_stays(model) -> None:
+    """A capture's standing foot that drifts (0.1 m/s, far below the contact's speed): the whole
+    take known, the robot's foot lands where the drift is on average, reached before the
+    touchdown, and stays there; live it stays where it landed, further from the performer's."""
+    n, down = 150, 40
+    pos, quat = standing(n)
+    pos[:down, LEFT, 2] += 0.10  # swinging in
+    pos[:, LEFT, 0] += (np.arange(n) * 0.1 / FPS)[:, None]
+    free, _ = solve(model, pos, quat, footing=False)
+    config = load_ik_config("axis_studio", model=model)
+    planned = Retargeter(config, RetargetOptions(fps=FPS), model=model)
+    planned.plan_take(pos, quat)
+    landed = Retargeter(config, RetargetOptions(fps=FPS), model=model)
+    assert planned.footing is not None and landed.footing is not None and planned.footing.plan is not None
+    landed.footing.set_plan(planned.footing.plan, planned.footing.plan_floor)  # the same contacts, no holds
+    xy = {name: foot_xy(model, np.array([rt.retarget(pos[f], quat[f]).qpos for f in range(n)]))
+          for name, rt in (("planned", planned), ("landed", landed))}
+    first = int(np.flatnonzero(planned.footing.plan[:, 0])[0])
+    assert abs(first - down) <= 3, first
+    stand = slice(first, n)
+    target = foot_xy(model, free)[stand]
+    for name, path in xy.items():
+        assert np.linalg.norm(path[stand] - path[first], axis=1).max() < 0.003, name  # still while it stands
+    miss = {name: float(np.linalg.norm(path[stand] - target, axis=1).mean()) for name, path in xy.items()}
+    assert miss["planned"] < 0.6 * miss["landed"], miss
+    steps = np.linalg.norm(np.diff(xy["planned"][:first + 1], axis=0), axis=1)
+    assert steps.max() < 0.02, steps.max()  # the approach is a blend, not a jump
 
 
 def test_live_footing_sees_no_future_frame(model) -> None:

@@ -29,7 +29,7 @@ def test_a_take_becomes_a_50_hz_clip_with_a_summary(tmp_path, capsys) -> None:
     assert summary["source_fps"] == pytest.approx(120.0)
     assert summary["ik_failed"] == 0 and summary["jumps"] == 0 and summary["swings"] == 0
     assert 0 < summary["err_mm"] < 100 and summary["limit_contacts"] >= 0 and summary["seconds"] > 0
-    assert summary["speedup"] > 0
+    assert summary["speedup"] > 0 and summary["jerk"] > 0 and summary["baseline_jerk"] > 0
     # the stance feet held on the floor: a third of the baseline's skate, no sole a centimetre under
     assert summary["skate_cm_s"] <= summary["baseline_skate_cm_s"] / 3
     assert summary["penetration_max_cm"] <= 1.0 < summary["baseline_penetration_max_cm"]
@@ -231,10 +231,19 @@ def test_the_quality_is_measured_against_the_ik_targets_without_computing_them_a
         seen.setdefault("targets", targets.copy())
         return plain_evaluate(model, entries, targets, *args, **kwargs)
 
+    plain_plan = Retargeter.plan_take
+
+    def plan_take(self, positions, quaternions):
+        plain_plan(self, positions, quaternions)
+        seen["planned"] = len(calls)  # the footing's holds: one target a frame, before the IK
+        calls.clear()
+
     monkeypatch.setattr(Retargeter, "retarget", retarget)
     monkeypatch.setattr(Retargeter, "targets", targets)
+    monkeypatch.setattr(Retargeter, "plan_take", plan_take)
     monkeypatch.setattr(retarget_file, "evaluate", evaluate)
     retarget_file.convert(TAKE, retarget_file.FileSettings(frames=60))
+    assert seen["planned"] == 60
     n = len(seen["bodies"])
     assert n == 60
     recomputed = len(calls) - 1  # the first frame's root placement asks for its target once

@@ -12,7 +12,7 @@ frame), and the result is written in the clip contract of ``mocapline export`` (
 ``body_names``, ``policy_clock``, ...; ``--csv`` adds ``CLIP.csv``), by default ``./TAKE_STEM.npz`` in
 the working directory (``inspect`` and ``plot`` read it). A progress bar goes to
 stderr, one JSON summary line to stdout: frames, mean and p99 position error, overall and by body
-group (hands, feet, pelvis, the rest: ``quality.GROUPS``), joint-limit contacts, configuration
+group (hands, feet, pelvis, the rest: ``quality.GROUPS``), the joints' jerk, joint-limit contacts, configuration
 jumps, limit-to-limit swings, IK failures, seconds and CPU seconds.
 ``--baseline`` also runs the GMR-equivalent IK on the same frames and reports its time and error.
 
@@ -39,7 +39,7 @@ from mocapline.formats.takefile import TakeFileError, TakeKind, default_output, 
 from mocapline.robot import model as robot_model
 from mocapline.robot.registry import DEFAULT_ROBOT, add_robot_model_argument, get_robot
 from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, detect_bvh_skeleton
-from mocapline.services.retarget.footing import foot_geometry, plan_contacts, stance_floor
+from mocapline.services.retarget.footing import foot_geometry
 from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.ground_quality import robot_ground
 from mocapline.services.retarget.ik.options import RetargetOptions, add_joint_ranges_argument, add_keep_flight_argument
@@ -173,9 +173,7 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
     ours = Retargeter(config, RetargetOptions(fps=motion.fps, human_height=height, footing=settings.footing,
                                            keep_flight=settings.keep_flight, joint_ranges=settings.joint_ranges),
                       robot=robot, model=model)
-    if ours.footing is not None:  # offline: the whole take's floor and contacts (look-ahead)
-        floor = stance_floor(positions, ours.footing.settings.floor_percentile)
-        ours.footing.set_plan(plan_contacts(positions, motion.fps, ours.footing.settings, floor), floor)
+    ours.plan_take(positions, quaternions)  # offline: the whole take's floor, contacts and holds (look-ahead)
     qpos = np.empty((n, model.nq))
     failed = np.zeros(n, dtype=bool)
     # the quality's targets: the last table's, from the take's bodies as they are (before the poles
@@ -209,7 +207,7 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
         "pelvis_mm": round(quality.pelvis_mm, 1), "rest_mm": round(quality.rest_mm, 1),
         "hands_p99_mm": round(quality.hands_p99_mm, 1), "feet_p99_mm": round(quality.feet_p99_mm, 1),
         "pelvis_p99_mm": round(quality.pelvis_p99_mm, 1), "rest_p99_mm": round(quality.rest_p99_mm, 1),
-        "rot_deg": round(quality.rot_deg, 1),
+        "rot_deg": round(quality.rot_deg, 1), "jerk": round(quality.jerk, 1),
         "limit_contacts": quality.limit_contacts, "jumps": quality.jumps,
         "swings": quality.swings, "velocity_violations": quality.velocity_violations,
         "first_frame_err_mm": round(first, 1),
@@ -226,7 +224,8 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
         bq = evaluate(model, ours.table_entries(), targets, base_q, motion.fps, limits, root=config.human_root_name)
         summary.update({"baseline_seconds": round(base_s, 3), "speedup": round(base_s / seconds, 1),
                         "cpu_speedup": round(base_cpu / cpu_seconds, 1),
-                        "baseline_err_mm": round(bq.err_mm, 1), "baseline_hands_mm": round(bq.hands_mm, 1)})
+                        "baseline_err_mm": round(bq.err_mm, 1), "baseline_hands_mm": round(bq.hands_mm, 1),
+                        "baseline_jerk": round(bq.jerk, 1)})
         bg = robot_ground(model, feet, base_q, positions, motion.fps)
         summary.update({"baseline_skate_cm_s": round(bg.skate_cm_s, 1),
                         "baseline_float_share": round(bg.float_share, 4),

@@ -18,13 +18,16 @@ foot targets to match before the IK sees them:
   horizontal position it had at touchdown, sits at the robot's standing ankle height above the
   floor (z = 0) and is turned flat (the smallest rotation that takes its standing up axis to the
   world's; the yaw follows the performer, so a pivot turns the foot in place). Touchdown blends
-  over ``touchdown_s``, lift-off over ``blend_s``. Every target of the body is shifted by one smoothed height
-  ``lift`` so that the stance feet's raw targets reach the floor: the root's height then matches
-  its legs. A stance foot, and a free one near the floor, weighs more in the IK (``stance_gain``:
-  the root gives, not the foot). A target that would put a sole point below the floor is raised
-  to it (smoothly near it: a kink is a jerk). With neither foot in contact (a hop, a jump) the
-  whole body is lowered so that the lower sole stays within ``flight_cap`` of the floor: a robot
-  that copies a flight floats (``math.inf`` keeps it, for clips that must jump).
+  over ``touchdown_s``, lift-off over ``blend_s``. Offline (``set_plan`` with
+  :func:`contact_holds`) the foot is held instead at the mean of its contact and blended onto it
+  over the last ``approach_s`` of its swing, so it lands there. Every target of the body is
+  shifted by one smoothed height ``lift`` so that the stance feet's raw targets reach the floor:
+  the root's height then matches its legs. A stance foot, and a free one near the floor, weighs
+  more in the IK (``stance_gain``: the root gives, not the foot). A target that would put a sole
+  point below the floor is raised to it (smoothly near it: a kink is a jerk). With neither foot in
+  contact (a hop, a jump) the whole body is lowered so that the lower sole stays within
+  ``flight_cap`` of the floor: a robot that copies a flight floats (``math.inf`` keeps it, for
+  clips that must jump).
 
 Sites on a foot (an Xsens config's toes) move with it rigidly.
 """
@@ -61,6 +64,9 @@ class FootingSettings:
     # lands, so a foot still blending there slides (0.15 s: the CMU walk's skate 2x, an outside
     # walk's 1.8x; the jerk up to 11 % lower)
     touchdown_s: float = 0.05
+    # s: offline, with the holds known (contact_holds), a landing foot is blended onto its hold over
+    # this long before its touchdown, so it lands there and does not slide to it while it stands
+    approach_s: float = 0.15
     lift_s: float = 0.15  # time constant of the body's height shift
     min_s: float = 0.05  # offline: contacts and gaps shorter than this are removed
     plan_margin: float = 0.005  # m: offline, the contact heights are this much higher (plan_contacts)
@@ -83,8 +89,10 @@ class FootingSettings:
     def validate(self) -> None:
         if not (0 < self.on_height <= self.off_height and 0 < self.on_speed <= self.off_speed):
             raise ValueError("footing: need 0 < on_height <= off_height and 0 < on_speed <= off_speed")
-        if min(self.blend_s, self.touchdown_s, self.lift_s, self.floor_window_s, self.floor_every_s) <= 0:
-            raise ValueError("footing: blend_s, touchdown_s, lift_s, floor_window_s and floor_every_s must be > 0")
+        if min(self.blend_s, self.touchdown_s, self.approach_s, self.lift_s, self.floor_window_s,
+               self.floor_every_s) <= 0:
+            raise ValueError("footing: blend_s, touchdown_s, approach_s, lift_s, floor_window_s and floor_every_s "
+                             "must be > 0")
 
 
 # -- the human side -------------------------------------------------------------------------------
@@ -181,6 +189,28 @@ def plan_contacts(positions: np.ndarray, fps: float, settings: FootingSettings |
         out[:, k] = [det.update(float(h), float(v)) for h, v in zip(heights[:, k], speeds[:, k], strict=True)]
         out[:, k] = _remove_short(out[:, k], max(1, int(round(s.min_s * fps))))
     return out
+
+
+def contact_runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """(first, end) frames of each run of True in one foot's (F,) flags."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], np.asarray(flags, dtype=np.int8), [0]))))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def contact_holds(contacts: np.ndarray, feet_xy: np.ndarray) -> np.ndarray:
+    """Offline: where each contact holds its robot foot, (F, 2, 2) x y (NaN where the foot is free):
+    the mean over the contact of the foot target's horizontal position ``feet_xy`` (F, 2, 2).
+
+    Of all the places a standing foot can stay, the mean is nearest the performer's foot in the
+    mean square; a capture lets a standing foot drift (the CMU arms take's left ankle ~4 cm from
+    where it landed, on average over its contacts), so holding it where it landed costs about twice
+    the position error (docs/retarget.md "Feet on the ground")."""
+    contacts = np.asarray(contacts, dtype=bool)
+    holds = np.full((*contacts.shape, 2), np.nan)
+    for k in range(contacts.shape[1]):
+        for a, b in contact_runs(contacts[:, k]):
+            holds[a:b, k] = np.asarray(feet_xy)[a:b, k].mean(axis=0)
+    return holds
 
 
 # -- the robot side -------------------------------------------------------------------------------
@@ -310,6 +340,8 @@ class Footing:
         self.floor_estimate = FloorEstimate(int(s.floor_window_s * fps), int(s.floor_every_s * fps), s.floor_percentile)
         self.plan: np.ndarray | None = None  # offline contacts (F, 2)
         self.plan_floor: float | None = None
+        self.holds: np.ndarray | None = None  # offline (F, 2, 2): contact_holds
+        self.approach: np.ndarray | None = None  # offline (F, 2): 0-1 towards the next hold, before it
         self.reset()
 
     def reset(self) -> None:
@@ -324,10 +356,27 @@ class Footing:
         self.floor_estimate.count = 0
         self.floor_estimate.value = None
 
-    def set_plan(self, contacts: np.ndarray | None, floor: float | None = None) -> None:
-        """Offline: contacts (F, 2) and the floor of the whole take, frame ``i`` the i-th call."""
+    def set_plan(self, contacts: np.ndarray | None, floor: float | None = None,
+                 holds: np.ndarray | None = None) -> None:
+        """Offline: contacts (F, 2) and the floor of the whole take, frame ``i`` the i-th call; with
+        ``holds`` (:func:`contact_holds`) each contact holds its foot there, reached before the
+        touchdown (``approach_s``) rather than locked where the foot landed."""
         self.plan = None if contacts is None else np.asarray(contacts, dtype=bool)
         self.plan_floor = floor
+        self.holds = self.approach = None
+        if self.plan is None or holds is None:
+            return
+        self.holds = np.array(holds, dtype=np.float64)
+        self.approach = np.zeros(self.plan.shape)
+        frames = max(1, int(round(self.settings.approach_s * self.fps)))
+        for k in range(2):
+            end = 0  # the previous contact's end: an approach starts no earlier
+            for a, b in contact_runs(self.plan[:, k]):
+                first = max(end, a - frames)
+                m = a - first
+                self.approach[first:a, k] = 1.0 - np.arange(m, 0, -1) / (m + 1)
+                self.holds[first:a, k] = self.holds[a, k]
+                end = b
 
     @property
     def contacts(self) -> tuple[bool, bool]:
@@ -374,9 +423,51 @@ class Footing:
         low = min((self._lowest(pose, k) for k, pose in enumerate(feet) if pose is not None), default=0.0)
         return -_floor_push(s.flight_cap - low, s.soft)
 
+    def _foot_pose(self, k: int, foot: _Foot, free: list[float], contact: bool, f: int,
+                   dt: float) -> tuple[list[float], float]:
+        """Foot ``k``'s target at frame ``f`` (``free``: the performer's, lifted) and how far it is
+        held (0-1, smoothed): held while in contact, blended off at lift-off."""
+        s = self.settings
+        hold = None if self.holds is None else self.holds[min(f, len(self.holds) - 1), k]
+        if contact and not foot.was:  # touchdown: lock where the foot is now, or on its hold
+            if hold is not None:
+                foot.lock, foot.weight = (float(hold[0]), float(hold[1])), 1.0  # reached on the approach
+            else:
+                hx, hy = (foot.held[4], foot.held[5]) if foot.held is not None else (free[4], free[5])
+                a = foot.weight
+                foot.lock = ((1 - a) * free[4] + a * hx, (1 - a) * free[5] + a * hy)
+        foot.was = contact
+        step = dt / (s.touchdown_s if contact else s.blend_s)
+        foot.weight = min(1.0, foot.weight + step) if contact else max(0.0, foot.weight - step)
+        if contact:
+            foot.held = [*self._flat(free, k), foot.lock[0], foot.lock[1], self._height[k] + s.clearance]
+        pose = free
+        w = foot.weight * foot.weight * (3.0 - 2.0 * foot.weight)  # smoothstep
+        if w > 0.0 and foot.held is not None:
+            pose = _blend(free, foot.held, w)
+        return pose, w
+
+    def _landing(self, k: int, pose: list[float], free: list[float], f: int) -> tuple[list[float], float] | None:
+        """Offline, free foot ``k`` at ``pose`` blended onto its next hold before it lands, and how
+        far (smoothstep); None where it is not landing."""
+        if self.approach is None or self.holds is None:
+            return None
+        a = float(self.approach[min(f, len(self.approach) - 1), k])
+        if a <= 0.0:
+            return None
+        hold = self.holds[min(f, len(self.holds) - 1), k]
+        a = a * a * (3.0 - 2.0 * a)
+        on = [*self._flat(free, k), float(hold[0]), float(hold[1]), self._height[k] + self.settings.clearance]
+        return _blend(pose, on, a), a
+
+    def _flat(self, pose: list[float], k: int) -> tuple[float, float, float, float]:
+        """Foot ``k``'s rotation at ``pose`` turned flat (its standing up axis onto the world's)."""
+        return _qmul(_to_up(_qrot(pose[:4], self._up[k])), pose[:4])
+
     def adjust(self, positions: np.ndarray, targets: dict[int, np.ndarray], elapsed: int = 1) -> None:
         """Move the frame's targets (per table index: (n, 7) w x y z, x y z; in place)."""
         contacts = self._contacts(positions, elapsed)
+        f = self.frame
         self.frame += 1
         s = self.settings
         dt = max(1, elapsed) / self.fps
@@ -391,34 +482,29 @@ class Footing:
             self.lift = goal if not self.lifted else self.lift + (goal - self.lift) * min(1.0, dt / s.lift_s)
             self.lifted = True
         new: list[list[float] | None] = []
+        swung: list[list[float] | None] = []  # the same before a landing foot's approach
         for k, foot in enumerate(self.feet):
             first = raw[k]
             if first is None:
                 new.append(None)
+                swung.append(None)
                 continue
             free = [float(x) for x in first]  # plain floats: a few numpy calls would cost more than the sums
             free[6] += self.lift
-            step = dt / (s.touchdown_s if contacts[k] else s.blend_s)
-            if contacts[k] and not foot.was:  # touchdown: lock where the foot is now
-                hx, hy = (foot.held[4], foot.held[5]) if foot.held is not None else (free[4], free[5])
-                a = foot.weight
-                foot.lock = ((1 - a) * free[4] + a * hx, (1 - a) * free[5] + a * hy)
-            foot.was = contacts[k]
-            foot.weight = min(1.0, foot.weight + step) if contacts[k] else max(0.0, foot.weight - step)
-            if contacts[k]:
-                q = _qmul(_to_up(_qrot(free[:4], self._up[k])), free[:4])
-                foot.held = [*q, foot.lock[0], foot.lock[1], self._height[k] + s.clearance]
-            pose = free
-            w = foot.weight * foot.weight * (3.0 - 2.0 * foot.weight)  # smoothstep
-            if w > 0.0 and foot.held is not None:
-                pose = _blend(free, foot.held, w)
+            pose, w = self._foot_pose(k, foot, free, contacts[k], f, dt)
+            landing = None if contacts[k] else self._landing(k, pose, free, f)
+            if landing is not None:  # the flight's drop from where the foot comes from: the landing must reach
+                from_ = list(pose)
+                from_[6] += _floor_push(self._lowest(from_, k), s.soft)
+                pose, w = landing[0], max(w, landing[1])
             low = self._lowest(pose, k)
             pose[6] += _floor_push(low, s.soft)
             # a foot near the floor weighs more as it nears it, held or not (it must not sink)
             goal = max(w, min(1.0, max(0.0, 1.0 - low / s.near)))
             self.stance[k] += (goal - self.stance[k]) * min(1.0, dt / s.weight_s)
             new.append(pose)
-        self.flight = self._flight_drop(new, contacts)
+            swung.append(pose if landing is None else from_)
+        self.flight = self._flight_drop(swung, contacts)
         for lowered in new:
             if lowered is not None:
                 lowered[6] += self.flight

@@ -72,7 +72,7 @@ from mocapline.robot.description import RobotDescription
 from mocapline.robot.registry import get_robot
 
 from ..config import IKConfig, MatchEntry, load_ik_config
-from ..footing import Footing, FootingSettings, foot_geometry
+from ..footing import Footing, FootingSettings, contact_holds, foot_geometry, plan_contacts, stance_floor
 from ..shoulder_pole import ShoulderPoles
 from .backend import COST_FLOOR, NUMERIC_FAILURES, IKBackend, Posture
 from .fast_backend import FastBackend
@@ -229,6 +229,22 @@ class Retargeter:
     def targets(self, positions: np.ndarray, quaternions: np.ndarray, table: int = -1) -> np.ndarray:
         """(n, 7) target poses (w x y z, x y z) of one table's entries, in table order."""
         return self._tables[table].targets(np.asarray(positions)[self._used_bodies], quaternions, self.ground)
+
+    def plan_take(self, positions: np.ndarray, quaternions: np.ndarray) -> None:
+        """Offline, the whole take known (``positions`` (F, 23, 3), ``quaternions`` (F, 23, 4)): the
+        footing's floor, contacts and holds from all of it (``Footing.set_plan``); the i-th call
+        of :meth:`retarget` after it is frame i. Without footing, nothing."""
+        footing = self.footing
+        if footing is None:
+            return
+        floor = stance_floor(positions, footing.settings.floor_percentile)
+        contacts = plan_contacts(positions, footing.fps, footing.settings, floor)
+        feet = [body for body, _ in footing.tables[-1] if body is not None]
+        holds = None
+        if len(feet) == 2:
+            xy = np.array([self.targets(p, q)[feet, 4:6] for p, q in zip(positions, quaternions, strict=True)])
+            holds = contact_holds(contacts, xy)
+        footing.set_plan(contacts, floor, holds)
 
     def _place_root(self, positions: np.ndarray, quaternions: np.ndarray) -> None:
         """First frame of a take: put the root on its target (the joints keep their pose), so the
