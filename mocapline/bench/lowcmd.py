@@ -26,7 +26,7 @@ def measure(number: int) -> dict[str, float]:
     record["motor_cmd"]["kp"] = 60.0
     motors = [MotorCmd_(1, 0.1, 0.0, 0.0, 60.0, 1.0, 0) for _ in range(35)]
     # cyclonedds types its arrays as ``types.array``; at run time it takes lists
-    message = LowCmd_(0, 0, motors, [0] * 4, 0)  # type: ignore[arg-type]
+    message = LowCmd_(0, 0, motors, [0] * 4, 0)  # type: ignore[arg-type, unused-ignore]
 
     def ours() -> bytes:
         LOW_CMD.seal(record)

@@ -171,7 +171,7 @@ class LowLevel:
                          waitable=False)
 
     def close(self) -> None:
-        self.participant = None  # type: ignore[assignment]
+        self.participant = None  # type: ignore[assignment, unused-ignore]
         self.domain = None
 
 

@@ -1,4 +1,4 @@
-# mypy: disable-error-code="type-arg,valid-type"
+# mypy: disable-error-code="type-arg,valid-type,call-arg"
 """The base-state message (:mod:`.base`) as a Cyclone DDS IDL struct."""
 
 from dataclasses import dataclass

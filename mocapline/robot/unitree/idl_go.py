@@ -1,4 +1,4 @@
-# mypy: disable-error-code="type-arg,valid-type"
+# mypy: disable-error-code="type-arg,valid-type,call-arg"
 """The ``unitree_go`` message types (the H1's LowCmd_ / LowState_) as Cyclone DDS IDL structs,
 under the type names Unitree's own peers use (``unitree_go::msg::dds_::LowCmd_`` ...); the bytes
 come from :mod:`.go` (``tests/test_unitree_lowlevel.py`` proves both give equal bytes)."""

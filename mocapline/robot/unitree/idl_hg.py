@@ -1,4 +1,4 @@
-# mypy: disable-error-code="type-arg,valid-type"
+# mypy: disable-error-code="type-arg,valid-type,call-arg"
 """The ``unitree_hg`` message types as Cyclone DDS IDL structs, under the type names Unitree's own
 peers use (``unitree_hg::msg::dds_::LowCmd_`` ...), so that a topic here matches theirs.
 
