@@ -587,6 +587,16 @@ def test_a_ray_node_killed_mid_run_loses_no_take(tmp_path) -> None:
     assert summary["failed_by_reason"].get("ray task lost", 0) == 0, summary
 
 
+def test_the_conversion_code_is_in_the_settings_hash(tmp_path) -> None:
+    """A dataset converted by older code (``retarget_file.CONVERSION``) is redone by a rerun."""
+    from mocapline.tools.dataset.cli import dataset_settings
+    from mocapline.tools.retarget_file import CONVERSION
+
+    _, described, files = dataset_settings(build_parser().parse_args([str(tmp_path), "--out", str(tmp_path / "o")]))
+    assert described["conversion"] == CONVERSION
+    assert settings_hash({**described, "conversion": "2026-12-03"}, files) != settings_hash(described, files)
+
+
 @pytest.mark.parametrize(("flag", "field", "values"), [("--joint-ranges", "joint_ranges", ("full", "human")),
                                                       ("--keep-flight", "keep_flight", (False, True))])
 def test_a_retarget_setting_reaches_each_take_and_the_settings_hash(tmp_path, flag, field, values) -> None:

@@ -48,6 +48,9 @@ from mocapline.services.retarget.quality import evaluate, first_frames_error
 from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
 
 PROG = "mocapline retarget-file"
+# The last day the clips a take converts to changed (the IK, the footing, the resampling): in each
+# clip's meta and in retarget-dataset's settings hash, so that a rerun redoes what older code made.
+CONVERSION = "2026-12-04"
 
 
 def build_parser() -> EnvArgumentParser:
@@ -235,7 +238,7 @@ def convert(take: Path, settings: FileSettings, *, baseline: bool = False,
         "input": str(take), "input_sha256": hashlib.sha256(take.read_bytes()).hexdigest(),
         "skeleton": skeleton.name, "config": config.source, "human_height": height, "start": settings.start,
         "options": ours.options.describe(),
-        "generator": PROG,
+        "generator": PROG, "conversion": CONVERSION,
     }
     r = resample(np.arange(n), qpos[:, 0:3], qpos[:, 3:7], qpos[:, 7:], motion.fps, settings.fps,
                  ik_failed=failed)

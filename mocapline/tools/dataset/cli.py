@@ -41,7 +41,7 @@ from mocapline.tools.dataset import report
 from mocapline.tools.dataset.engine import run_pool, run_ray
 from mocapline.tools.dataset.manifest import DONE, FAILED, Manifest, settings_hash, sha256_file
 from mocapline.tools.dataset.task import TakeResult, TakeTask
-from mocapline.tools.retarget_file import FileSettings, RetargetFileError, add_file_settings_arguments
+from mocapline.tools.retarget_file import CONVERSION, FileSettings, RetargetFileError, add_file_settings_arguments
 
 PROG = "mocapline retarget-dataset"
 KINDS = {".bvh": "bvh", ".mlrec": "mlrec"}
@@ -122,6 +122,7 @@ def dataset_settings(args: argparse.Namespace) -> tuple[FileSettings, dict[str, 
     if Path(args.skeleton).is_file():
         files.append(Path(args.skeleton))
     described = {**asdict(settings), "formats": list(args.formats), "robot": repr(robot), "version": _version(),
+                 "conversion": CONVERSION,
                  "max_err_mm": args.max_err_mm}
     return settings, described, files
 
