@@ -160,6 +160,7 @@ def test_a_recorded_take_follows_the_footing_settings_as_a_bvh_does() -> None:
     for footing in (True, False):
         result = run_task(_task(DEMO_TAKE, footing=footing))
         assert result.record["status"] == DONE, result.record
+        assert result.record["frames"] == 1200 and result.record["samples"] == 1000  # 20 s at 60 Hz, at 50 Hz
         with np.load(io.BytesIO(result.outputs["t.npz"])) as z:
             clips[footing] = z["q"].copy()
     assert clips[True].shape == clips[False].shape

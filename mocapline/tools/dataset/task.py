@@ -10,6 +10,7 @@ Anything wrong with the take becomes a failed record with its reason, never an e
 from __future__ import annotations
 
 import io
+import json
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -55,7 +56,7 @@ def _mlrec_clip(task: TakeTask) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
                                      + ([] if s.footing else ["--no-footing"])
                                      + (["--keep-flight"] if s.keep_flight else []))
     clip, _, _ = recording_clip(args)
-    summary = {"frames": int(len(clip["posture_index"])), "ik_failed": int(clip["ik_failed"].sum()),
+    summary = {"frames": int(json.loads(str(clip["meta"]))["source_frames"]), "ik_failed": int(clip["ik_failed"].sum()),
                "invalid_samples": int((~clip["valid"]).sum())}
     return clip, summary
 

@@ -386,7 +386,8 @@ def _clip_of_run(args: Any, path: Path, run: Any) -> tuple[dict[str, np.ndarray]
     if not 0 <= args.take_index < len(takes):
         raise ValueError(f"--take-index {args.take_index}: the recording has {len(takes)} take(s)")
     meta = {"input": str(path), "input_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            "take_index": args.take_index, "takes_in_input": len(takes), "config": run.config.describe(),
+            "take_index": args.take_index, "takes_in_input": len(takes), "source_frames": len(takes[args.take_index]),
+            "config": run.config.describe(),
             "capture_ledger": run.capture_ledger, "generator": "mocapline export"}
     clip = export_frames(takes[args.take_index], float(run.config.input_fps or 60.0), args.fps,
                          max_gap=args.max_gap, on_gap=args.on_gap, meta=meta, robot=get_robot(run.config.robot_model))
