@@ -59,7 +59,7 @@ from mocapline.services.retarget.config import IKConfig, detect_bvh_skeleton, lo
 from mocapline.services.retarget.footing import foot_geometry
 from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.ground_quality import GroundQuality, human_ground, robot_ground
-from mocapline.services.retarget.ik.options import RetargetOptions
+from mocapline.services.retarget.ik.options import RetargetOptions, add_no_footing_argument
 from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.quality import Quality, evaluate
 
@@ -432,8 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arm-huber", type=float, default=None,
                         help="rad: mocapline's arm rotation errors beyond it cost linearly (0: quadratic)")
     parser.add_argument("--backend", choices=("fast", "mink"), default="fast")
-    parser.add_argument("--no-footing", action="store_true",
-                        help="mocapline without its stance feet held on the floor (services/retarget/footing.py)")
+    add_no_footing_argument(parser, " (mocapline's IK; the baseline never holds them)")
     parser.add_argument("--overhead", action="store_true",
                         help="instead: the stress sweep of overhead raises past the shoulder's gimbal pole, with and "
                              "without the shoulder poles (about 1 min)")

@@ -42,7 +42,12 @@ from mocapline.services.retarget.config import BVH_SKELETONS, IKConfigError, det
 from mocapline.services.retarget.footing import foot_geometry
 from mocapline.services.retarget.gmr import GmrBaseline
 from mocapline.services.retarget.ground_quality import robot_ground
-from mocapline.services.retarget.ik.options import RetargetOptions, add_joint_ranges_argument, add_keep_flight_argument
+from mocapline.services.retarget.ik.options import (
+    RetargetOptions,
+    add_joint_ranges_argument,
+    add_keep_flight_argument,
+    add_no_footing_argument,
+)
 from mocapline.services.retarget.ik.retargeter import Retargeter
 from mocapline.services.retarget.quality import evaluate, first_frames_error
 from mocapline.tools.recorder.export import DEFAULT_FPS, build_clip, resample, write_clip_files
@@ -137,9 +142,8 @@ def add_file_settings_arguments(p: argparse.ArgumentParser, each: bool = False) 
     p.add_argument("--start", type=non_negative_int, default=0, help=f"first frame{of} to use{whole}")
     p.add_argument("--frames", type=positive_int, default=None,
                    help=f"number of frames{of} to use (default: to the end){whole}")
-    p.add_argument("--no-footing", action="store_true",
-                   help="do not hold the performer's stance feet on the floor (on by default: contacts found over "
-                        "the whole take, the floor calibrated from it; docs/retarget.md \"Feet on the ground\")")
+    add_no_footing_argument(p, " (by default they are held: contacts found over the whole take, the floor "
+                               "calibrated from it)")
     add_keep_flight_argument(p)
     add_joint_ranges_argument(p, what=" (in each take's settings)" if each else "")
 

@@ -47,6 +47,7 @@ from .ik.options import (
     DEFAULT_LM_DAMPING,
     RetargetOptions,
     add_joint_ranges_argument,
+    add_no_footing_argument,
 )
 from .ik.retargeter import Retargeter, robot_frame_from
 from .ik.smoothing import OneFrameSmoother
@@ -92,9 +93,7 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--filter", choices=FILTERS, default="none",
                    help="output filter: smooth3 = centred [1,2,1]/4 over frames, exactly one frame of delay")
     p.add_argument("--no-velocity-limit", action="store_true", help="do not bound joint speed")
-    p.add_argument("--no-footing", action="store_true",
-                   help="do not hold the performer's stance feet on the floor (the robot's feet then follow the "
-                        "human's as they are: sliding, hovering, sinking; docs/retarget.md \"Feet on the ground\")")
+    add_no_footing_argument(p)
     add_joint_ranges_argument(p, what=" (`up --controller policy` sets human)")
     p.add_argument("--backend", choices=BACKENDS, default="fast", help="IK backend (mink = mink.solve_ik, slower)")
     p.add_argument("--max-takes", type=int, default=0,

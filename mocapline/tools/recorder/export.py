@@ -69,7 +69,11 @@ from mocapline.formats.axis_bvh import add_axis_options
 from mocapline.formats.takefile import MocapSeries, TakeKind, check, default_output, read_mocap_series
 from mocapline.robot.description import RobotDescription
 from mocapline.robot.registry import add_robot_model_argument, get_robot
-from mocapline.services.retarget.ik.options import add_joint_ranges_argument, add_keep_flight_argument
+from mocapline.services.retarget.ik.options import (
+    add_joint_ranges_argument,
+    add_keep_flight_argument,
+    add_no_footing_argument,
+)
 
 DEFAULT_FPS = 50.0
 CSV_ROOT = ("root_x", "root_y", "root_z", "root_qw", "root_qx", "root_qy", "root_qz")
@@ -315,8 +319,7 @@ def build_parser() -> EnvArgumentParser:
                    help=".mltap / .mlmf: the performer to export (default: the first)")
     p.add_argument("--no-csv", action="store_true", help="do not write the CSV next to the .npz")
     add_joint_ranges_argument(p, default=None, what=" (default: the take's, else full)")
-    p.add_argument("--no-footing", action="store_true",
-                   help="do not hold the performer's stance feet on the floor (default: the take's, else held)")
+    add_no_footing_argument(p, " (default: the take's, else held)")
     add_keep_flight_argument(p)
     return p
 

@@ -20,6 +20,15 @@ def add_joint_ranges_argument(parser: argparse.ArgumentParser, default: str | No
                              "it gives one (the G1's shoulder yaw +-80 deg: the shoulders keep one branch, which a "
                              f"learned policy follows; docs/retarget.md){what}")
 
+def add_no_footing_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """``--no-footing`` (``RetargetOptions.footing`` off), the same in every command that retargets;
+    ``what`` adds what the command's default is."""
+    parser.add_argument("--no-footing", action="store_true",
+                        help="do not hold the performer's stance feet on the floor (the robot's feet then follow "
+                             "the human's as they are: sliding, hovering, sinking; docs/retarget.md \"Feet on the "
+                             f"ground\"){what}")
+
+
 def add_keep_flight_argument(parser: argparse.ArgumentParser) -> None:
     """``--keep-flight`` (``RetargetOptions.keep_flight``), the same in every command that has it."""
     parser.add_argument("--keep-flight", action="store_true",
