@@ -423,12 +423,12 @@ class Footing:
         low = min((self._lowest(pose, k) for k, pose in enumerate(feet) if pose is not None), default=0.0)
         return -_floor_push(s.flight_cap - low, s.soft)
 
-    def _foot_pose(self, k: int, foot: _Foot, free: list[float], contact: bool, f: int,
+    def _foot_pose(self, k: int, foot: _Foot, free: list[float], contact: bool, hold: np.ndarray | None,
                    dt: float) -> tuple[list[float], float]:
-        """Foot ``k``'s target at frame ``f`` (``free``: the performer's, lifted) and how far it is
-        held (0-1, smoothed): held while in contact, blended off at lift-off."""
+        """Foot ``k``'s target (``free``: the performer's, lifted; ``hold``: offline, where this
+        frame's contact holds it) and how far it is held (0-1, smoothed): held while in contact,
+        blended off at lift-off."""
         s = self.settings
-        hold = None if self.holds is None else self.holds[min(f, len(self.holds) - 1), k]
         if contact and not foot.was:  # touchdown: lock where the foot is now, or on its hold
             if hold is not None:
                 foot.lock, foot.weight = (float(hold[0]), float(hold[1])), 1.0  # reached on the approach
@@ -447,15 +447,12 @@ class Footing:
             pose = _blend(free, foot.held, w)
         return pose, w
 
-    def _landing(self, k: int, pose: list[float], free: list[float], f: int) -> tuple[list[float], float] | None:
-        """Offline, free foot ``k`` at ``pose`` blended onto its next hold before it lands, and how
-        far (smoothstep); None where it is not landing."""
-        if self.approach is None or self.holds is None:
-            return None
-        a = float(self.approach[min(f, len(self.approach) - 1), k])
+    def _landing(self, k: int, pose: list[float], free: list[float], hold: np.ndarray,
+                 a: float) -> tuple[list[float], float] | None:
+        """Offline, free foot ``k`` at ``pose`` blended onto its next ``hold``, ``a`` (0-1) of its
+        approach done, and how far (smoothstep); None where it is not landing."""
         if a <= 0.0:
             return None
-        hold = self.holds[min(f, len(self.holds) - 1), k]
         a = a * a * (3.0 - 2.0 * a)
         on = [*self._flat(free, k), float(hold[0]), float(hold[1]), self._height[k] + self.settings.clearance]
         return _blend(pose, on, a), a
@@ -467,7 +464,8 @@ class Footing:
     def adjust(self, positions: np.ndarray, targets: dict[int, np.ndarray], elapsed: int = 1) -> None:
         """Move the frame's targets (per table index: (n, 7) w x y z, x y z; in place)."""
         contacts = self._contacts(positions, elapsed)
-        f = self.frame
+        holds, approach = self.holds, self.approach  # offline, set together (set_plan)
+        row = 0 if holds is None else min(self.frame, len(holds) - 1)
         self.frame += 1
         s = self.settings
         dt = max(1, elapsed) / self.fps
@@ -491,8 +489,10 @@ class Footing:
                 continue
             free = [float(x) for x in first]  # plain floats: a few numpy calls would cost more than the sums
             free[6] += self.lift
-            pose, w = self._foot_pose(k, foot, free, contacts[k], f, dt)
-            landing = None if contacts[k] else self._landing(k, pose, free, f)
+            hold = None if holds is None else holds[row, k]
+            pose, w = self._foot_pose(k, foot, free, contacts[k], hold, dt)
+            landing = (None if contacts[k] or hold is None or approach is None
+                       else self._landing(k, pose, free, hold, float(approach[row, k])))
             if landing is not None:  # the flight's drop from where the foot comes from: the landing must reach
                 from_ = list(pose)
                 from_[6] += _floor_push(self._lowest(from_, k), s.soft)
