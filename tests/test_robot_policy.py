@@ -139,7 +139,7 @@ def test_twist2s_description_is_their_checkpoints_width_in_their_layout() -> Non
 
 
 def test_the_observation_fed_is_the_one_computed_term_by_term() -> None:
-    ctl, rec, _ = _controller()
+    ctl, rec, _ = _controller(rest_lean_s=0.0)  # the stream's roll and pitch as streamed
     t, pos, rot, joints = _clip()
     _drive(ctl, 4.5, frames=_frames(t, pos, rot, joints))
     tracking = [c for c in rec.calls if c["state"] == "tracking"]
@@ -159,6 +159,75 @@ def test_the_observation_fed_is_the_one_computed_term_by_term() -> None:
             np.testing.assert_allclose(obs[:35], _expected_mimic(call["clock"], t, pos, rot, joints), atol=3e-5)
     first = rec.calls[0]  # balancing: the reference at rest, standing still at the stand height
     np.testing.assert_allclose(first["obs"][:35], np.concatenate([[0, 0, 0.8, 0, 0, 0], TWIST2.default]), atol=1e-6)
+
+
+def _leaning_clip(seconds: float, pitch_deg: float, roll_deg: float, extra_pitch_from: float,
+                  extra_deg: float) -> tuple[np.ndarray, np.ndarray, Rotation, np.ndarray]:
+    """A turning root leaning a constant roll and pitch, ``extra_deg`` more pitch from ``extra_pitch_from`` s."""
+    t, pos, _, joints = _clip(seconds)
+    pitch = np.radians(pitch_deg + extra_deg * (t >= extra_pitch_from))
+    rot = Rotation.from_euler("ZYX", np.stack([0.2 * t, pitch, np.full_like(t, np.radians(roll_deg))], axis=1))
+    return t, pos, rot, joints
+
+
+def _roll_pitch_seen(calls: list[dict], start: float, stop: float) -> np.ndarray:
+    """(n, 2) the reference's roll and pitch in the observations fed while tracking in [start, stop) s of playback."""
+    return np.array([c["obs"][3:5] for c in calls if c["state"] == "tracking" and start <= c["clock"] < stop],
+                    dtype=np.float64)
+
+
+def test_the_policy_sees_the_reference_lean_relative_to_the_takes_first_second() -> None:
+    """A performer leaning 8 deg forward and 2 to the side as they stand: after the take's first
+    second the policy sees a level reference, and a further 5 deg of pitch later as 5 deg; the
+    heading, height and joints as streamed. Calibrated again once the stream ended and the robot
+    went back to rest; off (0 s), the lean as streamed."""
+    t, pos, rot, joints = _leaning_clip(4.0, 8.0, 2.0, 2.5, 5.0)
+    frames = _frames(t, pos, rot, joints)
+    frames.append(StreamFrame(len(frames), 0.0, None, None, end=True))
+    ctl, rec, _ = _controller()
+    assert ctl.settings.rest_lean_s == 1.0  # on by default
+    for f in frames:
+        ctl.on_frame(f)
+    rest_seen: list[np.ndarray] = []
+    for k in range(int(9.0 / DT)):
+        now = k * DT
+        ctl.on_state(_measured(now))
+        cmd = ctl.tick(now, DT)
+        if ctl.state == "tracking" and ctl.rest_lean.value is not None:
+            rest_seen.append(ctl.rest_lean.value.copy())
+        if cmd is not None and any(f.end for f in cmd.reached):
+            ctl.on_end()
+    level = _roll_pitch_seen(rec.calls, 1.3, 2.4)
+    assert len(level) > 40
+    np.testing.assert_allclose(level, 0.0, atol=1e-6)
+    later = _roll_pitch_seen(rec.calls, 2.6, 3.8)
+    assert len(later) > 40
+    np.testing.assert_allclose(later, np.broadcast_to([0.0, np.radians(5.0)], later.shape), atol=1e-6)
+    np.testing.assert_allclose(rest_seen[-1], np.radians([2.0, 8.0]), atol=1e-9)
+    tracked = [c for c in rec.calls if c["state"] == "tracking" and 1.3 <= c["clock"] < 2.4]
+    for c in tracked:  # the heading, height and joints are the stream's
+        np.testing.assert_allclose(c["obs"][2], np.interp(c["clock"], t, pos[:, 2]), atol=1e-9)
+        yaw = Rotation.from_quat(np.roll(c["reference"].root_quat, -1)).as_euler("ZYX")[0]
+        assert abs(yaw - 0.2 * c["clock"]) < 1e-6
+    assert ctl.state == "balancing" and ctl.rest_lean.value is None  # the next take calibrates on its own
+    assert ctl.figures(9.0)["rest_lean_deg"] is None
+
+    off, rec_off, _ = _controller(rest_lean_s=0.0)
+    _drive(off, 4.0, frames=_frames(t, pos, rot, joints))
+    streamed = _roll_pitch_seen(rec_off.calls, 1.3, 2.4)
+    assert len(streamed) > 40
+    np.testing.assert_allclose(streamed, np.broadcast_to(np.radians([2.0, 8.0]), streamed.shape), atol=1e-6)
+    assert off.figures(4.0)["rest_lean_deg"] is None
+
+
+def test_euler_angles_round_trip_as_scipys_zyx() -> None:
+    from mocapline.services.robot.policy.rest_lean import from_yaw_pitch_roll, yaw_pitch_roll
+
+    rng = np.random.default_rng(5)
+    for ypr in rng.uniform([-3.1, -1.5, -3.1], [3.1, 1.5, 3.1], size=(50, 3)):
+        x, y, z, w = Rotation.from_euler("ZYX", ypr).as_quat()
+        np.testing.assert_allclose(from_yaw_pitch_roll(*ypr), [w, x, y, z], atol=1e-12)
+        np.testing.assert_allclose(yaw_pitch_roll(np.array([w, x, y, z])), ypr, atol=1e-9)
 
 
 def test_history_first_initialises_every_slot_with_the_first_frame() -> None:

@@ -33,6 +33,7 @@ from mocapline.services.robot.controller import Command, ControllerStates, Contr
 from mocapline.services.robot.counters import Ring, RobotCounters
 from mocapline.services.robot.policy.description import PolicyDescription
 from mocapline.services.robot.policy.observation import Observation, Proprio, Reference
+from mocapline.services.robot.policy.rest_lean import RestLean
 from mocapline.services.robot.safety import SafetyFilter
 from mocapline.services.robot.timeline import Step, StreamFrame, Timeline
 
@@ -64,6 +65,7 @@ class PolicyController(ControllerStates):
         self.stop_s = estop_damp_s
         self.idx = policy.indices(robot)
         self.observation = Observation(policy, self.idx)
+        self.rest_lean = RestLean(settings.rest_lean_s)
         # joints the policy does not drive: held at the robot's stand pose with its own gains
         self.default, self.kp, self.kd, self.torque = robot.stand.copy(), robot.kp.copy(), robot.kd.copy(), \
             safety.limits.torque.copy()
@@ -152,14 +154,18 @@ class PolicyController(ControllerStates):
             self.last_action[:] = 0.0
             self.next_policy = now
         step = self.timeline.step(dt)
-        self.reference = self._reference(step, now)
+        self.reference = self._reference(step, now, dt)
         if self.next_policy is not None and now >= self.next_policy - 1e-9:
             self._policy_step(m, now)
         return self._stiff(self.targets, now, step.started if step else [], step.reached if step else [])
 
-    def _reference(self, step: Step | None, now: float) -> Reference:
+    def _reference(self, step: Step | None, now: float, dt: float) -> Reference:
         """The reference of this tick, and the state it puts the controller in."""
         stream = self._stream(step)
+        if stream is not None:
+            if self.state in ("ramp_in", "tracking"):
+                self.rest_lean.observe(stream.root_quat, dt)
+            stream = self.rest_lean.level(stream)
         if self.state == "balancing":
             if stream is None or not self._new_frames(step):
                 return self.rest
@@ -192,6 +198,7 @@ class PolicyController(ControllerStates):
             a = self._blend(now)
             if a >= 1.0:
                 self._go("balancing", now)
+                self.rest_lean.reset()  # the next take is calibrated on its own
                 return self.rest
             return self.blend_from.blend(self.rest, a)
         return self.rest
@@ -273,12 +280,14 @@ class PolicyController(ControllerStates):
 
     # --- the heartbeat's figures ---
 
-    def figures(self, now: float) -> dict[str, float | int | None]:
+    def figures(self, now: float) -> dict[str, float | int | list[float] | None]:
         inf = self.inference.values()
         at = self.policy_at.values()
+        lean = self.rest_lean.value
         return {
             "policy_steps": self.policy_steps,
             "policy_rate_hz": float(np.count_nonzero(at > now - 1.0)),
             "inference_p50_ms": round(float(np.percentile(inf, 50)) * 1000, 3) if inf.size else None,
             "inference_p99_ms": round(float(np.percentile(inf, 99)) * 1000, 3) if inf.size else None,
+            "rest_lean_deg": None if lean is None else [round(float(v), 2) for v in np.degrees(lean)],
         }

@@ -1,0 +1,72 @@
+"""The reference's rest lean, calibrated from the take, taken off the roll and pitch the policy sees.
+
+A capture's pelvis leans where a robot's stands level: the bundled CMU takes' retargeted pelvis
+pitches forward 6-9 deg while the performer stands, where a policy's rest (TWIST2's: its
+``DEFAULT_MIMIC_OBS``) is level. A policy told to lean 8 deg steps forward to catch it, and walks
+off (docs/retarget.md "Feet on the ground"). So the policy sees the reference's roll and pitch
+relative to the performer's own rest: their mean over the first ``seconds`` of each take (the
+performer standing, as a take starts), then held for the rest of it; the joints, height, heading
+and velocities are the stream's. Calibrated again after the stream ended and the robot went back to
+rest (a new take, perhaps another performer).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from mocapline.services.robot.policy.observation import Reference
+
+
+def yaw_pitch_roll(quat: np.ndarray) -> tuple[float, float, float]:
+    """Z-Y-X Euler angles (rad) of a w x y z quaternion (yaw about the world's Z first)."""
+    w, x, y, z = (float(v) for v in quat)
+    yaw = math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+    pitch = math.asin(max(-1.0, min(1.0, 2 * (w * y - z * x))))
+    roll = math.atan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y))
+    return yaw, pitch, roll
+
+
+def from_yaw_pitch_roll(yaw: float, pitch: float, roll: float) -> np.ndarray:
+    """The w x y z quaternion of Z-Y-X Euler angles (rad): yaw * pitch * roll."""
+    cy, sy = math.cos(yaw / 2), math.sin(yaw / 2)
+    cp, sp = math.cos(pitch / 2), math.sin(pitch / 2)
+    cr, sr = math.cos(roll / 2), math.sin(roll / 2)
+    return np.array([cy * cp * cr + sy * sp * sr, cy * cp * sr - sy * sp * cr,
+                     cy * sp * cr + sy * cp * sr, sy * cp * cr - cy * sp * sr])
+
+
+@dataclass
+class RestLean:
+    """The mean roll and pitch of the reference over its first ``seconds`` (0: no calibration)."""
+
+    seconds: float
+    elapsed: float = 0.0
+    total: np.ndarray = field(default_factory=lambda: np.zeros(2))  # time-weighted sum of (roll, pitch)
+
+    def reset(self) -> None:
+        self.elapsed = 0.0
+        self.total = np.zeros(2)
+
+    @property
+    def value(self) -> np.ndarray | None:
+        """(roll, pitch) rad, the rest so far; None before the first observation or when off."""
+        return self.total / self.elapsed if self.elapsed > 0 else None
+
+    def observe(self, quat: np.ndarray, dt: float) -> None:
+        """The reference's orientation, played for ``dt`` s: counted while the calibration lasts."""
+        if self.elapsed >= self.seconds:
+            return
+        _, pitch, roll = yaw_pitch_roll(quat)
+        self.elapsed += dt
+        self.total += dt * np.array([roll, pitch])
+
+    def level(self, ref: Reference) -> Reference:
+        """``ref`` with the rest's roll and pitch taken off its root's (its heading kept)."""
+        rest = self.value
+        if rest is None:
+            return ref
+        yaw, pitch, roll = yaw_pitch_roll(ref.root_quat)
+        return replace(ref, root_quat=from_yaw_pitch_roll(yaw, pitch - float(rest[1]), roll - float(rest[0])))
