@@ -176,11 +176,11 @@ def _roll_pitch_seen(calls: list[dict], start: float, stop: float) -> np.ndarray
                     dtype=np.float64)
 
 
-def test_the_policy_sees_the_reference_lean_relative_to_the_takes_first_second() -> None:
+def test_the_policy_sees_the_reference_pitch_relative_to_the_takes_first_second() -> None:
     """A performer leaning 8 deg forward and 2 to the side as they stand: after the take's first
-    second the policy sees a level reference, and a further 5 deg of pitch later as 5 deg; the
-    heading, height and joints as streamed. Calibrated again once the stream ended and the robot
-    went back to rest; off (0 s), the lean as streamed."""
+    second the policy sees the reference's pitch level, a further 5 deg later as 5 deg, the roll as
+    streamed; the heading, height and joints as streamed. Calibrated again once the stream ended
+    and the robot went back to rest; off (0 s), the lean as streamed."""
     t, pos, rot, joints = _leaning_clip(4.0, 8.0, 2.0, 2.5, 5.0)
     frames = _frames(t, pos, rot, joints)
     frames.append(StreamFrame(len(frames), 0.0, None, None, end=True))
@@ -188,28 +188,30 @@ def test_the_policy_sees_the_reference_lean_relative_to_the_takes_first_second()
     assert ctl.settings.rest_lean_s == 1.0  # on by default
     for f in frames:
         ctl.on_frame(f)
-    rest_seen: list[np.ndarray] = []
+    rest_seen: list[float] = []
     for k in range(int(9.0 / DT)):
         now = k * DT
         ctl.on_state(_measured(now))
         cmd = ctl.tick(now, DT)
-        if ctl.state == "tracking" and ctl.rest_lean.value is not None:
-            rest_seen.append(ctl.rest_lean.value.copy())
+        if ctl.state == "tracking" and ctl.rest_lean.pitch is not None:
+            rest_seen.append(ctl.rest_lean.pitch)
         if cmd is not None and any(f.end for f in cmd.reached):
             ctl.on_end()
     level = _roll_pitch_seen(rec.calls, 1.3, 2.4)
     assert len(level) > 40
-    np.testing.assert_allclose(level, 0.0, atol=1e-6)
+    np.testing.assert_allclose(level, np.broadcast_to([np.radians(2.0), 0.0], level.shape), atol=1e-6)
     later = _roll_pitch_seen(rec.calls, 2.6, 3.8)
     assert len(later) > 40
-    np.testing.assert_allclose(later, np.broadcast_to([0.0, np.radians(5.0)], later.shape), atol=1e-6)
-    np.testing.assert_allclose(rest_seen[-1], np.radians([2.0, 8.0]), atol=1e-9)
+    np.testing.assert_allclose(later, np.broadcast_to(np.radians([2.0, 5.0]), later.shape), atol=1e-6)
+    assert rest_seen[-1] == pytest.approx(np.radians(8.0), abs=1e-9)
     tracked = [c for c in rec.calls if c["state"] == "tracking" and 1.3 <= c["clock"] < 2.4]
     for c in tracked:  # the heading, height and joints are the stream's
-        np.testing.assert_allclose(c["obs"][2], np.interp(c["clock"], t, pos[:, 2]), atol=1e-9)
+        expected = _expected_mimic(c["clock"], t, pos, rot, joints)
+        np.testing.assert_allclose(c["obs"][2], expected[2], atol=1e-6)
+        np.testing.assert_allclose(c["obs"][6:35], expected[6:35], atol=1e-6)
         yaw = Rotation.from_quat(np.roll(c["reference"].root_quat, -1)).as_euler("ZYX")[0]
         assert abs(yaw - 0.2 * c["clock"]) < 1e-6
-    assert ctl.state == "balancing" and ctl.rest_lean.value is None  # the next take calibrates on its own
+    assert ctl.state == "balancing" and ctl.rest_lean.pitch is None  # the next take calibrates on its own
     assert ctl.figures(9.0)["rest_lean_deg"] is None
 
     off, rec_off, _ = _controller(rest_lean_s=0.0)

@@ -417,8 +417,8 @@ class PolicyCounts:
     policy_rate_hz: float = wire()  # steps in the last second
     inference_p50_ms: float | None = wire()  # over the last 2000 steps
     inference_p99_ms: float | None = wire()
-    # deg (roll, pitch): the take's rest lean taken off the reference (policy/rest_lean.py); None: none yet
-    rest_lean_deg: list[float] | None = wire(None)
+    # deg: the take's rest pitch taken off the reference's (policy/rest_lean.py); None: none yet
+    rest_lean_deg: float | None = wire(None)
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,8 @@ class ControlSettings:
     fall_tilt_deg: float = 60.0  # policy: the IMU this far from upright is a fall
     fall_rate: float = 10.0  # policy: an IMU angular rate above this (rad/s) is a fall
     arm_sdk_ramp_s: float = 2.0  # arm-sdk: the blend weight's ramp between 0 and 1
-    # policy: the reference's roll and pitch relative to their mean over a take's first this many
-    # seconds (the performer's rest lean: policy/rest_lean.py); 0: as streamed
+    # policy: the reference's pitch relative to its mean over a take's first this many seconds (the
+    # performer's rest lean: policy/rest_lean.py); 0: as streamed
     rest_lean_s: float = 1.0
 
 

@@ -93,9 +93,9 @@ def build_parser() -> EnvArgumentParser:
     p.add_argument("--fall-rate", type=positive_float, default=ControlSettings.fall_rate,
                    help="policy: an IMU angular rate above this (rad/s) is a fall")
     p.add_argument("--rest-lean-s", type=non_negative_float, default=ControlSettings.rest_lean_s,
-                   help="policy: the policy sees the reference's roll and pitch relative to their mean over the first "
-                        "this many seconds of each take (the performer's rest lean: a capture's pelvis leans 6-9 deg "
-                        "where the policy's rest is level, and a policy told to lean steps); 0: as streamed")
+                   help="policy: the policy sees the reference's pitch relative to its mean over the first this "
+                        "many seconds of each take (the performer's rest lean: a capture's pelvis leans forward "
+                        "6-9 deg where the policy's rest is level, and a policy told to lean steps); 0: as streamed")
     p.add_argument("--arm-sdk-ramp-s", type=positive_float, default=ControlSettings.arm_sdk_ramp_s,
                    help="arm-sdk: seconds for the blend weight to go between 0 and 1 (at the start, the end, a stall "
                         "past --stall-damp-ms, an e-stop)")

@@ -22,6 +22,7 @@ States (docs/robot.md, "The policy controller"):
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -280,14 +281,14 @@ class PolicyController(ControllerStates):
 
     # --- the heartbeat's figures ---
 
-    def figures(self, now: float) -> dict[str, float | int | list[float] | None]:
+    def figures(self, now: float) -> dict[str, float | int | None]:
         inf = self.inference.values()
         at = self.policy_at.values()
-        lean = self.rest_lean.value
+        lean = self.rest_lean.pitch
         return {
             "policy_steps": self.policy_steps,
             "policy_rate_hz": float(np.count_nonzero(at > now - 1.0)),
             "inference_p50_ms": round(float(np.percentile(inf, 50)) * 1000, 3) if inf.size else None,
             "inference_p99_ms": round(float(np.percentile(inf, 99)) * 1000, 3) if inf.size else None,
-            "rest_lean_deg": None if lean is None else [round(float(v), 2) for v in np.degrees(lean)],
+            "rest_lean_deg": None if lean is None else round(math.degrees(lean), 2),
         }
