@@ -223,13 +223,14 @@ def test_the_policy_sees_the_reference_pitch_relative_to_the_takes_first_second(
 
 
 def test_euler_angles_round_trip_as_scipys_zyx() -> None:
-    from mocapline.services.robot.policy.rest_lean import from_yaw_pitch_roll, yaw_pitch_roll
+    from mocapline.services.robot.policy.observation import from_yaw_pitch_roll, roll_pitch, yaw_pitch_roll
 
     rng = np.random.default_rng(5)
     for ypr in rng.uniform([-3.1, -1.5, -3.1], [3.1, 1.5, 3.1], size=(50, 3)):
         x, y, z, w = Rotation.from_euler("ZYX", ypr).as_quat()
         np.testing.assert_allclose(from_yaw_pitch_roll(*ypr), [w, x, y, z], atol=1e-12)
         np.testing.assert_allclose(yaw_pitch_roll(np.array([w, x, y, z])), ypr, atol=1e-9)
+        np.testing.assert_allclose(roll_pitch(np.array([w, x, y, z])), ypr[[2, 1]], atol=1e-9)
 
 
 def test_history_first_initialises_every_slot_with_the_first_frame() -> None:

@@ -8,6 +8,7 @@ Quaternions are w x y z (the stream's and LowState's convention).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -54,19 +55,35 @@ class Proprio:
     gyro: np.ndarray  # (3,) rad/s, the IMU's frame
 
 
-def roll_pitch(quat: np.ndarray) -> np.ndarray:
-    """Roll and pitch (rad) of a w x y z quaternion, Z-Y-X Euler angles (as TWIST2's quatToEuler)."""
+def yaw_pitch_roll(quat: np.ndarray) -> tuple[float, float, float]:
+    """Z-Y-X Euler angles (rad) of a w x y z quaternion, yaw about the world's Z first (as TWIST2's
+    quatToEuler)."""
     w, x, y, z = (float(v) for v in quat)
-    roll = np.arctan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y))
-    pitch = np.arcsin(np.clip(2 * (w * y - z * x), -1.0, 1.0))
+    yaw = math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+    pitch = math.asin(max(-1.0, min(1.0, 2 * (w * y - z * x))))
+    roll = math.atan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y))
+    return yaw, pitch, roll
+
+
+def from_yaw_pitch_roll(yaw: float, pitch: float, roll: float) -> np.ndarray:
+    """The w x y z quaternion of Z-Y-X Euler angles (rad): yaw * pitch * roll."""
+    cy, sy = math.cos(yaw / 2), math.sin(yaw / 2)
+    cp, sp = math.cos(pitch / 2), math.sin(pitch / 2)
+    cr, sr = math.cos(roll / 2), math.sin(roll / 2)
+    return np.array([cy * cp * cr + sy * sp * sr, cy * cp * sr - sy * sp * cr,
+                     cy * sp * cr + sy * cp * sr, sy * cp * cr - cy * sp * sr])
+
+
+def roll_pitch(quat: np.ndarray) -> np.ndarray:
+    """Roll and pitch (rad) of a w x y z quaternion (:func:`yaw_pitch_roll`'s)."""
+    _, pitch, roll = yaw_pitch_roll(quat)
     return np.array([roll, pitch])
 
 
 def heading_quat(quat: np.ndarray) -> np.ndarray:
     """The yaw part of a w x y z quaternion (rotation about world Z only)."""
-    w, x, y, z = (float(v) for v in quat)
-    yaw = np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
-    return np.array([np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])
+    yaw = yaw_pitch_roll(quat)[0]
+    return np.array([math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)])
 
 
 def to_frame(vec: np.ndarray, quat: np.ndarray, frame: str) -> np.ndarray:

@@ -13,30 +13,11 @@ after the stream ended and the robot went back to rest (a new take, perhaps anot
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from mocapline.services.robot.policy.observation import Reference
-
-
-def yaw_pitch_roll(quat: np.ndarray) -> tuple[float, float, float]:
-    """Z-Y-X Euler angles (rad) of a w x y z quaternion (yaw about the world's Z first)."""
-    w, x, y, z = (float(v) for v in quat)
-    yaw = math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
-    pitch = math.asin(max(-1.0, min(1.0, 2 * (w * y - z * x))))
-    roll = math.atan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y))
-    return yaw, pitch, roll
-
-
-def from_yaw_pitch_roll(yaw: float, pitch: float, roll: float) -> np.ndarray:
-    """The w x y z quaternion of Z-Y-X Euler angles (rad): yaw * pitch * roll."""
-    cy, sy = math.cos(yaw / 2), math.sin(yaw / 2)
-    cp, sp = math.cos(pitch / 2), math.sin(pitch / 2)
-    cr, sr = math.cos(roll / 2), math.sin(roll / 2)
-    return np.array([cy * cp * cr + sy * sp * sr, cy * cp * sr - sy * sp * cr,
-                     cy * sp * cr + sy * cp * sr, sy * cp * cr - cy * sp * sr])
+from mocapline.services.robot.policy.observation import Reference, from_yaw_pitch_roll, yaw_pitch_roll
 
 
 @dataclass
