@@ -440,7 +440,7 @@ class Footing:
         step = dt / (s.touchdown_s if contact else s.blend_s)
         foot.weight = min(1.0, foot.weight + step) if contact else max(0.0, foot.weight - step)
         if contact:
-            foot.held = [*self._flat(free, k), foot.lock[0], foot.lock[1], self._height[k] + s.clearance]
+            foot.held = self._standing(free, k, foot.lock)
         pose = free
         w = foot.weight * foot.weight * (3.0 - 2.0 * foot.weight)  # smoothstep
         if w > 0.0 and foot.held is not None:
@@ -454,12 +454,13 @@ class Footing:
         if a <= 0.0:
             return None
         a = a * a * (3.0 - 2.0 * a)
-        on = [*self._flat(free, k), float(hold[0]), float(hold[1]), self._height[k] + self.settings.clearance]
-        return _blend(pose, on, a), a
+        return _blend(pose, self._standing(free, k, (float(hold[0]), float(hold[1]))), a), a
 
-    def _flat(self, pose: list[float], k: int) -> tuple[float, float, float, float]:
-        """Foot ``k``'s rotation at ``pose`` turned flat (its standing up axis onto the world's)."""
-        return _qmul(_to_up(_qrot(pose[:4], self._up[k])), pose[:4])
+    def _standing(self, pose: list[float], k: int, xy: tuple[float, float]) -> list[float]:
+        """Foot ``k`` standing at ``xy``: its rotation at ``pose`` turned flat (its standing up axis
+        onto the world's), its link at its standing height above the floor (plus ``clearance``)."""
+        turned = _qmul(_to_up(_qrot(pose[:4], self._up[k])), pose[:4])
+        return [*turned, xy[0], xy[1], self._height[k] + self.settings.clearance]
 
     def adjust(self, positions: np.ndarray, targets: dict[int, np.ndarray], elapsed: int = 1) -> None:
         """Move the frame's targets (per table index: (n, 7) w x y z, x y z; in place)."""

@@ -20,6 +20,7 @@ def add_joint_ranges_argument(parser: argparse.ArgumentParser, default: str | No
                              "it gives one (the G1's shoulder yaw +-80 deg: the shoulders keep one branch, which a "
                              f"learned policy follows; docs/retarget.md){what}")
 
+
 def add_no_footing_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
     """``--no-footing`` (``RetargetOptions.footing`` off), the same in every command that retargets;
     ``what`` adds what the command's default is."""
