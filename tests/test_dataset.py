@@ -101,10 +101,19 @@ def test_a_pending_record_is_adopted_only_when_every_output_landed(tmp_path) -> 
 
 
 def test_temporaries_of_a_killed_run_are_removed(tmp_path) -> None:
+    """A half-written output, and the folder where the pool's results waited (two in it)."""
+    from mocapline.tools.dataset.engine import STAGING_PREFIX
+
     (tmp_path / "x.npz.tmp-12-1").write_bytes(b"half")
     (tmp_path / "x.npz").write_bytes(b"whole")
-    assert Manifest(tmp_path).clean_temporaries() == 1
-    assert [p.name for p in tmp_path.iterdir()] == ["x.npz"]
+    staging = tmp_path / "manifest" / f"{STAGING_PREFIX}abc"
+    staging.mkdir(parents=True)
+    (staging / "7-0.result").write_bytes(b"a result")
+    (staging / "7-1.result").write_bytes(b"half a result")
+    (tmp_path / "manifest" / "take.json").write_text("{}")
+    assert Manifest(tmp_path).clean_temporaries() == 3
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "manifest", "manifest/take.json", "x.npz"]
 
 
 def test_a_rerun_skips_what_is_done_and_redoes_what_changed(tmp_path) -> None:

@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     interrupted = False
     try:
-        for result in run_ray(todo, args.ray) if args.ray else run_pool(todo, workers):
+        for result in run_ray(todo, args.ray) if args.ray else run_pool(todo, workers, staging=manifest.folder):
             manifest.commit(result.record, result.outputs)
             converted.append(result.record)
             progress.update(result)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,10 +112,14 @@ class Manifest:
         os.replace(pending, self.path(take_id))
 
     def clean_temporaries(self) -> int:
-        """Remove what a killed run left under temporary names; how many."""
+        """Remove what a killed run left under temporary names (files, and the folders its pool's
+        results waited in, with what they hold); how many files."""
         n = 0
-        for p in self.root.rglob(f"*{TMP_MARK}*"):
-            if p.is_file():
+        for p in sorted(self.root.rglob(f"*{TMP_MARK}*")):
+            if p.is_dir():
+                n += sum(1 for f in p.rglob("*") if f.is_file())
+                shutil.rmtree(p)
+            elif p.is_file():
                 p.unlink()
                 n += 1
         return n
