@@ -222,6 +222,38 @@ def test_the_policy_sees_the_reference_pitch_relative_to_the_takes_first_second(
     assert off.figures(4.0)["rest_lean_deg"] is None
 
 
+def test_a_take_that_follows_the_end_of_the_last_is_calibrated_on_its_own() -> None:
+    """A take leaning 8 deg ends, and the next (a performer leaning 2 deg) starts while the robot
+    is still going back to rest: the policy sees the second take's pitch level after its own first
+    second, not 6 deg back (within 0.1 deg: the playback blends one frame interval from the first
+    take's last frame into the second's first)."""
+    t, pos, rot, joints = _leaning_clip(3.0, 8.0, 0.0, 9.0, 0.0)
+    first = _frames(t, pos, rot, joints)
+    first.append(StreamFrame(len(first), 0.0, None, None, end=True))
+    _, _, rot2, _ = _leaning_clip(3.0, 2.0, 0.0, 9.0, 0.0)
+    second = [StreamFrame(len(first) + k, f.time_s + 3.0, f.q, f.dq, root=f.root)
+              for k, f in enumerate(_frames(t, pos, rot2, joints))]
+    ctl, rec, counters = _controller()
+    for f in first:
+        ctl.on_frame(f)
+    ended_at = None
+    for k in range(int(8.0 / DT)):
+        now = k * DT
+        ctl.on_state(_measured(now))
+        cmd = ctl.tick(now, DT)
+        if cmd is not None and any(f.end for f in cmd.reached):
+            ctl.on_end()
+        if ended_at is None and ctl.state == "ending":
+            ended_at = now
+            for f in second:
+                ctl.on_frame(f)
+    assert counters.transitions["ending->ramp_in"] == 1
+    assert ctl.rest_lean.pitch == pytest.approx(np.radians(2.0), abs=np.radians(0.1))
+    seen = _roll_pitch_seen(rec.calls, 4.2, 5.8)
+    assert len(seen) > 40
+    np.testing.assert_allclose(seen[:, 1], 0.0, atol=np.radians(0.1))
+
+
 def test_euler_angles_round_trip_as_scipys_zyx() -> None:
     from mocapline.services.robot.policy.observation import from_yaw_pitch_roll, roll_pitch, yaw_pitch_roll
 

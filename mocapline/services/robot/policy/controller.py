@@ -187,6 +187,7 @@ class PolicyController(ControllerStates):
             if self.state == "ending":
                 self.blend_from = stream
                 self.ramp_s = self._blend_time(stream.joint_pos, self.rest.joint_pos)
+                self.rest_lean.reset()  # the next take, even one that starts while this blends out, on its own
             else:
                 self.counters.errors.append(self._measured_q() - stream.joint_pos)
                 return stream
@@ -199,7 +200,6 @@ class PolicyController(ControllerStates):
             a = self._blend(now)
             if a >= 1.0:
                 self._go("balancing", now)
-                self.rest_lean.reset()  # the next take is calibrated on its own
                 return self.rest
             return self.blend_from.blend(self.rest, a)
         return self.rest

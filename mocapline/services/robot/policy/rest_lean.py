@@ -8,7 +8,8 @@ the reference's pitch relative to the performer's own rest: its mean over the fi
 each take (the performer standing, as a take starts), then held for the rest of it. The roll is
 left as streamed (the CMU takes' mean roll is within 1 deg of level: what it carries is the
 sideways sway of a step), and so are the joints, height, heading and velocities. Calibrated again
-after the stream ended and the robot went back to rest (a new take, perhaps another performer).
+for each take (perhaps another performer): from its END_OF_STREAM on, so a take that starts while
+the robot is still going back to rest is calibrated on its own too.
 """
 
 from __future__ import annotations
