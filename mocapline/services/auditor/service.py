@@ -37,7 +37,7 @@ from mocapline.core.metrics import ServiceMetrics
 from mocapline.core.metrics import add_arguments as add_metrics_arguments
 from mocapline.core.metrics import start as start_metrics
 from mocapline.core.options import EnvArgumentParser, argv, declared_defaults, port_number, settings_from
-from mocapline.core.udp import Datagram, UdpReceiver, adopt_udp, open_udp
+from mocapline.core.udp import UdpReceiver, adopt_udp, datagram_fifo, open_udp
 from mocapline.formats.axis_bvh import BvhReject, parse_header
 from mocapline.formats.axis_split import AxisSplitAssembler
 from mocapline.services.auditor.audit import audit
@@ -75,7 +75,7 @@ class SidePath:
 
     def __init__(self, host: str, port: int, fd: int | None = None) -> None:
         sock, self.granted = open_udp(host, port) if fd is None else adopt_udp(fd)
-        self.fifo: queue.SimpleQueue[Datagram] = queue.SimpleQueue()
+        self.fifo = datagram_fifo()
         self.receiver = UdpReceiver(sock, self.fifo)
         self.performers: dict[int, SequenceLedger] = {}
         self.rejected = 0

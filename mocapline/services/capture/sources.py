@@ -22,6 +22,7 @@ from mocapline.core.udp import (
     Datagram,
     UdpReceiver,
     adopt_udp,
+    datagram_fifo,
     open_udp,
     raise_priority,
 )
@@ -95,7 +96,7 @@ class UdpMotionInput:
             decoder, self.paths, merge_window_s=merge_window_s, allowed_sources=allowed_sources,
             stream_ports=frozenset([tcp[1]] if tcp is not None else []),
         )
-        self.fifo: queue.SimpleQueue[Datagram] = queue.SimpleQueue()
+        self.fifo = datagram_fifo()
         self.receivers: list[UdpReceiver | AxisTcpReceiver] = []
         self.tcp_receiver: AxisTcpReceiver | None = None
         self.granted_rcvbuf: dict[int, int] = {}

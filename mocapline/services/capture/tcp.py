@@ -81,7 +81,7 @@ class AxisTcpReceiver:
         self,
         host: str,
         port: int,
-        fifo: queue.SimpleQueue[Datagram],
+        fifo: queue.Queue[Datagram],
         config: AxisBvhConfig,
         journal: Callable[[Datagram], Datagram] | None = None,
         backoff: Backoff = DEFAULT_BACKOFF,
