@@ -11,6 +11,7 @@ DataReader.take make after serializing): pinned by the ``[robot]`` extra to 0.10
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ LOWCMD_TOPIC = "rt/lowcmd"
 LOWSTATE_TOPIC = "rt/lowstate"
 ROBOT_DOMAIN = 0  # a real G1
 SIM_DOMAIN = 1  # Unitree's simulator (and mocapline sim's default)
+CLOSE_LINGER_S = 0.5  # at most, for the readers to acknowledge the last samples (LowLevel.close)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,10 @@ class RawWriter:
         if ret < 0:
             raise OSError(f"DDS write failed ({ret})")
 
+    def wait_for_acks(self, timeout_s: float) -> bool:
+        """True once every matched reader has acknowledged what was written (at once with none)."""
+        return bool(self.writer.wait_for_acks(duration(seconds=max(0.0, timeout_s))))
+
 
 class RawReader:
     """``waitable=False``: no waitset (``wait`` unusable), so dropping the RawReader deletes the
@@ -120,6 +126,12 @@ class LowLevel:
         self.cmd_topic: Topic = Topic(self.participant, settings.lowcmd_topic, low_cmd)
         self.state_topic: Topic = Topic(self.participant, settings.lowstate_topic, low_state)
         self._topics: dict[str, Topic] = {}
+        self._writers: list[RawWriter] = []
+
+    def _writer(self, topic: Topic) -> RawWriter:
+        writer = RawWriter(DataWriter(self.participant, topic, qos=self.qos))
+        self._writers.append(writer)
+        return writer
 
     def _command_topic(self, name: str | None) -> Topic:
         """The LowCmd topic, or another topic of the LowCmd type (the arm interface, rt/arm_sdk)."""
@@ -130,10 +142,10 @@ class LowLevel:
         return self._topics[name]
 
     def command_writer(self, topic: str | None = None) -> RawWriter:
-        return RawWriter(DataWriter(self.participant, self._command_topic(topic), qos=self.qos))
+        return self._writer(self._command_topic(topic))
 
     def state_writer(self) -> RawWriter:
-        return RawWriter(DataWriter(self.participant, self.state_topic, qos=self.qos))
+        return self._writer(self.state_topic)
 
     def command_reader(self, topic: str | None = None) -> RawReader:
         return RawReader(self.participant, DataReader(self.participant, self._command_topic(topic), qos=self.qos))
@@ -150,7 +162,7 @@ class LowLevel:
 
     def base_writer(self) -> RawWriter:
         """mocapline sim's base pose (:mod:`.base`), beside LowState."""
-        return RawWriter(DataWriter(self.participant, self._base_topic(), qos=self.qos))
+        return self._writer(self._base_topic())
 
     def base_reader(self, waitable: bool = True) -> RawReader:
         return RawReader(self.participant, DataReader(self.participant, self._base_topic(), qos=self.qos), waitable)
@@ -164,13 +176,20 @@ class LowLevel:
 
     def hand_writer(self, topic: str, state: bool = False) -> RawWriter:
         """A hand's HandCmd_ (the bridge) or, ``state``, HandState_ (the sim) writer (:mod:`.hand`)."""
-        return RawWriter(DataWriter(self.participant, self._hand_topic(topic, state), qos=self.qos))
+        return self._writer(self._hand_topic(topic, state))
 
     def hand_reader(self, topic: str, state: bool = False) -> RawReader:
         return RawReader(self.participant, DataReader(self.participant, self._hand_topic(topic, state), qos=self.qos),
                          waitable=False)
 
-    def close(self) -> None:
+    def close(self, linger_s: float = CLOSE_LINGER_S) -> None:
+        """Wait (at most ``linger_s`` in all) for the readers to acknowledge what the writers sent,
+        then drop the participant. A bridge's last LowCmd, its damping, was written just before it
+        exits: dropped at once, it did not always reach the robot (the sim counted 3012 of 3013)."""
+        deadline = time.monotonic() + linger_s
+        for writer in self._writers:
+            writer.wait_for_acks(deadline - time.monotonic())
+        self._writers.clear()
         self.participant = None  # type: ignore[assignment, unused-ignore]
         self.domain = None
 
