@@ -269,28 +269,30 @@ def test_a_forgotten_consumer_no_longer_holds_the_log_and_a_rewind_keeps_what_it
         with MocapClient(ClientSettings(endpoint, name="dead")) as dead:
             assert collect(dead, 10) == [1000 + i for i in range(10)]
         live = MocapClient(ClientSettings(endpoint, name="live"))
-        port.produce(range(10, 400))
-        assert collect(live, 390)[-1] == 1399
-        live.commit()
-        time.sleep(0.5)
-        with port.lock:
-            assert port.log.first_seq() <= 10  # held for "dead"
-        live.rx.rewind(299)  # as a worker taking over does: rewind, then forget the dead one
-        assert live.rx.forget("live") and live.rx.forget("dead")  # (itself: refused)
-        deadline = time.monotonic() + 10
-        while "dead" in port.sender.snapshot()["consumers"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert set(port.sender.snapshot()["consumers"]) == {"live"}
-        assert collect(live, 10) == [1300 + i for i in range(10)]
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        try:
+            port.produce(range(10, 400))
+            assert collect(live, 390)[-1] == 1399
+            live.commit()
+            time.sleep(0.5)
             with port.lock:
-                oldest = port.log.first_seq()
-            if oldest > 10:
-                break
-            time.sleep(0.05)
-        assert 10 < oldest <= 300, oldest  # trimmed past "dead", not past the rewind
-        live.close()
+                assert port.log.first_seq() <= 10  # held for "dead"
+            live.rx.rewind(299)  # as a worker taking over does: rewind, then forget the dead one
+            assert live.rx.forget("live") and live.rx.forget("dead")  # (itself: refused)
+            deadline = time.monotonic() + 10
+            while "dead" in port.sender.snapshot()["consumers"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert set(port.sender.snapshot()["consumers"]) == {"live"}
+            assert collect(live, 10) == [1300 + i for i in range(10)]
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with port.lock:
+                    oldest = port.log.first_seq()
+                if oldest > 10:
+                    break
+                time.sleep(0.05)
+            assert 10 < oldest <= 300, oldest  # trimmed past "dead", not past the rewind
+        finally:  # a failure above must not leave its socket to a context the GC then waits on
+            live.close()
     finally:
         port.close()
 
