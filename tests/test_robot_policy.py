@@ -6,6 +6,7 @@ not fit its graph refused with both widths named."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +106,19 @@ def _drive(ctl: PolicyController, seconds: float, start: float = 0.0, frames: li
     return commands
 
 
+def _play(ctl: PolicyController, seconds: float, each: Callable[[float], None] | None = None) -> None:
+    """Ticks at 500 Hz of simulated time from 0, telling the controller the stream ended once a
+    command reaches its END_OF_STREAM (as the bridge does); ``each(now)`` after every tick."""
+    for k in range(int(seconds / DT)):
+        now = k * DT
+        ctl.on_state(_measured(now))
+        cmd = ctl.tick(now, DT)
+        if cmd is not None and any(f.end for f in cmd.reached):
+            ctl.on_end()
+        if each is not None:
+            each(now)
+
+
 def _expected_mimic(clock: float, t: np.ndarray, pos: np.ndarray, rot: Rotation, joints: np.ndarray) -> np.ndarray:
     """TWIST2's mimic terms at playback time ``clock``, computed independently: the pose between the
     two frames around it, the velocities of the frame before it by central differences (world),
@@ -189,14 +203,12 @@ def test_the_policy_sees_the_reference_pitch_relative_to_the_takes_first_second(
     for f in frames:
         ctl.on_frame(f)
     rest_seen: list[float] = []
-    for k in range(int(9.0 / DT)):
-        now = k * DT
-        ctl.on_state(_measured(now))
-        cmd = ctl.tick(now, DT)
+
+    def note_rest(_: float) -> None:
         if ctl.state == "tracking" and ctl.rest_lean.pitch is not None:
             rest_seen.append(ctl.rest_lean.pitch)
-        if cmd is not None and any(f.end for f in cmd.reached):
-            ctl.on_end()
+
+    _play(ctl, 9.0, note_rest)
     level = _roll_pitch_seen(rec.calls, 1.3, 2.4)
     assert len(level) > 40
     np.testing.assert_allclose(level, np.broadcast_to([np.radians(2.0), 0.0], level.shape), atol=1e-6)
@@ -236,17 +248,16 @@ def test_a_take_that_follows_the_end_of_the_last_is_calibrated_on_its_own() -> N
     ctl, rec, counters = _controller()
     for f in first:
         ctl.on_frame(f)
-    ended_at = None
-    for k in range(int(8.0 / DT)):
-        now = k * DT
-        ctl.on_state(_measured(now))
-        cmd = ctl.tick(now, DT)
-        if cmd is not None and any(f.end for f in cmd.reached):
-            ctl.on_end()
-        if ended_at is None and ctl.state == "ending":
-            ended_at = now
+    pushed = False
+
+    def push_the_second_take_while_ending(_: float) -> None:
+        nonlocal pushed
+        if not pushed and ctl.state == "ending":
+            pushed = True
             for f in second:
                 ctl.on_frame(f)
+
+    _play(ctl, 8.0, push_the_second_take_while_ending)
     assert counters.transitions["ending->ramp_in"] == 1
     assert ctl.rest_lean.pitch == pytest.approx(np.radians(2.0), abs=np.radians(0.1))
     seen = _roll_pitch_seen(rec.calls, 4.2, 5.8)
@@ -345,12 +356,7 @@ def test_the_end_of_the_stream_blends_the_reference_back_to_rest() -> None:
     frames.append(StreamFrame(len(frames), 0.0, None, None, end=True))
     for f in frames:
         ctl.on_frame(f)
-    for k in range(int(8.0 / DT)):
-        now = k * DT
-        ctl.on_state(_measured(now))
-        cmd = ctl.tick(now, DT)
-        if cmd is not None and any(f.end for f in cmd.reached):
-            ctl.on_end()
+    _play(ctl, 8.0)
     assert counters.transitions["tracking->ending"] == 1 and counters.transitions["ending->balancing"] == 1
     assert ctl.state == "balancing" and ctl.reference is ctl.rest
 
